@@ -1,0 +1,199 @@
+// Package adaptor serves Crossplane's FunctionRunnerService by running each
+// RunFunction call through a Runner and applying ocifn's function I/O
+// contract to what the function prints.
+package adaptor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Exit is how one function process ended.
+type Exit struct {
+	// Code is the exit status; 128+N if signal N ended the process.
+	Code int
+	// RuntimeError is what the container runtime itself reported, if it
+	// could not start the function.
+	RuntimeError string
+	// Duration is how long the container ran.
+	Duration time.Duration
+}
+
+// Runner runs the function once, in a fresh container, with the given
+// standard streams. It returns an error only when the call could not run to
+// the end (cancelled, output copy failed); a function that exits non-zero is
+// a normal Exit.
+type Runner interface {
+	Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error)
+}
+
+// Outcome classifies a call for logs and metrics.
+type Outcome string
+
+// Outcomes.
+const (
+	// OutcomeOK means the function answered with a valid response.
+	OutcomeOK Outcome = "ok"
+	// OutcomeFatal means the adaptor answered with a Fatal result on the
+	// function's behalf.
+	OutcomeFatal Outcome = "fatal"
+)
+
+const (
+	// stderrTailBytes is how much of the end of stderr a Fatal result quotes.
+	stderrTailBytes = 2048
+	// outputHeadBytes is how much of invalid output a Fatal result quotes.
+	outputHeadBytes = 256
+)
+
+// Result is the outcome of one call, for the caller's logs.
+type Result struct {
+	Response *fnv1.RunFunctionResponse
+	Outcome  Outcome
+	Exit     Exit
+	// Reason is the one-line cause of a Fatal outcome.
+	Reason string
+}
+
+// encodeRequest renders the request as the function sees it on stdin:
+// protojson, with desired and observed always present and each carrying a
+// resources object, so `.desired.resources[]` never meets null.
+func encodeRequest(req *fnv1.RunFunctionRequest) ([]byte, error) {
+	// Marshal the two states on their own and splice them in, instead of
+	// round-tripping the whole request through a generic JSON decoder:
+	// requests can be megabytes and the rest needs no change.
+	desired, observed := req.GetDesired(), req.GetObserved()
+	d, err := encodeState(desired)
+	if err != nil {
+		return nil, fmt.Errorf("cannot encode the desired state: %w", err)
+	}
+	o, err := encodeState(observed)
+	if err != nil {
+		return nil, fmt.Errorf("cannot encode the observed state: %w", err)
+	}
+	// The request belongs to this call; its states are detached only while
+	// the rest is marshalled, so any field added to the protocol later is
+	// still passed on.
+	req.Desired, req.Observed = nil, nil
+	rest, err := protojson.Marshal(req)
+	req.Desired, req.Observed = desired, observed
+	if err != nil {
+		return nil, fmt.Errorf("cannot encode the request: %w", err)
+	}
+	var b bytes.Buffer
+	b.Grow(len(rest) + len(d) + len(o) + 32)
+	b.WriteString(`{"desired":`)
+	b.Write(d)
+	b.WriteString(`,"observed":`)
+	b.Write(o)
+	if body := bytes.TrimSpace(rest[1:]); !bytes.Equal(body, []byte("}")) {
+		b.WriteByte(',')
+		b.Write(body)
+	} else {
+		b.WriteByte('}')
+	}
+	b.WriteByte('\n')
+	return b.Bytes(), nil
+}
+
+// encodeState renders a State with a resources object, present even when
+// empty.
+func encodeState(s *fnv1.State) ([]byte, error) {
+	if s == nil {
+		return []byte(`{"resources":{}}`), nil
+	}
+	b, err := protojson.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.GetResources()) > 0 {
+		return b, nil
+	}
+	body := bytes.TrimSpace(b[1:])
+	if bytes.Equal(body, []byte("}")) {
+		return []byte(`{"resources":{}}`), nil
+	}
+	return append([]byte(`{"resources":{},`), body...), nil
+}
+
+// decodeResponse parses what the function printed. Unknown fields are an
+// error: a misspelt field would otherwise be dropped without a word.
+func decodeResponse(out []byte) (*fnv1.RunFunctionResponse, error) {
+	if len(bytes.TrimSpace(out)) == 0 {
+		return nil, fmt.Errorf("the function printed nothing on stdout; it must print a RunFunctionResponse as JSON")
+	}
+	if !utf8.Valid(out) {
+		return nil, fmt.Errorf("the function's output is not valid UTF-8; output began with %s", quoteHead(out))
+	}
+	rsp := &fnv1.RunFunctionResponse{}
+	if err := protojson.Unmarshal(out, rsp); err != nil {
+		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %v; output began with %s", err, quoteHead(out))
+	}
+	return rsp, nil
+}
+
+// complete applies the contract to a valid response: the tag is filled in,
+// and what the function left out of desired and context is carried over from
+// the request rather than silently deleted.
+func complete(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) {
+	if rsp.GetMeta().GetTag() == "" && req.GetMeta().GetTag() != "" {
+		if rsp.Meta == nil {
+			rsp.Meta = &fnv1.ResponseMeta{}
+		}
+		rsp.Meta.Tag = req.GetMeta().GetTag()
+	}
+	if rsp.Desired == nil {
+		rsp.Desired = desiredOf(req)
+		rsp.Results = append(rsp.Results, &fnv1.Result{
+			Severity: fnv1.Severity_SEVERITY_WARNING,
+			Message:  "the function's response has no \"desired\" field; the request's desired state was kept unchanged",
+		})
+	}
+	if rsp.Context == nil && req.Context != nil {
+		rsp.Context = req.Context
+	}
+}
+
+// fatal builds the adaptor's answer for a function that failed: the
+// request's desired state unchanged and one Fatal result.
+func fatal(req *fnv1.RunFunctionRequest, msg string) *fnv1.RunFunctionResponse {
+	return &fnv1.RunFunctionResponse{
+		Meta:    &fnv1.ResponseMeta{Tag: req.GetMeta().GetTag()},
+		Desired: desiredOf(req),
+		Context: req.GetContext(),
+		Results: []*fnv1.Result{{Severity: fnv1.Severity_SEVERITY_FATAL, Message: msg}},
+	}
+}
+
+func desiredOf(req *fnv1.RunFunctionRequest) *fnv1.State {
+	if req.GetDesired() == nil {
+		return &fnv1.State{}
+	}
+	// Shared, not copied: neither the request nor the response is
+	// modified after this point.
+	return req.GetDesired()
+}
+
+// withStderr appends the stderr tail to a Fatal message.
+func withStderr(msg string, tail []byte) string {
+	t := strings.TrimSpace(strings.ToValidUTF8(string(tail), "\uFFFD"))
+	if t == "" {
+		return msg + " (stderr was empty)"
+	}
+	return msg + "; stderr: " + t
+}
+
+func quoteHead(b []byte) string {
+	if len(b) > outputHeadBytes {
+		return fmt.Sprintf("%q…", strings.ToValidUTF8(string(b[:outputHeadBytes]), "\uFFFD"))
+	}
+	return fmt.Sprintf("%q", strings.ToValidUTF8(string(b), "\uFFFD"))
+}

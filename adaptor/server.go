@@ -1,0 +1,60 @@
+package adaptor
+
+import (
+	"context"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	fnv1beta1 "github.com/crossplane/function-sdk-go/proto/v1beta1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// Register adds the v1 and v1beta1 FunctionRunnerService, both backed by f,
+// to s.
+func Register(s grpc.ServiceRegistrar, f *Function) {
+	fnv1.RegisterFunctionRunnerServiceServer(s, &v1Server{f: f})
+	fnv1beta1.RegisterFunctionRunnerServiceServer(s, &v1beta1Server{f: f})
+}
+
+type v1Server struct {
+	fnv1.UnimplementedFunctionRunnerServiceServer
+	f *Function
+}
+
+func (s *v1Server) RunFunction(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+	return s.f.Run(ctx, req)
+}
+
+// v1beta1Server serves the older API. Its messages are the v1 messages under
+// another package name, identical on the wire, so calls are converted
+// through the wire format and handled once.
+type v1beta1Server struct {
+	fnv1beta1.UnimplementedFunctionRunnerServiceServer
+	f *Function
+}
+
+func (s *v1beta1Server) RunFunction(ctx context.Context, req *fnv1beta1.RunFunctionRequest) (*fnv1beta1.RunFunctionResponse, error) {
+	in := &fnv1.RunFunctionRequest{}
+	if err := convert(req, in); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "cannot read the v1beta1 request as v1: %v", err)
+	}
+	rsp, err := s.f.Run(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	out := &fnv1beta1.RunFunctionResponse{}
+	if err := convert(rsp, out); err != nil {
+		return nil, status.Errorf(codes.Internal, "cannot write the response as v1beta1: %v", err)
+	}
+	return out, nil
+}
+
+func convert(from, to proto.Message) error {
+	b, err := proto.Marshal(from)
+	if err != nil {
+		return err
+	}
+	return proto.Unmarshal(b, to)
+}

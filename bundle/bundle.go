@@ -1,0 +1,270 @@
+// Package bundle owns the on-disk runtime bundle of a function image: the
+// root filesystem, unpacked once and shared read-only by every call, the
+// runtime config written once, and the life of each call's container under
+// crun.
+package bundle
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containers/storage/pkg/idtools"
+	securejoin "github.com/cyphar/filepath-securejoin"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/moby/sys/user"
+	imgspec "github.com/opencontainers/image-spec/specs-go/v1"
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/ocifn/ocifn/oci"
+	"github.com/ocifn/ocifn/spec"
+)
+
+// IDMode says how container ids map to the ids of the namespace ocifn runs in.
+type IDMode string
+
+// ID modes.
+const (
+	// IDRange maps container ids 0..Size-1 to an unprivileged range of host
+	// ids. Used when ocifn runs as real root.
+	IDRange IDMode = "range"
+	// IDSingle maps the image's user to ocifn's own id, and nothing else.
+	// Used when ocifn runs unprivileged.
+	IDSingle IDMode = "single"
+)
+
+// Options configure a bundle.
+type Options struct {
+	// Mode selects the id mapping.
+	Mode IDMode
+	// RangeStart and RangeSize give the host id range of IDRange mode.
+	RangeStart, RangeSize uint32
+	// Network is spec.NetworkNone or spec.NetworkHost.
+	Network string
+	// MaxRootfsBytes caps the unpacked size of the image (0: no cap).
+	MaxRootfsBytes int64
+}
+
+// Bundle is an image unpacked and configured, ready to run calls.
+type Bundle struct {
+	dir     string
+	rootfs  string
+	config  string
+	spec    *rspec.Spec
+	runtime *Runtime
+}
+
+// Create unpacks img into a new directory under parent and writes the
+// runtime config every call will use. The caller must Close the bundle.
+func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Options) (b *Bundle, err error) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the image config: %w", err)
+	}
+	if err := os.MkdirAll(parent, 0o711); err != nil {
+		return nil, fmt.Errorf("cannot create the cache directory %s: %w", parent, err)
+	}
+	dir, err := os.MkdirTemp(parent, "bundle-")
+	if err != nil {
+		return nil, fmt.Errorf("cannot create a bundle directory in %s: %w", parent, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	// Container ids other than root must be able to reach the rootfs
+	// through this directory.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, fmt.Errorf("cannot set the mode of %s: %w", dir, err)
+	}
+	// Each bundle keeps its containers' state to itself, so removing the
+	// bundle removes every trace of its calls.
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		return nil, fmt.Errorf("cannot create the runtime state directory %s: %w", state, err)
+	}
+	b = &Bundle{
+		dir:     dir,
+		rootfs:  filepath.Join(dir, "rootfs"),
+		config:  filepath.Join(dir, "config.json"),
+		runtime: &Runtime{path: rt.path, version: rt.version, stateDir: state},
+	}
+
+	if o.Mode == IDRange {
+		if err := checkReachable(dir, o.RangeStart, o.RangeSize); err != nil {
+			return nil, err
+		}
+	}
+
+	var unpack []oci.UnpackOption
+	if o.MaxRootfsBytes > 0 {
+		unpack = append(unpack, oci.WithMaxBytes(o.MaxRootfsBytes))
+	}
+	switch o.Mode {
+	case IDRange:
+		m := []idtools.IDMap{{ContainerID: 0, HostID: int(o.RangeStart), Size: int(o.RangeSize)}}
+		unpack = append(unpack, oci.WithIDMappings(m, m))
+	case IDSingle:
+		unpack = append(unpack, oci.WithoutChown())
+	default:
+		return nil, fmt.Errorf("unknown id mode %q", o.Mode)
+	}
+	if err := oci.Unpack(ctx, img, b.rootfs, unpack...); err != nil {
+		return nil, err
+	}
+
+	ic := imageConfig(cf.Config)
+	u, err := resolveUser(b.rootfs, ic.User)
+	if err != nil {
+		return nil, err
+	}
+	uids, gids := mappings(o, u)
+	hostLimits, err := hardLimits()
+	if err != nil {
+		return nil, err
+	}
+	s, err := spec.Generate(ic, u, spec.Options{
+		Rootfs:      b.rootfs,
+		UIDMappings: uids,
+		GIDMappings: gids,
+		Network:     o.Network,
+		HostRlimits: hostLimits,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot derive the runtime config from the image config: %w", err)
+	}
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("cannot encode the runtime config: %w", err)
+	}
+	if err := os.WriteFile(b.config, data, 0o644); err != nil {
+		return nil, fmt.Errorf("cannot write the runtime config: %w", err)
+	}
+	b.spec = s
+	return b, nil
+}
+
+// Spec returns the runtime config every call runs with.
+func (b *Bundle) Spec() *rspec.Spec { return b.spec }
+
+// Dir returns the bundle directory.
+func (b *Bundle) Dir() string { return b.dir }
+
+// Close removes the bundle from disk. Calls must have finished.
+func (b *Bundle) Close() error {
+	if err := os.RemoveAll(b.dir); err != nil {
+		return fmt.Errorf("cannot remove the bundle %s: %w", b.dir, err)
+	}
+	return nil
+}
+
+// checkReachable makes sure the container's ids, which are not root on the
+// host, can walk down to the bundle: crun sets up the root filesystem from
+// inside the container's user namespace, and a 0700 directory on the way
+// makes every call fail with "permission denied".
+func checkReachable(dir string, start, size uint32) error {
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			return fmt.Errorf("cannot check %s: %w", d, err)
+		}
+		owned := st.Uid >= start && st.Uid-start < size
+		if st.Mode&0o001 == 0 && !owned {
+			return fmt.Errorf("the cache directory is not reachable by the containers' ids (host ids %d-%d): %s has mode %04o; choose a --cache-dir whose parent directories are searchable by others (chmod o+x), such as /var/cache/ocifn", start, start+size-1, d, st.Mode&0o7777)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
+
+// imageConfig converts go-containerregistry's image config to the
+// image-spec type the spec package takes.
+func imageConfig(c v1.Config) imgspec.ImageConfig {
+	return imgspec.ImageConfig{
+		User:       c.User,
+		Env:        c.Env,
+		Entrypoint: c.Entrypoint,
+		Cmd:        c.Cmd,
+		WorkingDir: c.WorkingDir,
+	}
+}
+
+// mappings returns the container's id maps for the chosen mode. In single
+// mode the image's own user and group are the ones that exist, so an image
+// that runs as a non-root user keeps doing so.
+func mappings(o Options, u spec.User) (uids, gids []rspec.LinuxIDMapping) {
+	if o.Mode == IDRange {
+		m := []rspec.LinuxIDMapping{{ContainerID: 0, HostID: o.RangeStart, Size: o.RangeSize}}
+		return m, m
+	}
+	return []rspec.LinuxIDMapping{{ContainerID: u.UID, HostID: uint32(os.Geteuid()), Size: 1}},
+		[]rspec.LinuxIDMapping{{ContainerID: u.GID, HostID: uint32(os.Getegid()), Size: 1}}
+}
+
+// resolveUser turns the image's User ("", "uid", "uid:gid", "name",
+// "name:group") into ids using the image's own /etc/passwd and /etc/group.
+// Both are opened inside the rootfs: a symlink in the image must not make us
+// read a host file.
+func resolveUser(rootfs, userSpec string) (spec.User, error) {
+	passwd, err := readInRoot(rootfs, "/etc/passwd")
+	if err != nil {
+		return spec.User{}, err
+	}
+	group, err := readInRoot(rootfs, "/etc/group")
+	if err != nil {
+		return spec.User{}, err
+	}
+	eu, err := user.GetExecUser(userSpec, &user.ExecUser{Home: "/"}, bytes.NewReader(passwd), bytes.NewReader(group))
+	if err != nil {
+		return spec.User{}, fmt.Errorf("cannot resolve the image's user %q against its /etc/passwd and /etc/group: %w", userSpec, err)
+	}
+	u := spec.User{UID: uint32(eu.Uid), GID: uint32(eu.Gid), Home: eu.Home}
+	for _, g := range eu.Sgids {
+		if g != eu.Gid {
+			u.AdditionalGids = append(u.AdditionalGids, uint32(g))
+		}
+	}
+	return u, nil
+}
+
+// readInRoot reads a small file of the image, resolving the name inside
+// root. A missing file reads as empty: images often have no /etc/group.
+func readInRoot(root, name string) ([]byte, error) {
+	f, err := securejoin.OpenInRoot(root, name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot open %s in the image: %w", name, err)
+	}
+	defer f.Close()
+	// OpenInRoot gives an O_PATH handle; reopen it for reading.
+	r, err := securejoin.Reopen(f, unix.O_RDONLY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open %s in the image: %w", name, err)
+	}
+	defer r.Close()
+	return io.ReadAll(io.LimitReader(r, 1<<20))
+}
+
+// hardLimits reads the hard rlimits of this process that the spec clamps to.
+func hardLimits() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for name, res := range map[string]int{"RLIMIT_NOFILE": unix.RLIMIT_NOFILE, "RLIMIT_NPROC": unix.RLIMIT_NPROC, "RLIMIT_CORE": unix.RLIMIT_CORE} {
+		var l unix.Rlimit
+		if err := unix.Getrlimit(res, &l); err != nil {
+			return nil, fmt.Errorf("cannot read the host's %s: %w", strings.ToLower(name), err)
+		}
+		out[name] = l.Max
+	}
+	return out, nil
+}

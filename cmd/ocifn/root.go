@@ -1,0 +1,51 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// Set at build time with -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+// exitError carries a specific exit code out of a command.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit code %d", e.code) }
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "ocifn",
+		Short: "Run any OCI container image as a Crossplane Composition Function",
+		Long: `ocifn makes any OCI container image a Crossplane Composition Function.
+
+A function is a program in an image that reads a RunFunctionRequest as JSON
+on stdin and prints a RunFunctionResponse as JSON on stdout: a jq filter, a yq
+expression or a shell script is enough. "ocifn serve" answers Crossplane's
+gRPC RunFunction calls by running each call in a fresh rootless container.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newServeCommand(), newVersionCommand())
+	return root
+}
+
+func execute() int {
+	err := newRootCommand().Execute()
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		fmt.Fprintln(os.Stderr, "ocifn:", err)
+		return 1
+	}
+}

@@ -1,0 +1,292 @@
+// Package e2e runs the real ocifn binary as its own process against real
+// crun containers built from the real test images, and calls it over real
+// gRPC.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+var (
+	// repoRoot is the root of this repository.
+	repoRoot string
+	// ocifnBin is the ocifn binary built for this test run.
+	ocifnBin string
+	// images is where hack/testdata.sh writes the test image tarballs.
+	images string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	wd, err := os.Getwd()
+	if err != nil {
+		panic(err)
+	}
+	repoRoot = filepath.Dir(wd)
+	images = filepath.Join(repoRoot, "testdata", "build")
+
+	// World-readable, so the test that runs ocifn as an unprivileged user
+	// can execute it.
+	binDir, err := os.MkdirTemp("", "ocifn-e2e-bin-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(binDir)
+	if err := os.Chmod(binDir, 0o755); err != nil {
+		panic(err)
+	}
+	ocifnBin = filepath.Join(binDir, "ocifn")
+	build := exec.Command("go", "build", "-o", ocifnBin, "./cmd/ocifn")
+	build.Dir = repoRoot
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: cannot build ocifn: %v\n%s", err, out)
+		return 1
+	}
+	// The image builder is incremental: a no-op when `make testdata` ran.
+	td := exec.Command(filepath.Join(repoRoot, "hack", "testdata.sh"), images)
+	td.Stdout, td.Stderr = os.Stderr, os.Stderr
+	if err := td.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: cannot build the test images: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// image returns the path of a test image tarball.
+func image(name string) string { return filepath.Join(images, name) }
+
+// syncBuffer is a bytes.Buffer safe for a writer goroutine and readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// server is a running `ocifn serve` process.
+type server struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	addr   string
+	conn   *grpc.ClientConn
+	stderr *syncBuffer
+	exited chan struct{}
+}
+
+var servingLine = regexp.MustCompile(`msg=serving address=(\S+)`)
+
+// serverOption adjusts how a server process is started.
+type serverOption func(*exec.Cmd)
+
+// asUser runs the server with the given credentials.
+func asUser(uid, gid uint32, home string) serverOption {
+	return func(c *exec.Cmd) {
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+		c.Env = append(c.Env, "HOME="+home, "XDG_CACHE_HOME="+filepath.Join(home, ".cache"))
+	}
+}
+
+// startServer starts `ocifn serve --insecure` on a free loopback port with the
+// given extra arguments and waits until it reports SERVING. The process is
+// stopped with SIGTERM when the test ends, and must exit cleanly.
+func startServer(t *testing.T, args []string, opts ...serverOption) *server {
+	t.Helper()
+	s := startProcess(t, append([]string{"--insecure"}, args...), opts...)
+	deadline := time.After(60 * time.Second)
+	for s.addr == "" {
+		select {
+		case <-s.exited:
+			t.Fatalf("ocifn serve exited before serving: %v\n%s", s.cmd.ProcessState, s.stderr)
+		case <-deadline:
+			t.Fatalf("ocifn serve did not start serving within 60s:\n%s", s.stderr)
+		case <-time.After(20 * time.Millisecond):
+			if m := servingLine.FindStringSubmatch(s.stderr.String()); m != nil {
+				s.addr = m[1]
+			}
+		}
+	}
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.conn = conn
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rsp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || rsp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health check: %v %v\n%s", rsp.GetStatus(), err, s.stderr)
+	}
+	return s
+}
+
+// cacheDir returns a new cache directory that the containers' unprivileged
+// ids can reach (t.TempDir's parents are private to root).
+func cacheDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "ocifn-e2e-cache-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// startProcess starts `ocifn serve` without waiting for it.
+func startProcess(t *testing.T, args []string, opts ...serverOption) *server {
+	t.Helper()
+	full := append([]string{"serve", "--address", "127.0.0.1:0", "--cache-dir", cacheDir(t)}, args...)
+	cmd := exec.Command(ocifnBin, full...)
+	cmd.Env = os.Environ()
+	for _, o := range opts {
+		o(cmd)
+	}
+	s := &server{t: t, cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = s.stderr, s.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		close(s.exited)
+	}()
+	t.Cleanup(s.stop)
+	return s
+}
+
+// stop terminates the server and checks that it shut down cleanly.
+func (s *server) stop() {
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+		if !s.cmd.ProcessState.Success() {
+			s.t.Errorf("ocifn serve did not exit cleanly on SIGTERM: %v\n%s", s.cmd.ProcessState, s.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		s.t.Errorf("ocifn serve did not stop within 30s of SIGTERM\n%s", s.stderr)
+	}
+}
+
+// wait waits for the process to exit by itself and returns its stderr.
+func (s *server) wait(t *testing.T) string {
+	t.Helper()
+	select {
+	case <-s.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("ocifn serve still running after 60s\n%s", s.stderr)
+	}
+	return s.stderr.String()
+}
+
+// call sends a v1 RunFunction request.
+func (s *server) call(t *testing.T, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rsp, err := fnv1.NewFunctionRunnerServiceClient(s.conn).RunFunction(ctx, req)
+	if err != nil {
+		t.Fatalf("RunFunction: %v\nserver log:\n%s", err, s.stderr)
+	}
+	return rsp
+}
+
+// loadRequest reads a RunFunctionRequest in protojson from testdata.
+func loadRequest(t *testing.T, function, file string) *fnv1.RunFunctionRequest {
+	t.Helper()
+	req := &fnv1.RunFunctionRequest{}
+	unmarshalFile(t, filepath.Join(repoRoot, "testdata", "functions", function, file), req)
+	return req
+}
+
+// loadResponse reads an expected RunFunctionResponse from testdata.
+func loadResponse(t *testing.T, function, file string) *fnv1.RunFunctionResponse {
+	t.Helper()
+	rsp := &fnv1.RunFunctionResponse{}
+	unmarshalFile(t, filepath.Join(repoRoot, "testdata", "functions", function, file), rsp)
+	return rsp
+}
+
+func unmarshalFile(t *testing.T, path string, m proto.Message) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := protojson.Unmarshal(data, m); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// jsonRequest builds a request from protojson text.
+func jsonRequest(t *testing.T, text string) *fnv1.RunFunctionRequest {
+	t.Helper()
+	req := &fnv1.RunFunctionRequest{}
+	if err := protojson.Unmarshal([]byte(text), req); err != nil {
+		t.Fatalf("bad test request: %v\n%s", err, text)
+	}
+	return req
+}
+
+// mustContain fails unless s contains every one of subs.
+func mustContain(t *testing.T, what, s string, subs ...string) {
+	t.Helper()
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			t.Errorf("%s does not contain %q:\n%s", what, sub, s)
+		}
+	}
+}
+
+// runOcifn runs ocifn to completion and returns its combined output.
+func runOcifn(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, ocifnBin, args...)
+	cmd.Env = append(os.Environ(), "TLS_SERVER_CERTS_DIR=")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}

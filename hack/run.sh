@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `make run`: starts `ocifn serve` on the labelizer example function, sends it
+# a sample RunFunctionRequest over gRPC, prints the response, and stops.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+address=${ADDRESS:-127.0.0.1:9443}
+tarball=testdata/build/labelizer.tar
+request=testdata/functions/labelizer/request.json
+log=$(mktemp)
+cache=$(mktemp -d)
+# Container ids are unprivileged on the host: they must be able to reach the
+# unpacked image under the cache directory.
+chmod 711 "$cache"
+cleanup() {
+	[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+	rm -rf "$log" "$cache"
+}
+trap cleanup EXIT
+
+echo "==> ocifn serve --insecure --tarball $tarball --address $address"
+bin/ocifn serve --insecure --tarball "$tarball" --address "$address" --cache-dir "$cache" 2>"$log" &
+pid=$!
+echo "==> request ($request):"
+cat "$request"
+echo "==> response:"
+if ! go run ./hack/fncall -address "$address" "$request"; then
+	echo "==> the call failed; server log:" >&2
+	cat "$log" >&2
+	exit 1
+fi
+echo "==> server log:"
+cat "$log"

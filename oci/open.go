@@ -1,0 +1,228 @@
+package oci
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+)
+
+const (
+	errFmtRead        = "cannot read image tarball %q: %w"
+	errUnknownFormat  = "the archive has neither manifest.json (docker save) nor index.json (OCI image layout)"
+	errNeedName       = "the archive holds %d images, choose one by name: %s"
+	errNameNotFound   = "no image named %q in the archive; it holds: %s"
+	errSeveralMatches = "several images are named %q: %s"
+)
+
+// OpenOption changes how Open reads an image tarball.
+type OpenOption func(*openOptions)
+
+type openOptions struct {
+	name       string
+	scratchDir string
+}
+
+// WithImageName selects the image of that name (docker RepoTags or OCI
+// ref name; "foo", "foo:latest", "docker.io/library/foo:latest" and
+// "localhost/foo:latest" are the same name) in a tarball of several images.
+func WithImageName(name string) OpenOption {
+	return func(o *openOptions) { o.name = name }
+}
+
+// WithScratchDir sets where a compressed tarball is decompressed to
+// (default: os.TempDir()). The file is unlinked at once and its space is
+// freed by Close.
+func WithScratchDir(dir string) OpenOption {
+	return func(o *openOptions) { o.scratchDir = dir }
+}
+
+// Image is one image read from a tarball, with its manifest and config
+// verified against their digests. Layers are verified by Unpack.
+type Image struct {
+	img    v1.Image
+	name   string
+	cfg    *v1.ConfigFile
+	digest v1.Hash
+	file   *os.File
+}
+
+// Open reads the image tarball at path: `docker save` output or an OCI
+// image layout archive, either of them plain or compressed.
+func Open(path string, opts ...OpenOption) (*Image, error) {
+	o := openOptions{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	f, idx, err := openArchive(path, o.scratchDir)
+	if err != nil {
+		return nil, fmt.Errorf(errFmtRead, path, err)
+	}
+	img, err := openImage(idx, o.name)
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf(errFmtRead, path, err)
+	}
+	img.file = f
+	return img, nil
+}
+
+// openImage selects and loads one image from an indexed archive.
+func openImage(idx *tarIndex, want string) (*Image, error) {
+	var (
+		core *imageCore
+		name string
+	)
+	switch {
+	case idx.has(dockerManifestName):
+		entries, cs, err := dockerCandidates(idx)
+		if err != nil {
+			return nil, err
+		}
+		chosen, err := choose(cs, want)
+		if err != nil {
+			return nil, err
+		}
+		if len(chosen) > 1 {
+			return nil, fmt.Errorf(errSeveralMatches, want, listNames(pick(cs, chosen)))
+		}
+		name = chosenName(cs[chosen[0]], want)
+		if core, err = dockerImage(idx, entries[chosen[0]]); err != nil {
+			return nil, err
+		}
+	case idx.has(ociIndexName):
+		im, cs, err := ociCandidates(idx)
+		if err != nil {
+			return nil, err
+		}
+		chosen, err := choose(cs, want)
+		if err != nil {
+			// Several unnamed entries that each name a platform are one
+			// multi-platform image spread over index.json itself.
+			if want != "" || !allPlatformsOneName(im.Manifests) {
+				return nil, err
+			}
+			chosen = make([]int, len(im.Manifests))
+			for i := range chosen {
+				chosen[i] = i
+			}
+		}
+		top := im.Manifests[chosen[0]]
+		if len(chosen) > 1 {
+			ds := make([]v1.Descriptor, len(chosen))
+			for i, c := range chosen {
+				ds[i] = im.Manifests[c]
+			}
+			if top, err = pickPlatform(ds, ociIndexName); err != nil {
+				return nil, err
+			}
+		}
+		name = chosenName(candidate{names: descriptorNames(top)}, want)
+		md, raw, err := resolveManifest(idx, top, ociIndexName, 0)
+		if err != nil {
+			return nil, err
+		}
+		if core, err = ociImage(idx, md, raw); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, errors.New(errUnknownFormat)
+	}
+
+	img, err := partial.CompressedToImage(core)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("cannot parse config: %w", err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, fmt.Errorf("cannot compute manifest digest: %w", err)
+	}
+	return &Image{img: img, name: name, cfg: cfg, digest: digest}, nil
+}
+
+// choose returns the indexes of the candidates that want selects. Without
+// a name, there must be exactly one candidate.
+func choose(cs []candidate, want string) ([]int, error) {
+	if want == "" {
+		if len(cs) == 1 {
+			return []int{0}, nil
+		}
+		return nil, fmt.Errorf(errNeedName, len(cs), listNames(cs))
+	}
+	if len(cs) == 1 && len(cs[0].names) == 0 {
+		// A lone unnamed image (e.g. `buildah push NAME oci-archive:f.tar`)
+		// has no name that could contradict the one asked for.
+		return []int{0}, nil
+	}
+	var chosen []int
+	for i, c := range cs {
+		if _, ok := c.matchedName(want); ok {
+			chosen = append(chosen, i)
+		}
+	}
+	if len(chosen) == 0 {
+		return nil, fmt.Errorf(errNameNotFound, want, listNames(cs))
+	}
+	return chosen, nil
+}
+
+func pick(cs []candidate, is []int) []candidate {
+	out := make([]candidate, len(is))
+	for i, c := range is {
+		out[i] = cs[c]
+	}
+	return out
+}
+
+// chosenName is the name of the chosen image as the archive spells it.
+func chosenName(c candidate, want string) string {
+	if want != "" {
+		if n, ok := c.matchedName(want); ok {
+			return n
+		}
+	}
+	return c.defaultName()
+}
+
+// allPlatformsOneName reports whether index entries all declare a platform
+// and share one name (or none).
+func allPlatformsOneName(ds []v1.Descriptor) bool {
+	seen := map[string]bool{}
+	for _, d := range ds {
+		if d.Platform == nil {
+			return false
+		}
+		seen[d.Annotations[annotationRefName]] = true
+	}
+	return len(seen) == 1
+}
+
+// Image returns the image as a go-containerregistry v1.Image.
+func (i *Image) Image() v1.Image { return i.img }
+
+// Name returns the image's name as stored in the tarball ("" if it has none).
+func (i *Image) Name() string { return i.name }
+
+// ConfigFile returns the image's parsed, verified config.
+func (i *Image) ConfigFile() *v1.ConfigFile { return i.cfg }
+
+// Digest returns the manifest digest; for docker save output, which has no
+// manifest, it is the digest of the manifest go-containerregistry derives.
+func (i *Image) Digest() v1.Hash { return i.digest }
+
+// Close releases the tarball (and the decompressed scratch file, if any).
+// The v1.Image cannot be read after Close.
+func (i *Image) Close() error {
+	if i.file == nil {
+		return nil
+	}
+	err := i.file.Close()
+	i.file = nil
+	return err
+}

@@ -1,0 +1,305 @@
+package oci
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"golang.org/x/sys/unix"
+
+	"github.com/containers/storage/pkg/archive"
+	"github.com/containers/storage/pkg/chrootarchive"
+	"github.com/containers/storage/pkg/idtools"
+)
+
+const (
+	errFmtUnpack      = "cannot unpack image into %q: %w"
+	errFmtLayer       = "cannot unpack layer %d/%d (%s): %w"
+	errLayerDigest    = "compressed digest mismatch: expected %s, got %s"
+	errLayerDiffID    = "diff_id mismatch: expected %s, got %s"
+	errMaxBytes       = "the image is larger than the limit of %d uncompressed bytes"
+	errMountPoint     = "cannot create mount point %q: %w"
+	errMappingsNoRoot = "the id mappings do not map container root (0)"
+	mountPointMode    = 0o755
+	mountPointModeTmp = 0o777 | os.ModeSticky
+	defaultRootfsMode = 0o755
+)
+
+// MountPoints are the directories Unpack makes sure exist at the top of
+// every rootfs, because the runtime mounts over them.
+var MountPoints = []string{"proc", "dev", "sys", "tmp", "etc"}
+
+// UnpackOption changes how Unpack applies layers.
+type UnpackOption func(*unpackOptions)
+
+type unpackOptions struct {
+	uids, gids []idtools.IDMap
+	chownToMe  bool
+	maxBytes   int64
+}
+
+// WithIDMappings shifts file ownership from container ids to host ids,
+// e.g. container 0..65535 to host 100000..165535 (root mode). It replaces
+// WithoutChown.
+func WithIDMappings(uids, gids []idtools.IDMap) UnpackOption {
+	return func(o *unpackOptions) {
+		o.uids, o.gids, o.chownToMe = uids, gids, false
+	}
+}
+
+// WithoutChown makes the unpacking user own every file, whatever the
+// layers say (rootless single-id mode). It replaces WithIDMappings.
+func WithoutChown() UnpackOption {
+	return func(o *unpackOptions) {
+		o.uids, o.gids, o.chownToMe = nil, nil, true
+	}
+}
+
+// WithMaxBytes caps the total uncompressed size of all layers; Unpack
+// fails once more would be read.
+func WithMaxBytes(n int64) UnpackOption {
+	return func(o *unpackOptions) { o.maxBytes = n }
+}
+
+// Unpack applies the layers of img in order to the directory dest (created
+// if missing) and verifies each layer while it streams it: the blob
+// against the layer digest and the uncompressed tar against the config's
+// rootfs.diff_ids. Whiteouts are applied, hard links and symlinks kept,
+// device nodes skipped. Every layer is extracted by a re-executed child
+// that pivot_roots into dest, so no entry can reach outside it; the
+// program must call reexec.Init() (containers/storage/pkg/reexec) first
+// thing in main, and must run as root or inside a user namespace.
+//
+// Afterwards the MountPoints exist (mode 0755, tmp 1777), owned by the
+// mapped root with WithIDMappings. Existing entries, including symlinks,
+// are left alone.
+//
+// On error dest holds a partial rootfs that the caller should remove.
+func Unpack(ctx context.Context, img v1.Image, dest string, opts ...UnpackOption) error {
+	o := unpackOptions{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := unpack(ctx, img, dest, o); err != nil {
+		return fmt.Errorf(errFmtUnpack, dest, err)
+	}
+	return nil
+}
+
+func unpack(ctx context.Context, img v1.Image, dest string, o unpackOptions) error {
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return fmt.Errorf("cannot read config: %w", err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return fmt.Errorf("cannot list layers: %w", err)
+	}
+	if len(layers) != len(cfg.RootFS.DiffIDs) {
+		return fmt.Errorf(errLayerCount, len(layers), len(cfg.RootFS.DiffIDs))
+	}
+
+	owner, err := o.rootOwner()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dest, defaultRootfsMode); err != nil {
+		return err
+	}
+	if len(o.uids) > 0 || len(o.gids) > 0 {
+		if err := os.Lchown(dest, owner.UID, owner.GID); err != nil {
+			return err
+		}
+	}
+
+	tarOpts := &archive.TarOptions{
+		UIDMaps: o.uids,
+		GIDMaps: o.gids,
+		// Never create device nodes, even as root: a rootfs lives in a cache
+		// directory on the host, where a device node would be a way in.
+		InUserNS: true,
+	}
+	if o.chownToMe {
+		tarOpts.ChownOpts = &idtools.IDPair{UID: os.Getuid(), GID: os.Getgid()}
+	}
+
+	budget := &byteBudget{limit: o.maxBytes}
+	for i, l := range layers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		digest, err := l.Digest()
+		if err != nil {
+			return fmt.Errorf(errFmtLayer, i+1, len(layers), "?", err)
+		}
+		if err := applyLayer(ctx, l, digest, cfg.RootFS.DiffIDs[i], dest, tarOpts, budget); err != nil {
+			return fmt.Errorf(errFmtLayer, i+1, len(layers), digest, err)
+		}
+	}
+	return ensureMountPoints(dest, owner)
+}
+
+// rootOwner is the host owner of directories that belong to container root.
+func (o unpackOptions) rootOwner() (idtools.IDPair, error) {
+	if len(o.uids) == 0 && len(o.gids) == 0 {
+		return idtools.IDPair{UID: os.Getuid(), GID: os.Getgid()}, nil
+	}
+	uid, gid, err := idtools.GetRootUIDGID(o.uids, o.gids)
+	if err != nil {
+		return idtools.IDPair{}, fmt.Errorf("%s: %w", errMappingsNoRoot, err)
+	}
+	return idtools.IDPair{UID: uid, GID: gid}, nil
+}
+
+// applyLayer streams one layer into dest in a single pass: the blob is
+// hashed as it is read, decompressed, the tar hashed again as it comes out
+// of the decompressor, and fed to the extracting child.
+func applyLayer(ctx context.Context, l v1.Layer, digest, diffID v1.Hash, dest string, opts *archive.TarOptions, budget *byteBudget) error {
+	rc, err := l.Compressed()
+	if err != nil {
+		return fmt.Errorf("cannot open blob: %w", err)
+	}
+	defer rc.Close()
+
+	blobHash := sha256.New()
+	blob := io.TeeReader(rc, blobHash)
+	dec, err := decompress(blob)
+	if err != nil {
+		return fmt.Errorf("cannot decompress: %w", err)
+	}
+	defer dec.Close()
+
+	tarHash := sha256.New()
+	stream := &guardedReader{ctx: ctx, r: io.TeeReader(dec, tarHash), budget: budget}
+	_, applyErr := chrootarchive.ApplyUncompressedLayer(dest, stream, opts)
+	if stream.err != nil {
+		// Cancelled or over the limit: the child's error only echoes ours.
+		return stream.err
+	}
+
+	// The child may stop reading at the tar's end-of-archive marker, or
+	// early when it fails; the digests cover every byte, so read the rest.
+	_, tarTailErr := io.Copy(io.Discard, stream)
+	if stream.err != nil {
+		return stream.err
+	}
+	_, blobTailErr := io.Copy(io.Discard, blob)
+
+	// A digest mismatch explains a broken stream better than the broken
+	// stream's own error, so it comes first wherever the hash is complete.
+	// An uncompressed blob is its own tar stream (digest == diff_id): the
+	// diff_id check covers it and names the mismatch better.
+	if blobTailErr == nil && digest != diffID {
+		if err := checkHash(blobHash, digest, errLayerDigest); err != nil {
+			return err
+		}
+	}
+	if tarTailErr == nil {
+		if err := checkHash(tarHash, diffID, errLayerDiffID); err != nil {
+			return err
+		}
+	}
+	// A stream that cannot be read explains a failed extraction.
+	switch {
+	case blobTailErr != nil:
+		return fmt.Errorf("cannot read blob: %w", blobTailErr)
+	case tarTailErr != nil:
+		return fmt.Errorf("cannot decompress: %w", tarTailErr)
+	case applyErr != nil:
+		return fmt.Errorf("cannot apply: %w", applyErr)
+	}
+	return nil
+}
+
+// checkHash compares a finished sha256 with the digest it must have.
+func checkHash(h hash.Hash, want v1.Hash, format string) error {
+	if want.Algorithm != "sha256" {
+		return fmt.Errorf(errUnsupportedAlg, want.Algorithm)
+	}
+	got := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}
+	if got != want {
+		return fmt.Errorf(format, want, got)
+	}
+	return nil
+}
+
+// byteBudget counts uncompressed bytes across all layers of one Unpack.
+type byteBudget struct {
+	limit int64 // 0: no limit
+	used  int64
+}
+
+// guardedReader stops a layer stream when ctx is done or the byte budget is
+// spent. Its error is sticky, so the caller can tell its own reason for a
+// failed extraction from the child's.
+type guardedReader struct {
+	ctx    context.Context
+	r      io.Reader
+	budget *byteBudget
+	err    error
+}
+
+func (g *guardedReader) Read(p []byte) (int, error) {
+	if g.err != nil {
+		return 0, g.err
+	}
+	if err := g.ctx.Err(); err != nil {
+		g.err = err
+		return 0, err
+	}
+	n, err := g.r.Read(p)
+	g.budget.used += int64(n)
+	if g.budget.limit > 0 && g.budget.used > g.budget.limit {
+		g.err = fmt.Errorf(errMaxBytes, g.budget.limit)
+		return 0, g.err
+	}
+	return n, err
+}
+
+// ensureMountPoints creates the MountPoints that are missing at the top of
+// rootfs. The rootfs came from an untrusted image: an existing entry is
+// never followed or changed (a symlink "tmp -> /" must not make the host's
+// root 1777), and a new directory is opened without following links
+// before its mode and owner are set.
+func ensureMountPoints(rootfs string, owner idtools.IDPair) error {
+	for _, name := range MountPoints {
+		p := filepath.Join(rootfs, name)
+		mode := os.FileMode(mountPointMode)
+		if name == "tmp" {
+			mode = mountPointModeTmp
+		}
+		if err := unix.Mkdir(p, 0o700); err != nil {
+			if errors.Is(err, unix.EEXIST) {
+				continue
+			}
+			return fmt.Errorf(errMountPoint, name, err)
+		}
+		if err := setDirOwnerMode(p, owner, mode); err != nil {
+			return fmt.Errorf(errMountPoint, name, err)
+		}
+	}
+	return nil
+}
+
+func setDirOwnerMode(p string, owner idtools.IDPair, mode os.FileMode) error {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchown(fd, owner.UID, owner.GID); err != nil && !(errors.Is(err, unix.EPERM) && owner.UID == os.Getuid()) {
+		return err
+	}
+	perm := uint32(mode.Perm())
+	if mode&os.ModeSticky != 0 {
+		perm |= unix.S_ISVTX
+	}
+	return unix.Fchmod(fd, perm)
+}

@@ -1,0 +1,263 @@
+// Package spec derives the OCI runtime configuration that every call's
+// container runs with, from an image config and the operator's options.
+//
+// It is pure: nothing here reads or writes the disk, so the whole policy
+// (namespaces, id maps, mounts, rlimits, capabilities) can be read and tested
+// in one place.
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	imgspec "github.com/opencontainers/image-spec/specs-go/v1"
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// DefaultPath is the PATH a process gets when its image sets none.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// DefaultTmpSize bounds the private /tmp of each call.
+const DefaultTmpSize = "64m"
+
+// Version is the runtime-spec version written into configs. crun 1.8
+// (Debian 12) rejects versions newer than the 1.0 series it implements, and
+// nothing here needs a later one.
+const Version = "1.0.2"
+
+// DefaultHostname is the hostname every function sees.
+const DefaultHostname = "ocifn"
+
+// Network modes.
+const (
+	// NetworkNone gives each call its own network namespace with only loopback.
+	NetworkNone = "none"
+	// NetworkHost shares the host's network namespace.
+	NetworkHost = "host"
+)
+
+// Rlimits every call gets, before clamping to the host's hard limits.
+// Asking for more than the host allows makes crun fail with EPERM, so
+// Generate lowers each one to the host's hard limit.
+var defaultRlimits = []rspec.POSIXRlimit{
+	{Type: "RLIMIT_NOFILE", Hard: 4096, Soft: 4096},
+	{Type: "RLIMIT_NPROC", Hard: 1024, Soft: 1024},
+	{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+}
+
+// maskedPaths hide kernel interfaces that leak host information or allow
+// attacks on the host; readonlyPaths keep the rest of /proc's knobs
+// read-only. The lists follow the runtime-spec defaults used by container
+// engines.
+var maskedPaths = []string{
+	"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
+	"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+	"/proc/sched_debug", "/proc/scsi", "/proc/interrupts",
+	"/sys/firmware", "/sys/devices/virtual/powercap",
+}
+
+var readonlyPaths = []string{
+	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+}
+
+// Capabilities is the capability set of a function's process: none. A
+// function reads JSON and writes JSON; it needs no privilege, not even inside
+// its own user namespace.
+var Capabilities = []string{}
+
+// User is the identity a function's process runs as, resolved from the
+// image's User against the image's own /etc/passwd and /etc/group.
+type User struct {
+	UID, GID       uint32
+	AdditionalGids []uint32
+	Home           string
+}
+
+// Options are the operator's decisions that apply to every container.
+type Options struct {
+	// Rootfs is the path of the shared, read-only root filesystem.
+	Rootfs string
+	// UIDMappings and GIDMappings map container ids to ids of the runtime's
+	// user namespace. They must not be empty: every function runs in its own
+	// user namespace.
+	UIDMappings, GIDMappings []rspec.LinuxIDMapping
+	// Network is NetworkNone (default) or NetworkHost.
+	Network string
+	// TmpSize bounds the private /tmp of each call (tmpfs size option).
+	TmpSize string
+	// HostRlimits are the hard limits of the host process, by rlimit type.
+	// Every rlimit of the container is clamped to them.
+	HostRlimits map[string]uint64
+}
+
+// Errors returned by Generate.
+var (
+	errNoCommand  = errors.New("the image config has neither Entrypoint nor Cmd: there is no program to run")
+	errNoMappings = errors.New("uid and gid mappings are required: functions always run in their own user namespace")
+	errNoRootfs   = errors.New("the root filesystem path is required")
+)
+
+// Generate returns the runtime config for one function container.
+func Generate(img imgspec.ImageConfig, user User, o Options) (*rspec.Spec, error) {
+	if o.Rootfs == "" {
+		return nil, errNoRootfs
+	}
+	if len(o.UIDMappings) == 0 || len(o.GIDMappings) == 0 {
+		return nil, errNoMappings
+	}
+	args := append(append([]string{}, img.Entrypoint...), img.Cmd...)
+	if len(args) == 0 {
+		return nil, errNoCommand
+	}
+	if !mapped(user.UID, o.UIDMappings) {
+		return nil, fmt.Errorf("the image's user id %d is not mapped into the container (mappings %v)", user.UID, o.UIDMappings)
+	}
+	if !mapped(user.GID, o.GIDMappings) {
+		return nil, fmt.Errorf("the image's group id %d is not mapped into the container (mappings %v)", user.GID, o.GIDMappings)
+	}
+	network := o.Network
+	if network == "" {
+		network = NetworkNone
+	}
+	if network != NetworkNone && network != NetworkHost {
+		return nil, fmt.Errorf("unknown network mode %q: want %q or %q", network, NetworkNone, NetworkHost)
+	}
+	tmpSize := o.TmpSize
+	if tmpSize == "" {
+		tmpSize = DefaultTmpSize
+	}
+	cwd := img.WorkingDir
+	if cwd == "" {
+		cwd = "/"
+	}
+
+	s := &rspec.Spec{
+		Version:  Version,
+		Hostname: DefaultHostname,
+		Root:     &rspec.Root{Path: o.Rootfs, Readonly: true},
+		Process: &rspec.Process{
+			Args: args,
+			Env:  environment(img.Env, user),
+			Cwd:  cwd,
+			User: rspec.User{
+				UID:            user.UID,
+				GID:            user.GID,
+				AdditionalGids: mappedGids(user.AdditionalGids, o.GIDMappings),
+			},
+			Capabilities: &rspec.LinuxCapabilities{
+				Bounding:  Capabilities,
+				Effective: Capabilities,
+				Permitted: Capabilities,
+			},
+			NoNewPrivileges: true,
+			Rlimits:         rlimits(o.HostRlimits),
+		},
+		Mounts: mounts(network, tmpSize),
+		Linux: &rspec.Linux{
+			UIDMappings:   o.UIDMappings,
+			GIDMappings:   o.GIDMappings,
+			Namespaces:    namespaces(network),
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths,
+		},
+	}
+	return s, nil
+}
+
+// environment returns the image's Env with PATH and HOME filled in when the
+// image leaves them out, as container engines do.
+func environment(env []string, user User) []string {
+	out := append([]string{}, env...)
+	if !hasVar(env, "PATH") {
+		out = append(out, "PATH="+DefaultPath)
+	}
+	if !hasVar(env, "HOME") {
+		home := user.Home
+		if home == "" {
+			home = "/"
+		}
+		out = append(out, "HOME="+home)
+	}
+	return out
+}
+
+func hasVar(env []string, name string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, name+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// rlimits clamps the defaults to the host's hard limits.
+func rlimits(host map[string]uint64) []rspec.POSIXRlimit {
+	out := make([]rspec.POSIXRlimit, 0, len(defaultRlimits))
+	for _, l := range defaultRlimits {
+		if max, ok := host[l.Type]; ok {
+			l.Hard = min(l.Hard, max)
+			l.Soft = min(l.Soft, max)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func namespaces(network string) []rspec.LinuxNamespace {
+	ns := []rspec.LinuxNamespace{
+		{Type: rspec.UserNamespace},
+		{Type: rspec.MountNamespace},
+		{Type: rspec.PIDNamespace},
+		{Type: rspec.IPCNamespace},
+		{Type: rspec.UTSNamespace},
+		{Type: rspec.CgroupNamespace},
+	}
+	if network == NetworkNone {
+		ns = append(ns, rspec.LinuxNamespace{Type: rspec.NetworkNamespace})
+	}
+	return ns
+}
+
+func mounts(network, tmpSize string) []rspec.Mount {
+	m := []rspec.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		// Each call's /tmp is a fresh tmpfs in the call's own mount
+		// namespace: nothing written there survives the call or is seen by
+		// another one, and the host has nothing to clean up.
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + tmpSize}},
+	}
+	if network == NetworkNone {
+		// A fresh sysfs is only allowed in a network namespace the
+		// container owns.
+		m = append(m, rspec.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}})
+	} else {
+		m = append(m, rspec.Mount{Destination: "/sys", Type: "none", Source: "/sys", Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}})
+	}
+	return m
+}
+
+func mapped(id uint32, m []rspec.LinuxIDMapping) bool {
+	for _, r := range m {
+		if id >= r.ContainerID && id-r.ContainerID < r.Size {
+			return true
+		}
+	}
+	return false
+}
+
+// mappedGids drops supplementary groups that do not exist in the container's
+// user namespace; setgroups would fail on them.
+func mappedGids(gids []uint32, m []rspec.LinuxIDMapping) []uint32 {
+	var out []uint32
+	for _, g := range gids {
+		if mapped(g, m) {
+			out = append(out, g)
+		}
+	}
+	return out
+}

@@ -1,0 +1,130 @@
+package spec
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	imgspec "github.com/opencontainers/image-spec/specs-go/v1"
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+var rangeMap = []rspec.LinuxIDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}
+
+func baseOptions() Options {
+	return Options{Rootfs: "/cache/rootfs", UIDMappings: rangeMap, GIDMappings: rangeMap}
+}
+
+func TestGenerate(t *testing.T) {
+	img := imgspec.ImageConfig{
+		Entrypoint: []string{"/bin/sh", "-c"},
+		Cmd:        []string{"exec jq ."},
+		Env:        []string{"LABEL=x"},
+		WorkingDir: "/work",
+	}
+	s, err := Generate(img, User{UID: 1000, GID: 1000, AdditionalGids: []uint32{10, 70000}, Home: "/home/fn"}, baseOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Process
+	if got, want := p.Args, []string{"/bin/sh", "-c", "exec jq ."}; !slices.Equal(got, want) {
+		t.Errorf("args: got %q, want %q", got, want)
+	}
+	if got, want := p.Env, []string{"LABEL=x", "PATH=" + DefaultPath, "HOME=/home/fn"}; !slices.Equal(got, want) {
+		t.Errorf("env: got %q, want %q", got, want)
+	}
+	if p.Cwd != "/work" {
+		t.Errorf("cwd: got %q", p.Cwd)
+	}
+	if p.User.UID != 1000 || p.User.GID != 1000 {
+		t.Errorf("user: got %+v", p.User)
+	}
+	if !slices.Equal(p.User.AdditionalGids, []uint32{10}) {
+		t.Errorf("unmapped supplementary group kept: %v", p.User.AdditionalGids)
+	}
+	if !p.NoNewPrivileges {
+		t.Error("noNewPrivileges not set")
+	}
+	if len(p.Capabilities.Bounding)+len(p.Capabilities.Effective)+len(p.Capabilities.Permitted) != 0 {
+		t.Errorf("capabilities: got %+v, want none", p.Capabilities)
+	}
+	if !s.Root.Readonly || s.Root.Path != "/cache/rootfs" {
+		t.Errorf("root: got %+v", s.Root)
+	}
+	var types []string
+	for _, ns := range s.Linux.Namespaces {
+		types = append(types, string(ns.Type))
+	}
+	for _, want := range []string{"user", "mount", "pid", "ipc", "uts", "network", "cgroup"} {
+		if !slices.Contains(types, want) {
+			t.Errorf("namespace %s missing from %v", want, types)
+		}
+	}
+	var tmp *rspec.Mount
+	for i := range s.Mounts {
+		if s.Mounts[i].Destination == "/tmp" {
+			tmp = &s.Mounts[i]
+		}
+	}
+	if tmp == nil || tmp.Type != "tmpfs" || !slices.Contains(tmp.Options, "size="+DefaultTmpSize) {
+		t.Errorf("/tmp: got %+v, want a bounded tmpfs", tmp)
+	}
+}
+
+func TestGenerateRlimitsClampedToHost(t *testing.T) {
+	o := baseOptions()
+	o.HostRlimits = map[string]uint64{"RLIMIT_NOFILE": 1000, "RLIMIT_NPROC": 1 << 20}
+	s, err := Generate(imgspec.ImageConfig{Cmd: []string{"cat"}}, User{}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]rspec.POSIXRlimit{}
+	for _, l := range s.Process.Rlimits {
+		got[l.Type] = l
+	}
+	if l := got["RLIMIT_NOFILE"]; l.Hard != 1000 || l.Soft != 1000 {
+		t.Errorf("nofile: got %+v, want clamped to 1000", l)
+	}
+	if l := got["RLIMIT_NPROC"]; l.Hard != 1024 {
+		t.Errorf("nproc: got %+v, want the default 1024", l)
+	}
+}
+
+func TestGenerateHostNetwork(t *testing.T) {
+	o := baseOptions()
+	o.Network = NetworkHost
+	s, err := Generate(imgspec.ImageConfig{Cmd: []string{"cat"}}, User{}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Type == rspec.NetworkNamespace {
+			t.Error("host network must not create a network namespace")
+		}
+	}
+}
+
+func TestGenerateErrors(t *testing.T) {
+	single := []rspec.LinuxIDMapping{{ContainerID: 0, HostID: 1000, Size: 1}}
+	cases := []struct {
+		name string
+		img  imgspec.ImageConfig
+		user User
+		opts Options
+		want string
+	}{
+		{"no_command", imgspec.ImageConfig{}, User{}, baseOptions(), "neither Entrypoint nor Cmd"},
+		{"no_rootfs", imgspec.ImageConfig{Cmd: []string{"x"}}, User{}, Options{UIDMappings: rangeMap, GIDMappings: rangeMap}, "root filesystem"},
+		{"no_mappings", imgspec.ImageConfig{Cmd: []string{"x"}}, User{}, Options{Rootfs: "/r"}, "user namespace"},
+		{"user_not_mapped", imgspec.ImageConfig{Cmd: []string{"x"}}, User{UID: 1000}, Options{Rootfs: "/r", UIDMappings: single, GIDMappings: single}, "user id 1000 is not mapped"},
+		{"bad_network", imgspec.ImageConfig{Cmd: []string{"x"}}, User{}, Options{Rootfs: "/r", UIDMappings: rangeMap, GIDMappings: rangeMap, Network: "bridge"}, `unknown network mode "bridge"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Generate(tc.img, tc.user, tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
