@@ -10,20 +10,25 @@ import (
 // function then gets EPIPE.
 var errOutputLimit = errors.New("stdout limit reached")
 
-// cappedBuffer collects stdout up to max bytes.
+// cappedBuffer collects stdout up to max bytes. The buffer is a field, not
+// embedded: an embedded bytes.Buffer would lend its ReadFrom and WriteString
+// to io.Copy and io.WriteString, which would bypass the cap.
 type cappedBuffer struct {
-	bytes.Buffer
+	buf      bytes.Buffer
 	max      int
 	overflow bool
 }
 
 func (c *cappedBuffer) Write(p []byte) (int, error) {
-	if c.Len()+len(p) > c.max {
+	if c.buf.Len()+len(p) > c.max {
 		c.overflow = true
 		return 0, errOutputLimit
 	}
-	return c.Buffer.Write(p)
+	return c.buf.Write(p)
 }
+
+// Bytes returns what was collected.
+func (c *cappedBuffer) Bytes() []byte { return c.buf.Bytes() }
 
 // stderrSink logs a function's stderr line by line, up to a budget, and keeps
 // its tail to explain failures.

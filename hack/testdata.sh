@@ -9,8 +9,9 @@
 # Writes OUTDIR/<function>.tar (docker-archive, what `docker save` gives) for
 # every testdata/functions/<function>/, plus OUTDIR/labelizer.oci.tar
 # (oci-archive) and OUTDIR/labelizer.tgz (gzipped docker-archive). An image is
-# rebuilt only when its directory, a staged piece it copies or this script is
-# newer than its tarball. Builds are reproducible (--timestamp 0).
+# rebuilt only when a file of its directory (other than its requests and
+# expectations), a staged piece it copies or this script is newer than its
+# tarball. Builds are reproducible: same inputs, same bytes (--timestamp 0).
 #
 # --check also runs every image for real: each layer of the tarball is unpacked
 # into a rootfs and the image's Entrypoint+Cmd, Env and WorkingDir run in it
@@ -27,6 +28,7 @@
 # to build yq. Prints one line per image; buildah's output goes to
 # OUTDIR/cache/logs/ and is printed only on failure.
 set -euo pipefail
+umask 022
 
 YQ_VERSION=v4.44.3
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -128,13 +130,16 @@ stage_busybox() {
 stage_jq() {
 	local jq=/usr/bin/jq
 	[ -x "$jq" ] || die "$jq not found (Debian package jq)"
-	fresh jq "$jq" && return 0
+	# Every library ldd names, and the loader, at the path ldd gives.
+	local libs
+	libs=$(ldd "$jq" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
+	# shellcheck disable=SC2086 # one path a word
+	fresh jq "$jq" $(readlink -f $libs) && return 0
 	local d=$stage/jq.new lib
 	rm -rf "$d"
 	mkdir -p "$d/bin"
 	cp -L "$jq" "$d/bin/jq"
-	# Every library ldd names, and the loader, at the path ldd gives.
-	for lib in $(ldd "$jq" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
+	for lib in $libs; do
 		mkdir -p "$d$(dirname "$lib")"
 		cp -L "$lib" "$d$lib"
 	done
@@ -147,7 +152,7 @@ stage_yq() {
 	if fresh yq && [ "$(cat "$stamp")" = "$YQ_VERSION" ]; then
 		return 0
 	fi
-	local d=$stage/yq.new log=$logs/yq.log
+	local d=$stage/yq.new log=$logs/yq.log start=$EPOCHREALTIME
 	rm -rf "$d"
 	mkdir -p "$d/bin"
 	if ! (cd "$stage" && GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0 GOBIN="$d/bin" \
@@ -159,6 +164,8 @@ stage_yq() {
 	rm -rf "${stage:?}/yq"
 	mv "$d" "$stage/yq"
 	echo "$YQ_VERSION" >"$stamp"
+	awk -v v="$YQ_VERSION" -v a="$start" -v b="$EPOCHREALTIME" \
+		'BEGIN { printf "testdata: staged yq %s, built static (%.1fs)\n", v, b - a }'
 }
 
 stage_base
@@ -176,6 +183,9 @@ driver = "vfs"
 graphroot = "$cache/storage"
 runroot = "$cache/run"
 EOF
+# Nothing is pulled or verified (FROM scratch); this keeps a strict host
+# policy.json from getting in the way.
+printf '{"default": [{"type": "insecureAcceptAnything"}]}\n' >"$cache/policy.json"
 export TMPDIR=$cache/tmp
 mkdir -p "$TMPDIR"
 buildah=(buildah --root "$cache/storage" --runroot "$cache/run" --storage-driver vfs)
@@ -213,6 +223,7 @@ build() {
 	rm -rf "$ctx"
 	mkdir -p "$ctx/stage"
 	cp -a "$dir/." "$ctx/"
+	chmod -R u+rwX,go+rX,go-w "$ctx"  # the same modes whatever the checkout's umask
 	for p in "${pieces[@]}"; do cp -al "$stage/$p" "$ctx/stage/$p"; done
 
 	# --layers: one layer per COPY, as `docker build` makes; no -t: the image
@@ -221,12 +232,12 @@ build() {
 	rm -f "$iid" "$tar.new" "$out/labelizer.oci.tar.new"
 	if ! {
 		"${buildah[@]}" bud --isolation chroot --format oci --layers --timestamp 0 \
-			--identity-label=false --pull-never --iidfile "$iid" -f "$ctx/Dockerfile" "$ctx" &&
-			"${buildah[@]}" push "$(cat "$iid")" "docker-archive:$tar.new:$name:latest" &&
+			--identity-label=false --pull-never --signature-policy "$cache/policy.json" --iidfile "$iid" -f "$ctx/Dockerfile" "$ctx" &&
+			"${buildah[@]}" push --signature-policy "$cache/policy.json" "$(cat "$iid")" "docker-archive:$tar.new:$name:latest" &&
 			if [ "$name" = labelizer ]; then
 				# oci-archive, tarred here so that it is reproducible too.
 				rm -rf "$cache/oci-layout" &&
-					"${buildah[@]}" push "$(cat "$iid")" "oci:$cache/oci-layout:$name:latest" &&
+					"${buildah[@]}" push --signature-policy "$cache/policy.json" "$(cat "$iid")" "oci:$cache/oci-layout:$name:latest" &&
 					tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
 						-C "$cache/oci-layout" -cf "$out/labelizer.oci.tar.new" oci-layout index.json blobs &&
 					rm -rf "$cache/oci-layout" &&

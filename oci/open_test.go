@@ -648,6 +648,7 @@ func FuzzOpen(f *testing.F) {
 	}
 	f.Add([]byte("not a tar"))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		_ = os.WriteFile("/tmp/fuzzlast.bin", data, 0o600)
 		p := filepath.Join(t.TempDir(), "fuzz.tar")
 		if err := os.WriteFile(p, data, 0o600); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,199 @@
+package adaptor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// scriptedRunner stands in for a container in unit tests of the contract:
+// it records stdin and answers with fixed output.
+type scriptedRunner struct {
+	stdout, stderr string
+	code           int
+	err            error
+	block          bool
+	stdin          []byte
+}
+
+func (r *scriptedRunner) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
+	r.stdin, _ = io.ReadAll(stdin)
+	if r.block {
+		<-ctx.Done()
+		return Exit{Code: 137}, ctx.Err()
+	}
+	_, _ = io.WriteString(stderr, r.stderr)
+	if _, err := io.WriteString(stdout, r.stdout); err != nil {
+		return Exit{}, err
+	}
+	return Exit{Code: r.code}, r.err
+}
+
+func request(t *testing.T, text string) *fnv1.RunFunctionRequest {
+	t.Helper()
+	req := &fnv1.RunFunctionRequest{}
+	if err := protojson.Unmarshal([]byte(text), req); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+func quiet() Option { return WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))) }
+
+const req1 = `{"meta": {"tag": "t1"}, "desired": {"resources": {"a": {"resource": {"kind": "A"}}}}, "context": {"k": "v"}}`
+
+func TestRun(t *testing.T) {
+	cases := []struct {
+		name     string
+		runner   scriptedRunner
+		opts     []Option
+		severity fnv1.Severity
+		message  []string
+	}{
+		{"exit_code_1_gives_fatal_result", scriptedRunner{stderr: "line1\nboom\n", code: 1}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"exited with code 1", "boom"}},
+		{"invalid_json_gives_fatal_result", scriptedRunner{stdout: "{not json"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"not a valid RunFunctionResponse", `"{not json"`}},
+		{"unknown_field_gives_fatal_result", scriptedRunner{stdout: `{"desired": {}, "desried": {}}`}, nil, fnv1.Severity_SEVERITY_FATAL, []string{`unknown field "desried"`}},
+		{"invalid_utf8_gives_fatal_result", scriptedRunner{stdout: "{\"results\": [{\"message\": \"\xff\"}]}"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"not valid UTF-8"}},
+		{"empty_output_gives_fatal_result", scriptedRunner{stdout: "  \n"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"printed nothing"}},
+		{"output_over_limit_gives_fatal_result", scriptedRunner{stdout: strings.Repeat("x", 100)}, []Option{WithMaxOutputBytes(10)}, fnv1.Severity_SEVERITY_FATAL, []string{"more than the limit of 10 bytes"}},
+		{"runtime_failure_gives_fatal_result", scriptedRunner{err: errors.New("cannot start crun")}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"could not be run", "cannot start crun"}},
+		{"timeout_gives_fatal_result", scriptedRunner{block: true}, []Option{WithTimeout(50 * time.Millisecond)}, fnv1.Severity_SEVERITY_FATAL, []string{"longer than the limit of 50ms"}},
+		{"missing_desired_gives_warning", scriptedRunner{stdout: `{"results": []}`}, nil, fnv1.Severity_SEVERITY_WARNING, []string{`no "desired" field`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := request(t, req1)
+			f := NewFunction(&tc.runner, append([]Option{quiet()}, tc.opts...)...)
+			rsp, err := f.Run(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rsp.GetMeta().GetTag() != "t1" {
+				t.Errorf("tag: got %q", rsp.GetMeta().GetTag())
+			}
+			if len(rsp.GetDesired().GetResources()) != 1 || rsp.GetDesired().GetResources()["a"] == nil {
+				t.Errorf("desired not kept: %v", rsp.GetDesired())
+			}
+			if rsp.GetContext().AsMap()["k"] != "v" {
+				t.Errorf("context not kept: %v", rsp.GetContext())
+			}
+			res := rsp.GetResults()
+			if len(res) != 1 || res[0].GetSeverity() != tc.severity {
+				t.Fatalf("results: got %v, want one %v", res, tc.severity)
+			}
+			for _, m := range tc.message {
+				if !strings.Contains(res[0].GetMessage(), m) {
+					t.Errorf("message %q does not contain %q", res[0].GetMessage(), m)
+				}
+			}
+		})
+	}
+}
+
+func TestRunValidResponse(t *testing.T) {
+	r := &scriptedRunner{stdout: `{"desired": {"resources": {"b": {"resource": {"kind": "B"}}}}, "context": {"x": 1}}` + "\n"}
+	rsp, err := NewFunction(r, quiet()).Run(context.Background(), request(t, req1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rsp.GetMeta().GetTag() != "t1" || rsp.GetDesired().GetResources()["b"] == nil || len(rsp.GetResults()) != 0 {
+		t.Errorf("got %v", rsp)
+	}
+	if rsp.GetContext().AsMap()["x"] != 1.0 {
+		t.Errorf("the function's own context must win: %v", rsp.GetContext())
+	}
+}
+
+func TestRunCallerDeadlineIsAStatus(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := NewFunction(&scriptedRunner{block: true}, quiet()).Run(ctx, request(t, req1))
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("got %v, want DeadlineExceeded", err)
+	}
+}
+
+func TestEncodeRequest(t *testing.T) {
+	cases := []struct {
+		name, req string
+	}{
+		{"empty", `{}`},
+		{"meta_only", `{"meta": {"tag": "x"}}`},
+		{"composite_without_resources", `{"desired": {"composite": {"resource": {"kind": "XR"}}}, "observed": {"composite": {"resource": {"kind": "XR"}}}}`},
+		{"with_resources", `{"desired": {"resources": {"a": {"resource": {"kind": "A"}}}}, "input": {"filter": "."}}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := request(t, tc.req)
+			b, err := encodeRequest(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatalf("not JSON: %v\n%s", err, b)
+			}
+			for _, k := range []string{"desired", "observed"} {
+				st, ok := got[k].(map[string]any)
+				if !ok {
+					t.Fatalf("%s missing: %s", k, b)
+				}
+				if _, ok := st["resources"].(map[string]any); !ok {
+					t.Errorf("%s.resources missing: %s", k, b)
+				}
+			}
+			// Nothing is lost: the encoded request reads back as the
+			// original.
+			back := &fnv1.RunFunctionRequest{}
+			if err := protojson.Unmarshal(b, back); err != nil {
+				t.Fatal(err)
+			}
+			if req.Desired == nil {
+				req.Desired = &fnv1.State{}
+			}
+			if req.Observed == nil {
+				req.Observed = &fnv1.State{}
+			}
+			want, _ := protojson.Marshal(req)
+			have, _ := protojson.Marshal(back)
+			if !bytes.Equal(compact(t, want), compact(t, have)) {
+				t.Errorf("round trip changed the request:\nwant %s\ngot  %s", want, have)
+			}
+		})
+	}
+}
+
+func compact(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := json.Marshal(v)
+	return out
+}
+
+func TestStderrSink(t *testing.T) {
+	var logged bytes.Buffer
+	s := newStderrSink(slog.New(slog.NewTextHandler(&logged, nil)), 20, 8)
+	_, _ = s.Write([]byte("first\nsecond line that is long\nthird"))
+	s.Flush()
+	if string(s.Tail()) != "ng\nthird" {
+		t.Errorf("tail: got %q, want the last 8 bytes", s.Tail())
+	}
+	out := logged.String()
+	if !strings.Contains(out, "line=first") || !strings.Contains(out, "bytes_dropped") || strings.Contains(out, "second line") {
+		t.Errorf("log:\n%s", out)
+	}
+}
