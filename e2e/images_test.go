@@ -30,7 +30,7 @@ func TestTarballWithSeveralImages(t *testing.T) {
 	}
 
 	out := startProcess(t, []string{"--insecure", "--tarball", multi}).wait(t)
-	mustContain(t, "error without --image", out, "--image", "example.org/fn/labelizer:v1", "example.org/fn/failing:v1")
+	mustContain(t, "error without --image", out, "--image NAME", "example.org/fn/labelizer:v1", "example.org/fn/failing:v1")
 
 	s := startServer(t, []string{"--tarball", multi, "--image", "example.org/fn/labelizer:v1"})
 	req := loadRequest(t, "labelizer", "request.json")

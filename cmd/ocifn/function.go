@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containers/storage/pkg/unshare"
+	"github.com/spf13/pflag"
+
+	"github.com/ocifn/ocifn/adaptor"
+	"github.com/ocifn/ocifn/bundle"
+	"github.com/ocifn/ocifn/host"
+	"github.com/ocifn/ocifn/oci"
+	"github.com/ocifn/ocifn/spec"
+)
+
+// functionFlags are the flags of every command that runs a function image
+// on this machine (serve, and the local author commands).
+type functionFlags struct {
+	image          string
+	cacheDir       string
+	runtime        string
+	network        string
+	timeout        time.Duration
+	maxOutputBytes int
+	idMapStart     uint32
+	idMapSize      uint32
+}
+
+func (o *functionFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&o.image, "image", "", "image to run when the tarball holds several")
+	f.StringVar(&o.cacheDir, "cache-dir", defaultCacheDir(), "directory for the unpacked image and container state")
+	f.StringVar(&o.runtime, "runtime", "crun", "OCI runtime binary: a path, or a name looked up on PATH")
+	f.StringVar(&o.network, "network", spec.NetworkNone, "network of each call: none (loopback only) or host")
+	f.DurationVar(&o.timeout, "timeout", adaptor.DefaultTimeout, "longest a call may run; the caller's deadline applies too")
+	f.IntVar(&o.maxOutputBytes, "max-output-bytes", adaptor.DefaultMaxOutputBytes, "largest response a function may print on stdout")
+	f.Uint32Var(&o.idMapStart, "id-map-start", 100000, "when run as root: first host uid/gid that container ids map to")
+	f.Uint32Var(&o.idMapSize, "id-map-size", 65536, "when run as root: how many container uids/gids are mapped")
+}
+
+// defaultCacheDir is under /var/cache for real root (container ids other
+// than root must be able to reach it, which /root does not allow) and the
+// user's cache directory otherwise.
+func defaultCacheDir() string {
+	if !unshare.IsRootless() {
+		return "/var/cache/ocifn"
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "ocifn")
+	}
+	return filepath.Join(os.TempDir(), "ocifn")
+}
+
+// check validates the flags and finds the runtime, so that mistakes are
+// reported before any work starts.
+func (o *functionFlags) check() (*bundle.Runtime, error) {
+	if o.network != spec.NetworkNone && o.network != spec.NetworkHost {
+		return nil, fmt.Errorf("--network %q: want %q or %q", o.network, spec.NetworkNone, spec.NetworkHost)
+	}
+	if o.timeout <= 0 {
+		return nil, fmt.Errorf("--timeout %s: must be positive", o.timeout)
+	}
+	if o.maxOutputBytes <= 0 {
+		return nil, fmt.Errorf("--max-output-bytes %d: must be positive", o.maxOutputBytes)
+	}
+	return bundle.FindRuntime(o.runtime)
+}
+
+// prepare reads the image tarball, checks it and unpacks it into a bundle.
+// It must run inside ocifn's own namespaces (see enterNamespaces).
+func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundle.Runtime, tarball string) (*bundle.Bundle, error) {
+	mode := bundle.IDSingle
+	if !unshare.IsRootless() {
+		mode = bundle.IDRange
+	}
+	start := time.Now()
+	img, err := oci.Open(tarball, oci.WithImageName(o.image), oci.WithScratchDir(o.cacheDir))
+	if err != nil {
+		if o.image == "" {
+			return nil, fmt.Errorf("%w (choose with --image NAME)", err)
+		}
+		return nil, err
+	}
+	defer img.Close()
+	b, err := bundle.Create(ctx, rt, img.Image(), o.cacheDir, bundle.Options{
+		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot prepare the function image %s: %w", tarball, err)
+	}
+	log.Info("image unpacked", "tarball", tarball, "image", img.Name(), "digest", img.Digest().String(),
+		"id_mode", mode, "duration", time.Since(start).Round(time.Millisecond), "runtime", rt.Version())
+	log.Debug("runtime config", "args", b.Spec().Process.Args, "user", b.Spec().Process.User, "uid_mappings", b.Spec().Linux.UIDMappings)
+	return b, nil
+}
+
+// function returns the adaptor's Function running calls in b.
+func (o *functionFlags) function(log *slog.Logger, b *bundle.Bundle) *adaptor.Function {
+	return adaptor.NewFunction(runner{b}, adaptor.WithLogger(log), adaptor.WithTimeout(o.timeout), adaptor.WithMaxOutputBytes(o.maxOutputBytes))
+}
+
+// enterNamespaces re-executes ocifn in namespaces of its own when the host
+// needs it (see package host). It reports whether it did, with the child's
+// exit code; the caller must then return that code.
+func enterNamespaces(log *slog.Logger) (code int, reexeced bool, err error) {
+	if host.Inside() {
+		return 0, false, host.FinishInside()
+	}
+	cg, err := host.DetectCgroups()
+	if err != nil {
+		return 0, false, err
+	}
+	plan := host.PlanFor(os.Geteuid(), cg)
+	if !plan.Needed() {
+		return 0, false, nil
+	}
+	log.Debug("re-executing in own namespaces", "user_namespace", plan.UserNS, "mask_cgroup2", plan.MaskUnified, "cgroups", cg.Layout)
+	code, err = host.Reexec(plan)
+	return code, true, err
+}
+
+// runner adapts a bundle to the adaptor's Runner.
+type runner struct{ b *bundle.Bundle }
+
+func (r runner) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (adaptor.Exit, error) {
+	e, err := r.b.Run(ctx, stdin, stdout, stderr)
+	return adaptor.Exit{Code: e.Code, RuntimeError: e.RuntimeError, Duration: e.Duration}, err
+}
+
+// newLogger returns the logger of a command, on stderr.
+func newLogger(format string, debug bool) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	if debug {
+		opts.Level = slog.LevelDebug
+	}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
