@@ -29,34 +29,37 @@ const DefaultMaxRecvMsgSize = 64 << 20
 // Server is the gRPC server of the adaptor with its health service.
 type Server struct {
 	*grpc.Server
-	Health *health.Server
+	health *health.Server
+	fn     FunctionRef
 }
 
-// NewServer returns a gRPC server offering f over the v1 and v1beta1
-// FunctionRunnerService, the standard health service (NOT_SERVING until the
-// caller sets it) and server reflection. creds may be nil for plaintext.
-func NewServer(f *Function, creds credentials.TransportCredentials, maxRecvMsgSize int) *Server {
+// NewServer returns a gRPC server offering the v1 and v1beta1
+// FunctionRunnerService, the standard health service and server
+// reflection. It reports NOT_SERVING, and refuses calls, until Ready. creds
+// may be nil for plaintext.
+func NewServer(creds credentials.TransportCredentials, maxRecvMsgSize int) *Server {
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxRecvMsgSize), grpc.MaxSendMsgSize(maxRecvMsgSize)}
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}
-	s := grpc.NewServer(opts...)
-	Register(s, f)
-	h := health.NewServer()
-	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	healthpb.RegisterHealthServer(s, h)
-	reflection.Register(s)
-	return &Server{Server: s, Health: h}
+	srv := &Server{Server: grpc.NewServer(opts...), health: health.NewServer()}
+	Register(srv.Server, &srv.fn)
+	srv.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(srv.Server, srv.health)
+	reflection.Register(srv.Server)
+	return srv
 }
 
-// SetServing marks the server (and every service) as able to run calls, or
-// not.
-func (s *Server) SetServing(ok bool) {
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if ok {
-		st = healthpb.HealthCheckResponse_SERVING
-	}
-	s.Health.SetServingStatus("", st)
+// Ready makes f serve calls and reports SERVING.
+func (s *Server) Ready(f *Function) {
+	s.fn.Set(f)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+}
+
+// Drain reports NOT_SERVING, so that health checks route new work elsewhere
+// while running calls finish.
+func (s *Server) Drain() {
+	s.health.Shutdown()
 }
 
 // LoadServerTLS reads tls.crt, tls.key and ca.crt from dir, the way

@@ -2,6 +2,7 @@ package adaptor
 
 import (
 	"context"
+	"sync/atomic"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	fnv1beta1 "github.com/crossplane/function-sdk-go/proto/v1beta1"
@@ -11,20 +12,36 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Register adds the v1 and v1beta1 FunctionRunnerService, both backed by f,
-// to s.
-func Register(s grpc.ServiceRegistrar, f *Function) {
-	fnv1.RegisterFunctionRunnerServiceServer(s, &v1Server{f: f})
-	fnv1beta1.RegisterFunctionRunnerServiceServer(s, &v1beta1Server{f: f})
+// Register adds the v1 and v1beta1 FunctionRunnerService, both backed by
+// the Function that fn holds, to s.
+func Register(s grpc.ServiceRegistrar, fn *FunctionRef) {
+	fnv1.RegisterFunctionRunnerServiceServer(s, &v1Server{fn: fn})
+	fnv1beta1.RegisterFunctionRunnerServiceServer(s, &v1beta1Server{fn: fn})
+}
+
+// FunctionRef holds the Function calls go to once it is ready. The server
+// listens, and answers health checks, while the image is still unpacked.
+type FunctionRef struct{ p atomic.Pointer[Function] }
+
+// Set makes f serve calls.
+func (r *FunctionRef) Set(f *Function) { r.p.Store(f) }
+
+// run hands a call to the Function, or refuses it while there is none.
+func (r *FunctionRef) run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+	f := r.p.Load()
+	if f == nil {
+		return nil, status.Error(codes.Unavailable, "the function image is still being unpacked; retry shortly")
+	}
+	return f.Run(ctx, req)
 }
 
 type v1Server struct {
 	fnv1.UnimplementedFunctionRunnerServiceServer
-	f *Function
+	fn *FunctionRef
 }
 
 func (s *v1Server) RunFunction(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
-	return s.f.Run(ctx, req)
+	return s.fn.run(ctx, req)
 }
 
 // v1beta1Server serves the older API. Its messages are the v1 messages under
@@ -32,7 +49,7 @@ func (s *v1Server) RunFunction(ctx context.Context, req *fnv1.RunFunctionRequest
 // through the wire format and handled once.
 type v1beta1Server struct {
 	fnv1beta1.UnimplementedFunctionRunnerServiceServer
-	f *Function
+	fn *FunctionRef
 }
 
 func (s *v1beta1Server) RunFunction(ctx context.Context, req *fnv1beta1.RunFunctionRequest) (*fnv1beta1.RunFunctionResponse, error) {
@@ -40,7 +57,7 @@ func (s *v1beta1Server) RunFunction(ctx context.Context, req *fnv1beta1.RunFunct
 	if err := convert(req, in); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "cannot read the v1beta1 request as v1: %v", err)
 	}
-	rsp, err := s.f.Run(ctx, in)
+	rsp, err := s.fn.run(ctx, in)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/containers/storage/pkg/idtools"
 	securejoin "github.com/cyphar/filepath-securejoin"
@@ -59,7 +60,15 @@ type Bundle struct {
 	config  string
 	spec    *rspec.Spec
 	runtime *Runtime
+	// lock is held for the life of the bundle; a bundle directory whose
+	// lock is free was left by a process that died (see Sweep).
+	lock *os.File
+	// pending counts container deletions still running.
+	pending sync.WaitGroup
 }
+
+// lockFile is the name of the lock file in a bundle directory.
+const lockFile = "lock"
 
 // Create unpacks img into a new directory under parent and writes the
 // runtime config every call will use. The caller must Close the bundle.
@@ -68,16 +77,27 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the image config: %w", err)
 	}
+	// crun hands each container's process to us once it has created it;
+	// as subreaper we can wait for it and read its exit status.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("cannot become the subreaper of function processes: %w", err)
+	}
 	if err := os.MkdirAll(parent, 0o711); err != nil {
 		return nil, fmt.Errorf("cannot create the cache directory %s: %w", parent, err)
 	}
-	dir, err := os.MkdirTemp(parent, "bundle-")
+	dir, err := os.MkdirTemp(parent, bundlePrefix)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create a bundle directory in %s: %w", parent, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			_ = os.RemoveAll(dir)
+			lock.Close()
 		}
 	}()
 	// Container ids other than root must be able to reach the rootfs
@@ -96,6 +116,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 		rootfs:  filepath.Join(dir, "rootfs"),
 		config:  filepath.Join(dir, "config.json"),
 		runtime: &Runtime{path: rt.path, version: rt.version, stateDir: state},
+		lock:    lock,
 	}
 
 	if o.Mode == IDRange {
@@ -158,12 +179,13 @@ func (b *Bundle) Spec() *rspec.Spec { return b.spec }
 // Dir returns the bundle directory.
 func (b *Bundle) Dir() string { return b.dir }
 
-// Close removes the bundle from disk. Calls must have finished.
+// Close removes the bundle and every container of it from disk. Calls
+// must have finished.
 func (b *Bundle) Close() error {
-	if err := os.RemoveAll(b.dir); err != nil {
-		return fmt.Errorf("cannot remove the bundle %s: %w", b.dir, err)
-	}
-	return nil
+	b.pending.Wait()
+	err := remove(b.dir, b.runtime)
+	b.lock.Close()
+	return err
 }
 
 // checkReachable makes sure the container's ids, which are not root on the

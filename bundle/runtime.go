@@ -10,9 +10,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Runtime is the OCI runtime binary (crun) and, once bound to a bundle, where
@@ -52,91 +56,244 @@ type Exit struct {
 	// RuntimeError is what crun itself reported, if it failed to create or
 	// start the container.
 	RuntimeError string
-	// Duration is the wall time from starting crun to its exit.
+	// Start is the time from asking for a container to its process running
+	// the function's entrypoint.
+	Start time.Duration
+	// Duration is the wall time of the whole call.
 	Duration time.Duration
 }
 
-// killDelay is how long a cancelled call may take to end after its
-// container was sent SIGKILL, before crun itself is killed.
-const killDelay = time.Second
-
 // Run starts one fresh container from the bundle, writes stdin to it, copies
 // its output to stdout and stderr, and waits for it to end. When ctx ends
-// first, every process of the container is killed and its state removed.
+// first, every process of the container is killed.
 //
 // A write error on stdout (for example a size cap) ends the copy; the
 // function then gets EPIPE and the error is returned once it exits.
 func (b *Bundle) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
+	start := time.Now()
+	c, err := b.create()
+	if err != nil {
+		return Exit{Duration: time.Since(start)}, err
+	}
+	defer b.release(c)
+	exit, err := c.run(ctx, stdin, stdout, stderr)
+	exit.Start += c.created.Sub(start)
+	exit.Duration = time.Since(start)
+	return exit, err
+}
+
+// container is a created, not yet started container, with the host ends of
+// its standard streams.
+type container struct {
+	rt      *Runtime
+	id      string
+	pid     int
+	created time.Time
+	stdin   *os.File // write end
+	stdout  *os.File // read end
+	stderr  *os.File // read end
+	log     *runtimeLog
+}
+
+// create asks crun to create a container whose process waits for `crun
+// start`. crun hands the container's init to ocifn, its subreaper, when it
+// exits, so ocifn can wait for the function and read its exit status.
+func (b *Bundle) create() (c *container, err error) {
 	id, err := containerID()
 	if err != nil {
-		return Exit{}, err
+		return nil, err
 	}
-	rt := b.runtime
-	// crun reports its own failures on a separate pipe, so they are never
-	// confused with what the function wrote on stderr.
-	logR, logW, err := os.Pipe()
+	var files []*os.File
+	defer func() {
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+		}
+	}()
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err == nil {
+			files = append(files, r, w)
+		}
+		return r, w, err
+	}
+	inR, inW, err := pipe()
 	if err != nil {
-		return Exit{}, fmt.Errorf("cannot create the runtime log pipe: %w", err)
+		return nil, fmt.Errorf("cannot create the stdin pipe: %w", err)
 	}
-	defer logR.Close()
-	var runtimeLog bytes.Buffer
-	logDone := make(chan struct{})
+	outR, outW, err := pipe()
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the stdout pipe: %w", err)
+	}
+	errR, errW, err := pipe()
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the stderr pipe: %w", err)
+	}
+	logR, logW, err := pipe()
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the runtime log pipe: %w", err)
+	}
+
+	pidFile := filepath.Join(b.runtime.stateDir, id+".pid")
+	// crun reports its own failures on a separate pipe (fd 3), so they are
+	// never confused with what the function writes on stderr.
+	cmd := b.runtime.command(context.Background(), "--log=/proc/self/fd/3", "create", "--bundle", b.dir, "--pid-file", pidFile, id)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	cmd.ExtraFiles = []*os.File{logW}
+	runErr := cmd.Run()
+	// The container holds its own copies now.
+	for _, f := range []*os.File{inR, outW, errW, logW} {
+		f.Close()
+	}
+	files = []*os.File{inW, outR, errR, logR}
+	log := readLog(logR)
+	if runErr != nil {
+		msg := log.wait()
+		_ = os.Remove(pidFile)
+		b.runtime.forceDelete(id)
+		if msg == "" {
+			msg = runErr.Error()
+		}
+		return nil, &RuntimeError{Op: "create", Message: msg}
+	}
+	pid, err := readPid(pidFile)
+	_ = os.Remove(pidFile)
+	if err != nil {
+		b.runtime.forceDelete(id)
+		return nil, err
+	}
+	return &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log}, nil
+}
+
+// run starts the created container and waits for its process to exit.
+func (c *container) run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
+	var wg sync.WaitGroup
+	var outErr error
+	wg.Add(3)
 	go func() {
-		defer close(logDone)
-		_, _ = io.Copy(&runtimeLog, io.LimitReader(logR, 64<<10))
-		_, _ = io.Copy(io.Discard, logR)
+		defer wg.Done()
+		// A function that exits without reading its input makes this
+		// fail with EPIPE; that is its right, not an error.
+		_, _ = io.Copy(c.stdin, stdin)
+		c.stdin.Close()
+	}()
+	go func() {
+		defer wg.Done()
+		_, outErr = io.Copy(stdout, c.stdout)
+		c.stdout.Close()
+	}()
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(stderr, c.stderr)
+		c.stderr.Close()
 	}()
 
-	cmd := exec.CommandContext(ctx, rt.path, rt.args("--log=/proc/self/fd/3", "run", "--bundle", b.dir, id)...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	cmd.ExtraFiles = []*os.File{logW}
-	// crun keeps running the container if crun itself is killed, so a
-	// cancelled call kills the container first; crun then returns.
-	cmd.Cancel = func() error {
-		_ = rt.command(context.Background(), "kill", id, "KILL").Run()
-		return nil
-	}
-	cmd.WaitDelay = killDelay
-	start := time.Now()
-	err = cmd.Start()
-	logW.Close()
-	if err != nil {
-		<-logDone
-		return Exit{}, fmt.Errorf("cannot start %s: %w", rt.path, err)
-	}
-	err = cmd.Wait()
-	exit := Exit{Duration: time.Since(start)}
-	<-logDone
-	exit.RuntimeError = strings.TrimSpace(runtimeLog.String())
+	// Kill the container when the call is cancelled. Killing its init
+	// ends its pid namespace, and with it every process it started.
+	stopKill := context.AfterFunc(ctx, func() { c.rt.kill(c.id) })
+	defer stopKill()
 
-	if ctx.Err() != nil || errors.Is(err, exec.ErrWaitDelay) {
-		// The container may have been created after the kill was sent, or
-		// crun may have been killed: make sure nothing of it remains.
-		b.remove(id)
-		return exit, fmt.Errorf("the function was stopped: %w", context.Cause(ctx))
+	var exit Exit
+	startedAt := time.Now()
+	if err := c.rt.command(context.Background(), "start", c.id).Run(); err != nil {
+		// The process will not run: make sure it is gone so the wait
+		// below returns.
+		c.rt.kill(c.id)
+		exit.RuntimeError = "crun start: " + err.Error()
 	}
-	var ee *exec.ExitError
+	exit.Start = time.Since(startedAt)
+
+	code, werr := waitPid(c.pid)
+	exit.Code = code
+	wg.Wait()
+	if msg := c.log.wait(); msg != "" {
+		exit.RuntimeError = msg
+	}
 	switch {
-	case errors.As(err, &ee):
-		exit.Code = ee.ExitCode()
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			exit.Code = 128 + int(ws.Signal())
-		}
-		return exit, nil
-	case err != nil:
-		// An output copy failed (e.g. stdout over its cap): the container
-		// has ended, but report why its output is incomplete.
-		b.remove(id)
-		return exit, err
+	case werr != nil:
+		return exit, fmt.Errorf("cannot wait for the function's process %d: %w", c.pid, werr)
+	case ctx.Err() != nil:
+		return exit, fmt.Errorf("the function was stopped: %w", context.Cause(ctx))
+	case outErr != nil:
+		// An output copy failed (e.g. stdout over its cap).
+		return exit, outErr
 	}
 	return exit, nil
 }
 
-// remove forcibly deletes a container and ignores "no such container".
-func (b *Bundle) remove(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = b.runtime.command(ctx, "delete", "--force", id).Run()
+// release deletes a container that ran, without holding up the call's
+// answer; Close waits for every release.
+func (b *Bundle) release(c *container) {
+	b.pending.Add(1)
+	go func() {
+		defer b.pending.Done()
+		// A failure leaves state that Close sweeps away.
+		c.rt.forceDelete(c.id)
+	}()
+}
+
+// waitPid waits for a process that crun handed to us as subreaper and
+// returns its exit code (128+N for signal N).
+func waitPid(pid int) (int, error) {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return -1, err
+		}
+		break
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return ws.ExitStatus(), nil
+}
+
+func readPid(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("cannot read the container's pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("the container's pid file holds %q, not a pid", b)
+	}
+	return pid, nil
+}
+
+// RuntimeError is a failure of crun itself, as opposed to the function.
+type RuntimeError struct {
+	Op      string
+	Message string
+}
+
+func (e *RuntimeError) Error() string { return "crun " + e.Op + ": " + e.Message }
+
+// runtimeLog collects what crun writes on its log pipe, bounded.
+type runtimeLog struct {
+	buf  bytes.Buffer
+	done chan struct{}
+}
+
+func readLog(r *os.File) *runtimeLog {
+	l := &runtimeLog{done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		defer r.Close()
+		_, _ = io.Copy(&l.buf, io.LimitReader(r, 64<<10))
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	return l
+}
+
+// wait returns the log once every writer has closed it.
+func (l *runtimeLog) wait() string {
+	<-l.done
+	return strings.TrimSpace(l.buf.String())
 }
 
 func (r *Runtime) args(a ...string) []string {
@@ -151,6 +308,21 @@ func (r *Runtime) args(a ...string) []string {
 
 func (r *Runtime) command(ctx context.Context, a ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, r.path, r.args(a...)...)
+}
+
+// kill sends SIGKILL to a container's init.
+func (r *Runtime) kill(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = r.command(ctx, "kill", id, "KILL").Run()
+}
+
+// forceDelete kills a container if it runs and removes its state; "no such
+// container" is not an error.
+func (r *Runtime) forceDelete(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = r.command(ctx, "delete", "--force", id).Run()
 }
 
 // containerID returns a new unique container name.

@@ -105,7 +105,20 @@ type server struct {
 	exited chan struct{}
 }
 
-var servingLine = regexp.MustCompile(`msg=serving address=(\S+)`)
+var (
+	servingLine = regexp.MustCompile(`msg=serving address=(\S+)`)
+	metricsLine = regexp.MustCompile(`msg="serving metrics" address=(\S+)`)
+)
+
+// metricsURL returns the URL of the server's Prometheus endpoint.
+func (s *server) metricsURL(t *testing.T) string {
+	t.Helper()
+	m := metricsLine.FindStringSubmatch(s.stderr.String())
+	if m == nil {
+		t.Fatalf("the server did not log its metrics address:\n%s", s.stderr)
+	}
+	return "http://" + m[1] + "/metrics"
+}
 
 // serverOption adjusts how a server process is started.
 type serverOption func(*exec.Cmd)
@@ -169,7 +182,7 @@ func cacheDir(t *testing.T) string {
 // startProcess starts `ocifn serve` without waiting for it.
 func startProcess(t *testing.T, args []string, opts ...serverOption) *server {
 	t.Helper()
-	full := append([]string{"serve", "--address", "127.0.0.1:0", "--cache-dir", cacheDir(t)}, args...)
+	full := append([]string{"serve", "--address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--cache-dir", cacheDir(t)}, args...)
 	cmd := exec.Command(ocifnBin, full...)
 	cmd.Env = os.Environ()
 	for _, o := range opts {

@@ -19,7 +19,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "==> ocifn serve --insecure --tarball $tarball --address $address"
-bin/ocifn serve --insecure --tarball "$tarball" --address "$address" --cache-dir "$cache" 2>"$log" &
+bin/ocifn serve --insecure --tarball "$tarball" --address "$address" --metrics-address 127.0.0.1:0 --cache-dir "$cache" 2>"$log" &
 pid=$!
 echo "==> request ($request):"
 cat "$request"

@@ -87,6 +87,11 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		return nil, err
 	}
 	defer img.Close()
+	if removed, err := bundle.Sweep(rt, o.cacheDir); err != nil {
+		log.Warn("cannot clean up what an earlier run left in the cache directory", "error", err)
+	} else if len(removed) > 0 {
+		log.Info("removed what an earlier run left in the cache directory", "directories", removed)
+	}
 	b, err := bundle.Create(ctx, rt, img.Image(), o.cacheDir, bundle.Options{
 		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network,
 	})
@@ -100,8 +105,9 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 }
 
 // function returns the adaptor's Function running calls in b.
-func (o *functionFlags) function(log *slog.Logger, b *bundle.Bundle) *adaptor.Function {
-	return adaptor.NewFunction(runner{b}, adaptor.WithLogger(log), adaptor.WithTimeout(o.timeout), adaptor.WithMaxOutputBytes(o.maxOutputBytes))
+func (o *functionFlags) function(log *slog.Logger, b *bundle.Bundle, opts ...adaptor.Option) *adaptor.Function {
+	base := []adaptor.Option{adaptor.WithLogger(log), adaptor.WithTimeout(o.timeout), adaptor.WithMaxOutputBytes(o.maxOutputBytes)}
+	return adaptor.NewFunction(runner{b}, append(base, opts...)...)
 }
 
 // enterNamespaces re-executes ocifn in namespaces of its own when the host
@@ -129,7 +135,7 @@ type runner struct{ b *bundle.Bundle }
 
 func (r runner) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (adaptor.Exit, error) {
 	e, err := r.b.Run(ctx, stdin, stdout, stderr)
-	return adaptor.Exit{Code: e.Code, RuntimeError: e.RuntimeError, Duration: e.Duration}, err
+	return adaptor.Exit{Code: e.Code, RuntimeError: e.RuntimeError, Start: e.Start, Duration: e.Duration}, err
 }
 
 // newLogger returns the logger of a command, on stderr.

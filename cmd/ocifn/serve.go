@@ -28,6 +28,9 @@ type serveOptions struct {
 	tlsDir         string
 	gracePeriod    time.Duration
 	maxRecvMsgSize int
+	maxConcurrency int
+	maxQueue       int
+	metricsAddress string
 	debug          bool
 	logFormat      string
 }
@@ -59,6 +62,9 @@ as JSON on stdin, the response as JSON on stdout.`,
 	f.StringVar(&o.tlsDir, "tls-server-certs-dir", os.Getenv("TLS_SERVER_CERTS_DIR"), "directory with tls.crt, tls.key and ca.crt; client certificates are required (env TLS_SERVER_CERTS_DIR)")
 	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on SIGTERM, how long running calls may take to finish")
 	f.IntVar(&o.maxRecvMsgSize, "max-recv-msg-size", adaptor.DefaultMaxRecvMsgSize, "largest gRPC request accepted, in bytes")
+	f.IntVar(&o.maxConcurrency, "max-concurrency", adaptor.DefaultMaxConcurrency(), "calls running at once (default: 4 per CPU)")
+	f.IntVar(&o.maxQueue, "max-queue", 0, "calls waiting for a slot before new ones are refused with RESOURCE_EXHAUSTED (default: 4 x --max-concurrency)")
+	f.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address to serve Prometheus metrics on, at /metrics (empty: no metrics)")
 	f.BoolVar(&o.debug, "debug", false, "log more")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	return cmd
@@ -82,6 +88,15 @@ func (o *serveOptions) run(ctx context.Context) error {
 	case !o.insecure:
 		return errNoTransport
 	}
+	if o.maxConcurrency <= 0 {
+		return fmt.Errorf("--max-concurrency %d: must be positive", o.maxConcurrency)
+	}
+	if o.maxQueue < 0 {
+		return fmt.Errorf("--max-queue %d: must not be negative", o.maxQueue)
+	}
+	if o.maxQueue == 0 {
+		o.maxQueue = 4 * o.maxConcurrency
+	}
 	rt, err := o.check()
 	if err != nil {
 		return err
@@ -100,6 +115,31 @@ func (o *serveOptions) run(ctx context.Context) error {
 	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
 	defer stop()
 
+	reg := newRegistry()
+	metrics := adaptor.NewMetrics(reg)
+	stopMetrics, err := serveMetrics(ctx, log, o.metricsAddress, reg)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	tracer, stopTracing, err := newTracer(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+
+	// Listen first: health checks get NOT_SERVING, rather than no answer,
+	// while the image is unpacked.
+	srv := adaptor.NewServer(creds, o.maxRecvMsgSize)
+	lis, err := net.Listen("tcp", o.address)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", o.address, err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	defer srv.Stop()
+	log.Info("listening", "address", lis.Addr().String(), "tls", creds != nil)
+
 	b, err := o.prepare(ctx, log, rt, o.tarball)
 	if err != nil {
 		return err
@@ -109,31 +149,31 @@ func (o *serveOptions) run(ctx context.Context) error {
 			log.Error("cleanup failed", "error", err)
 		}
 	}()
-
-	srv := adaptor.NewServer(o.function(log, b), creds, o.maxRecvMsgSize)
-	lis, err := net.Listen("tcp", o.address)
-	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w", o.address, err)
+	opts := []adaptor.Option{adaptor.WithMetrics(metrics), adaptor.WithConcurrency(o.maxConcurrency, o.maxQueue)}
+	if tracer != nil {
+		opts = append(opts, adaptor.WithTracer(tracer))
 	}
-	srv.SetServing(true)
-	log.Info("serving", "address", lis.Addr().String(), "tls", creds != nil)
+	fn := o.function(log, b, opts...)
+	srv.Ready(fn)
+	log.Info("serving", "address", lis.Addr().String(), "tls", creds != nil, "max_concurrency", o.maxConcurrency, "max_queue", o.maxQueue, "tracing", tracer != nil)
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
 	select {
 	case err := <-served:
 		return fmt.Errorf("gRPC server stopped: %w", err)
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "grace_period", o.gracePeriod)
-	srv.SetServing(false)
+	srv.Drain()
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-time.After(o.gracePeriod):
 		log.Warn("grace period over; stopping calls still running")
+		// Cancels every running call; each kills its container.
 		srv.Stop()
 	}
+	fn.Drain()
+	log.Info("stopped")
 	return nil
 }

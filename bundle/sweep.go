@@ -1,0 +1,79 @@
+package bundle
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// bundlePrefix starts the name of every bundle directory in a cache
+// directory.
+const bundlePrefix = "bundle-"
+
+// lockDir creates and locks the lock file of a bundle directory.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the lock of %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cannot lock %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// Sweep removes from the cache directory parent what ocifn processes that
+// died left behind: bundle directories nobody holds the lock of, with every
+// container still running from them. Live bundles are left alone. It
+// returns the directories it removed.
+func Sweep(rt *Runtime, parent string) ([]string, error) {
+	entries, err := os.ReadDir(parent)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the cache directory %s: %w", parent, err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), bundlePrefix) {
+			continue
+		}
+		dir := filepath.Join(parent, e.Name())
+		lock, err := lockDir(dir)
+		if err != nil {
+			// Held by a live process (or unreadable): not ours.
+			continue
+		}
+		err = remove(dir, &Runtime{path: rt.path, stateDir: filepath.Join(dir, "state")})
+		lock.Close()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, dir)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// remove kills and deletes every container whose state is in the bundle's
+// state directory, then removes the bundle directory.
+func remove(dir string, rt *Runtime) error {
+	if states, err := os.ReadDir(rt.stateDir); err == nil {
+		for _, s := range states {
+			if s.IsDir() {
+				rt.forceDelete(s.Name())
+			}
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("cannot remove the bundle %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// newRegistry returns a Prometheus registry with Go runtime and process
+// metrics.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// serveMetrics serves reg on address at /metrics until ctx ends. An empty
+// address turns metrics off.
+func serveMetrics(ctx context.Context, log *slog.Logger, address string, reg *prometheus.Registry) (stop func(), err error) {
+	if address == "" {
+		return func() {}, nil
+	}
+	lis, err := net.Listen("tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on %s for metrics: %w", address, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "error", err)
+		}
+	}()
+	log.Info("serving metrics", "address", lis.Addr().String(), "path", "/metrics")
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-done
+	}, nil
+}
+
+// newTracer returns a tracer exporting spans over OTLP/gRPC when
+// OTEL_EXPORTER_OTLP_ENDPOINT (or its traces-only variant) is set, and nil
+// otherwise: then calls are not traced and cost nothing extra. The exporter
+// reads the other standard OTEL_EXPORTER_OTLP_* variables itself.
+func newTracer(ctx context.Context) (trace.Tracer, func(), error) {
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return nil, func() {}, nil
+	}
+	exp, err := otlptracegrpc.New(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot set up the OTLP trace exporter: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName("ocifn"), semconv.ServiceVersion(version))),
+	)
+	return tp.Tracer("github.com/ocifn/ocifn/adaptor"), func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tp.Shutdown(sctx)
+	}, nil
+}
