@@ -22,9 +22,9 @@ const (
 	maxMetadataBytes = 16 << 20 // cap on index.json, manifests, configs read into memory
 )
 
-// entry is where one regular file's bytes are inside the (uncompressed)
+// tarEntry is where one regular file's bytes are inside the (uncompressed)
 // outer tar.
-type entry struct {
+type tarEntry struct {
 	offset int64
 	size   int64
 }
@@ -34,7 +34,7 @@ type entry struct {
 // without scanning the tarball again.
 type tarIndex struct {
 	r       io.ReaderAt
-	entries map[string]entry
+	entries map[string]tarEntry
 	links   map[string]string // name -> archive name it points to (already resolved relative to the link)
 }
 
@@ -42,7 +42,7 @@ type tarIndex struct {
 // scratchDir when it is compressed, and indexes the tar inside. The returned
 // file must be closed by the caller; it backs every reader of the index.
 func openArchive(p, scratchDir string) (*os.File, *tarIndex, error) {
-	f, err := os.Open(p) //nolint:gosec // The path is what the user asked us to read.
+	f, err := os.Open(p)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -129,7 +129,7 @@ func indexTar(f *os.File) (*tarIndex, error) {
 		return nil, err
 	}
 
-	idx := &tarIndex{r: f, entries: map[string]entry{}, links: map[string]string{}}
+	idx := &tarIndex{r: f, entries: map[string]tarEntry{}, links: map[string]string{}}
 	tr := tar.NewReader(f)
 	headers := 0
 	for {
@@ -174,7 +174,7 @@ func indexTar(f *os.File) (*tarIndex, error) {
 			if off+hdr.Size > total {
 				return nil, fmt.Errorf("%s: %q needs %d bytes, the file ends %d bytes after its start", errTruncated, hdr.Name, hdr.Size, total-off)
 			}
-			idx.entries[name] = entry{offset: off, size: hdr.Size}
+			idx.entries[name] = tarEntry{offset: off, size: hdr.Size}
 			delete(idx.links, name)
 		}
 	}
@@ -228,7 +228,7 @@ func cleanName(n string) string {
 }
 
 // resolve follows links inside the archive to a regular file.
-func (t *tarIndex) resolve(name string) (entry, bool) {
+func (t *tarIndex) resolve(name string) (tarEntry, bool) {
 	name = cleanName(name)
 	for range maxLinkHops {
 		if e, ok := t.entries[name]; ok {
@@ -236,11 +236,11 @@ func (t *tarIndex) resolve(name string) (entry, bool) {
 		}
 		target, ok := t.links[name]
 		if !ok {
-			return entry{}, false
+			return tarEntry{}, false
 		}
 		name = target
 	}
-	return entry{}, false
+	return tarEntry{}, false
 }
 
 // has reports whether name is a regular file (possibly through links).

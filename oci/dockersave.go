@@ -20,7 +20,6 @@ const (
 	errConfigNameNoDigest = "manifest.json names config %q, whose name does not carry its digest (expected <sha256 hex>.json, sha256:<hex> or blobs/sha256/<hex>)"
 	errMissingConfig      = "manifest.json names config %q which is " + errNotInArchive
 	errMissingLayer       = "manifest.json names layer %q which is " + errNotInArchive
-	errConfigDigest       = "config %q: " + errDigestMismatch
 	errLayerCount         = "the image has %d layer(s) but its config lists %d rootfs.diff_ids"
 	errLayerCompression   = "layer %q is compressed with %s, which is not an image layer format"
 	errLayerNameDigest    = "layer %q: its name says digest %s but its content is uncompressed with diff_id %s"

@@ -50,27 +50,27 @@ type tentry struct {
 	minor    int64
 }
 
-func file(name, body string) tentry {
+func entFile(name, body string) tentry {
 	return tentry{name: name, typ: tar.TypeReg, body: body, mode: 0o644}
 }
 
-func fileOwned(name string, uid, gid int) tentry {
-	e := file(name, name)
+func entFileOwned(name string, uid, gid int) tentry {
+	e := entFile(name, name)
 	e.uid, e.gid = uid, gid
 	return e
 }
 
-func dir(name string) tentry { return tentry{name: name, typ: tar.TypeDir, mode: 0o755} }
+func entDir(name string) tentry { return tentry{name: name, typ: tar.TypeDir, mode: 0o755} }
 
-func symlink(name, target string) tentry {
+func entSymlink(name, target string) tentry {
 	return tentry{name: name, typ: tar.TypeSymlink, link: target, mode: 0o777}
 }
 
-func hardlink(name, target string) tentry {
+func entHardlink(name, target string) tentry {
 	return tentry{name: name, typ: tar.TypeLink, link: target, mode: 0o644}
 }
 
-func device(name string, typ byte, major, minor int64) tentry {
+func entDevice(name string, typ byte, major, minor int64) tentry {
 	return tentry{name: name, typ: typ, mode: 0o666, major: major, minor: minor}
 }
 
@@ -170,12 +170,12 @@ type afile struct {
 	link string // symlink target, if a symlink
 }
 
-func sha(b []byte) string {
+func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
 
-func mustJSON(t testing.TB, v any) []byte {
+func marshalT(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -223,10 +223,10 @@ func dockerLegacyFiles(t testing.TB, imgs ...tagged) []afile {
 	var manifest []dockerEntry
 	for _, ti := range imgs {
 		cfg, layers := rawParts(t, ti.img)
-		e := dockerEntry{Config: sha(cfg) + ".json", RepoTags: ti.tags}
+		e := dockerEntry{Config: sha256Hex(cfg) + ".json", RepoTags: ti.tags}
 		files = append(files, afile{name: e.Config, data: cfg})
 		for i, l := range layers {
-			id := sha([]byte(sha(cfg) + string(rune('a'+i))))
+			id := sha256Hex([]byte(sha256Hex(cfg) + string(rune('a'+i))))
 			files = append(files,
 				afile{name: id + "/VERSION", data: []byte("1.0")},
 				afile{name: id + "/json", data: []byte(`{"id":"` + id + `"}`)},
@@ -235,7 +235,7 @@ func dockerLegacyFiles(t testing.TB, imgs ...tagged) []afile {
 		}
 		manifest = append(manifest, e)
 	}
-	return append(files, afile{name: "manifest.json", data: mustJSON(t, manifest)})
+	return append(files, afile{name: "manifest.json", data: marshalT(t, manifest)})
 }
 
 // docker25Files lays one image out as Docker 25+ `docker save` does: an
@@ -245,22 +245,22 @@ func docker25Files(t testing.TB, tag string, img v1.Image) []afile {
 	cfg, layers := rawParts(t, img)
 	files := []afile{{name: "oci-layout", data: []byte(`{"imageLayoutVersion":"1.0.0"}`)}}
 	m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1,
-		Config: v1.Descriptor{MediaType: types.OCIConfigJSON, Size: int64(len(cfg)), Digest: v1.Hash{Algorithm: "sha256", Hex: sha(cfg)}}}
-	e := dockerEntry{Config: "blobs/sha256/" + sha(cfg), RepoTags: []string{tag}}
-	files = append(files, afile{name: "blobs/sha256/" + sha(cfg), data: cfg})
+		Config: v1.Descriptor{MediaType: types.OCIConfigJSON, Size: int64(len(cfg)), Digest: v1.Hash{Algorithm: "sha256", Hex: sha256Hex(cfg)}}}
+	e := dockerEntry{Config: "blobs/sha256/" + sha256Hex(cfg), RepoTags: []string{tag}}
+	files = append(files, afile{name: "blobs/sha256/" + sha256Hex(cfg), data: cfg})
 	for _, l := range layers {
-		files = append(files, afile{name: "blobs/sha256/" + sha(l), data: l})
-		e.Layers = append(e.Layers, "blobs/sha256/"+sha(l))
-		m.Layers = append(m.Layers, v1.Descriptor{MediaType: types.OCIUncompressedLayer, Size: int64(len(l)), Digest: v1.Hash{Algorithm: "sha256", Hex: sha(l)}})
+		files = append(files, afile{name: "blobs/sha256/" + sha256Hex(l), data: l})
+		e.Layers = append(e.Layers, "blobs/sha256/"+sha256Hex(l))
+		m.Layers = append(m.Layers, v1.Descriptor{MediaType: types.OCIUncompressedLayer, Size: int64(len(l)), Digest: v1.Hash{Algorithm: "sha256", Hex: sha256Hex(l)}})
 	}
-	mb := mustJSON(t, m)
-	files = append(files, afile{name: "blobs/sha256/" + sha(mb), data: mb})
+	mb := marshalT(t, m)
+	files = append(files, afile{name: "blobs/sha256/" + sha256Hex(mb), data: mb})
 	idx := v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex, Manifests: []v1.Descriptor{{
-		MediaType: types.OCIManifestSchema1, Size: int64(len(mb)), Digest: v1.Hash{Algorithm: "sha256", Hex: sha(mb)},
+		MediaType: types.OCIManifestSchema1, Size: int64(len(mb)), Digest: v1.Hash{Algorithm: "sha256", Hex: sha256Hex(mb)},
 		Annotations: map[string]string{annotationContainerdName: "docker.io/library/" + tag, annotationRefName: "latest"},
 	}}}
-	files = append(files, afile{name: "index.json", data: mustJSON(t, idx)})
-	return append(files, afile{name: "manifest.json", data: mustJSON(t, []dockerEntry{e})})
+	files = append(files, afile{name: "index.json", data: marshalT(t, idx)})
+	return append(files, afile{name: "manifest.json", data: marshalT(t, []dockerEntry{e})})
 }
 
 // ociFiles writes an index with go-containerregistry's layout package and
@@ -427,7 +427,7 @@ type snapEntry struct {
 	linkTarget string
 }
 
-func snapshot(t testing.TB, root string, skip string) map[string]snapEntry {
+func snapshotTree(t testing.TB, root string, skip string) map[string]snapEntry {
 	t.Helper()
 	out := map[string]snapEntry{}
 	err := filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
@@ -449,7 +449,7 @@ func snapshot(t testing.TB, root string, skip string) map[string]snapEntry {
 			if err != nil {
 				return err
 			}
-			e.content = sha(b)
+			e.content = sha256Hex(b)
 		case fi.Mode()&fs.ModeSymlink != 0:
 			e.linkTarget, _ = os.Readlink(p)
 		}
@@ -470,7 +470,7 @@ func fileSnapshot(t testing.TB, p string) snapEntry {
 	}
 	st := fi.Sys().(*syscall.Stat_t)
 	b, _ := os.ReadFile(p)
-	return snapEntry{mode: fi.Mode(), uid: st.Uid, gid: st.Gid, nlink: uint64(st.Nlink), size: fi.Size(), content: sha(b)}
+	return snapEntry{mode: fi.Mode(), uid: st.Uid, gid: st.Gid, nlink: uint64(st.Nlink), size: fi.Size(), content: sha256Hex(b)}
 }
 
 // errText is the error's message with the given paths (temp dirs named

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -59,20 +60,11 @@ func ociCandidates(idx *tarIndex) (*v1.IndexManifest, []candidate, error) {
 func descriptorNames(d v1.Descriptor) []string {
 	var names []string
 	for _, k := range []string{annotationRefName, annotationContainerdName} {
-		if n := d.Annotations[k]; n != "" && !contains(names, n) {
+		if n := d.Annotations[k]; n != "" && !slices.Contains(names, n) {
 			names = append(names, n)
 		}
 	}
 	return names
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // blobName is where the OCI image layout keeps the blob with digest h.

@@ -21,17 +21,24 @@ var shortNameRegistries = map[string]bool{
 // (registry/repository:tag or @digest) and, for names that users write
 // without a registry, a short one without registry and "library/".
 func refKeys(s string) (full, short string) {
-	ref, err := name.ParseReference(s)
+	// Some go-containerregistry versions read "localhost/foo" as the Docker
+	// Hub repository "localhost/foo"; podman means the local registry.
+	rest, local := strings.CutPrefix(s, "localhost/")
+	ref, err := name.ParseReference(rest)
 	if err != nil {
 		return "", ""
 	}
 	repo := ref.Context()
+	registry := repo.RegistryStr()
+	if local {
+		registry = "localhost"
+	}
 	sep := ":"
 	if _, ok := ref.(name.Digest); ok {
 		sep = "@"
 	}
-	full = repo.RegistryStr() + "/" + repo.RepositoryStr() + sep + ref.Identifier()
-	if shortNameRegistries[repo.RegistryStr()] {
+	full = registry + "/" + repo.RepositoryStr() + sep + ref.Identifier()
+	if shortNameRegistries[registry] {
 		short = strings.TrimPrefix(repo.RepositoryStr(), "library/") + sep + ref.Identifier()
 	}
 	return full, short

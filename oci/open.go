@@ -74,63 +74,19 @@ func openImage(idx *tarIndex, want string) (*Image, error) {
 	var (
 		core *imageCore
 		name string
+		err  error
 	)
 	switch {
 	case idx.has(dockerManifestName):
-		entries, cs, err := dockerCandidates(idx)
-		if err != nil {
-			return nil, err
-		}
-		chosen, err := choose(cs, want)
-		if err != nil {
-			return nil, err
-		}
-		if len(chosen) > 1 {
-			return nil, fmt.Errorf(errSeveralMatches, want, listNames(pick(cs, chosen)))
-		}
-		name = chosenName(cs[chosen[0]], want)
-		if core, err = dockerImage(idx, entries[chosen[0]]); err != nil {
-			return nil, err
-		}
+		core, name, err = openDockerSave(idx, want)
 	case idx.has(ociIndexName):
-		im, cs, err := ociCandidates(idx)
-		if err != nil {
-			return nil, err
-		}
-		chosen, err := choose(cs, want)
-		if err != nil {
-			// Several unnamed entries that each name a platform are one
-			// multi-platform image spread over index.json itself.
-			if want != "" || !allPlatformsOneName(im.Manifests) {
-				return nil, err
-			}
-			chosen = make([]int, len(im.Manifests))
-			for i := range chosen {
-				chosen[i] = i
-			}
-		}
-		top := im.Manifests[chosen[0]]
-		if len(chosen) > 1 {
-			ds := make([]v1.Descriptor, len(chosen))
-			for i, c := range chosen {
-				ds[i] = im.Manifests[c]
-			}
-			if top, err = pickPlatform(ds, ociIndexName); err != nil {
-				return nil, err
-			}
-		}
-		name = chosenName(candidate{names: descriptorNames(top)}, want)
-		md, raw, err := resolveManifest(idx, top, ociIndexName, 0)
-		if err != nil {
-			return nil, err
-		}
-		if core, err = ociImage(idx, md, raw); err != nil {
-			return nil, err
-		}
+		core, name, err = openOCILayout(idx, want)
 	default:
-		return nil, errors.New(errUnknownFormat)
+		err = errors.New(errUnknownFormat)
 	}
-
+	if err != nil {
+		return nil, err
+	}
 	img, err := partial.CompressedToImage(core)
 	if err != nil {
 		return nil, err
@@ -146,9 +102,63 @@ func openImage(idx *tarIndex, want string) (*Image, error) {
 	return &Image{img: img, name: name, cfg: cfg, digest: digest}, nil
 }
 
-// choose returns the indexes of the candidates that want selects. Without
+// openDockerSave selects an image of a docker-save manifest.json.
+func openDockerSave(idx *tarIndex, want string) (*imageCore, string, error) {
+	entries, cs, err := dockerCandidates(idx)
+	if err != nil {
+		return nil, "", err
+	}
+	chosen, err := chooseCandidates(cs, want)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(chosen) > 1 {
+		return nil, "", fmt.Errorf(errSeveralMatches, want, listNames(pickCandidates(cs, chosen)))
+	}
+	core, err := dockerImage(idx, entries[chosen[0]])
+	return core, chosenName(cs[chosen[0]], want), err
+}
+
+// openOCILayout selects an image of an OCI layout's index.json, following
+// nested indexes down to the manifest for this platform.
+func openOCILayout(idx *tarIndex, want string) (*imageCore, string, error) {
+	im, cs, err := ociCandidates(idx)
+	if err != nil {
+		return nil, "", err
+	}
+	chosen, err := chooseCandidates(cs, want)
+	if err != nil {
+		// Several unnamed entries that each name a platform are one
+		// multi-platform image spread over index.json itself.
+		if want != "" || !allPlatformsOneName(im.Manifests) {
+			return nil, "", err
+		}
+		chosen = make([]int, len(im.Manifests))
+		for i := range chosen {
+			chosen[i] = i
+		}
+	}
+	top := im.Manifests[chosen[0]]
+	if len(chosen) > 1 {
+		ds := make([]v1.Descriptor, len(chosen))
+		for i, c := range chosen {
+			ds[i] = im.Manifests[c]
+		}
+		if top, err = pickPlatform(ds, ociIndexName); err != nil {
+			return nil, "", err
+		}
+	}
+	md, raw, err := resolveManifest(idx, top, ociIndexName, 0)
+	if err != nil {
+		return nil, "", err
+	}
+	core, err := ociImage(idx, md, raw)
+	return core, chosenName(candidate{names: descriptorNames(top)}, want), err
+}
+
+// chooseCandidates returns the indexes of the candidates that want selects. Without
 // a name, there must be exactly one candidate.
-func choose(cs []candidate, want string) ([]int, error) {
+func chooseCandidates(cs []candidate, want string) ([]int, error) {
 	if want == "" {
 		if len(cs) == 1 {
 			return []int{0}, nil
@@ -172,7 +182,8 @@ func choose(cs []candidate, want string) ([]int, error) {
 	return chosen, nil
 }
 
-func pick(cs []candidate, is []int) []candidate {
+// pickCandidates returns the candidates at indexes is.
+func pickCandidates(cs []candidate, is []int) []candidate {
 	out := make([]candidate, len(is))
 	for i, c := range is {
 		out[i] = cs[c]
@@ -212,8 +223,9 @@ func (i *Image) Name() string { return i.name }
 // ConfigFile returns the image's parsed, verified config.
 func (i *Image) ConfigFile() *v1.ConfigFile { return i.cfg }
 
-// Digest returns the manifest digest; for docker save output, which has no
-// manifest, it is the digest of the manifest go-containerregistry derives.
+// Digest returns the manifest digest. docker save output stores no
+// manifest: there it is the digest of a Docker v2 manifest made from the
+// archive's config and layers, stable for the same content.
 func (i *Image) Digest() v1.Hash { return i.digest }
 
 // Close releases the tarball (and the decompressed scratch file, if any).

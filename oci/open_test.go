@@ -21,14 +21,14 @@ import (
 // directory's content applied across layers, a hard link and a symlink.
 func whiteoutLayers(t testing.TB) [][]byte {
 	l1 := makeTar(t,
-		dir("a/"), file("a/file1", "one"), file("a/file2", "two"),
-		dir("d/"), file("d/x", "x"), file("d/y", "y"),
-		file("f", "data"), hardlink("h", "f"), symlink("s", "f"),
-		dir("bin/"), file("bin/tool", "#!/bin/sh\n"),
+		entDir("a/"), entFile("a/file1", "one"), entFile("a/file2", "two"),
+		entDir("d/"), entFile("d/x", "x"), entFile("d/y", "y"),
+		entFile("f", "data"), entHardlink("h", "f"), entSymlink("s", "f"),
+		entDir("bin/"), entFile("bin/tool", "#!/bin/sh\n"),
 	)
 	l2 := makeTar(t,
-		file("a/.wh.file1", ""),
-		dir("d/"), file("d/.wh..wh..opq", ""), file("d/z", "zed"),
+		entFile("a/.wh.file1", ""),
+		entDir("d/"), entFile("d/.wh..wh..opq", ""), entFile("d/z", "zed"),
 	)
 	return [][]byte{l1, l2}
 }
@@ -52,7 +52,7 @@ func checkWhiteoutRootfs(t *testing.T, root string) {
 	if target, err := os.Readlink(filepath.Join(root, "s")); err != nil || target != "f" {
 		t.Errorf("s -> %q (%v), want symlink to %q", target, err, "f")
 	}
-	for _, mp := range MountPoints {
+	for _, mp := range MountPoints() {
 		fi, err := os.Lstat(filepath.Join(root, mp))
 		if err != nil || !fi.IsDir() {
 			t.Errorf("mount point %s missing: %v", mp, err)
@@ -82,8 +82,8 @@ func TestOpenAndUnpackFormats(t *testing.T) {
 			for i, f := range files {
 				if strings.HasSuffix(f.name, "/layer.tar") {
 					// As buildah and podman write it: <id>/layer.tar -> ../<hex>.tar
-					files = append(files, afile{name: sha(f.data) + ".tar", data: f.data})
-					files[i] = afile{name: f.name, link: "../" + sha(f.data) + ".tar"}
+					files = append(files, afile{name: sha256Hex(f.data) + ".tar", data: f.data})
+					files[i] = afile{name: f.name, link: "../" + sha256Hex(f.data) + ".tar"}
 				}
 			}
 			return writeArchive(t, dir, files, false)
@@ -110,12 +110,18 @@ func TestOpenAndUnpackFormats(t *testing.T) {
 		"oci_archive_uncompressed_layers": func(t *testing.T, dir string) string {
 			return writeArchive(t, dir, ociFiles(t, ociIndex(tagged{nil, newImage(t, plainLayer, layers...)})), false)
 		},
+		"oci_archive_top_level_platforms_pick_linux_GOARCH": func(t *testing.T, dir string) string {
+			ii := mutate.AppendManifests(empty.Index,
+				mutate.IndexAddendum{Add: newImageFor(t, otherArch(), gzipLayer, makeTar(t, entFile("a/file1", "wrong platform"))),
+					Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: otherArch()}}},
+				mutate.IndexAddendum{Add: newImage(t, gzipLayer, layers...),
+					Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: runtime.GOARCH}}},
+			)
+			return writeArchive(t, dir, ociFiles(t, ii), false)
+		},
 		"oci_archive_nested_index_picks_linux_GOARCH": func(t *testing.T, dir string) string {
-			other := "arm64"
-			if runtime.GOARCH == "arm64" {
-				other = "amd64"
-			}
-			wrong := newImageFor(t, other, gzipLayer, makeTar(t, file("a/file1", "wrong platform")))
+			other := otherArch()
+			wrong := newImageFor(t, other, gzipLayer, makeTar(t, entFile("a/file1", "wrong platform")))
 			inner := mutate.AppendManifests(empty.Index,
 				mutate.IndexAddendum{Add: wrong, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: other}}},
 				mutate.IndexAddendum{Add: newImage(t, gzipLayer, layers...), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: runtime.GOARCH}}},
@@ -151,9 +157,17 @@ func TestOpenAndUnpackFormats(t *testing.T) {
 	}
 }
 
+// otherArch is an architecture that is not this one.
+func otherArch() string {
+	if runtime.GOARCH == "arm64" {
+		return "amd64"
+	}
+	return "arm64"
+}
+
 func TestOpenGzipUsesScratchDirAndLeavesNothing(t *testing.T) {
 	scratch := t.TempDir()
-	p := writeArchive(t, t.TempDir(), dockerLegacyFiles(t, tagged{[]string{"foo"}, newImage(t, gzipLayer, makeTar(t, file("x", "x")))}), true)
+	p := writeArchive(t, t.TempDir(), dockerLegacyFiles(t, tagged{[]string{"foo"}, newImage(t, gzipLayer, makeTar(t, entFile("x", "x")))}), true)
 	img, err := Open(p, WithScratchDir(scratch))
 	if err != nil {
 		t.Fatal(err)
@@ -170,8 +184,8 @@ func TestOpenGzipUsesScratchDirAndLeavesNothing(t *testing.T) {
 }
 
 func TestOpenSelectsByName(t *testing.T) {
-	one := newImage(t, gzipLayer, makeTar(t, file("which", "foo")))
-	two := newImage(t, gzipLayer, makeTar(t, file("which", "bar")))
+	one := newImage(t, gzipLayer, makeTar(t, entFile("which", "foo")))
+	two := newImage(t, gzipLayer, makeTar(t, entFile("which", "bar")))
 	archives := map[string]func(t *testing.T, dir string) string{
 		"docker_save": func(t *testing.T, dir string) string {
 			return writeArchive(t, dir, dockerLegacyFiles(t,
@@ -242,7 +256,7 @@ func TestOpenSelectsByName(t *testing.T) {
 }
 
 func TestOpenSingleImageName(t *testing.T) {
-	img := newImage(t, gzipLayer, makeTar(t, file("x", "x")))
+	img := newImage(t, gzipLayer, makeTar(t, entFile("x", "x")))
 	p := writeArchive(t, t.TempDir(), dockerLegacyFiles(t, tagged{[]string{"localhost/foo:latest"}, img}), false)
 	unnamed := writeArchive(t, t.TempDir(), ociFiles(t, ociIndex(tagged{nil, img})), false)
 	cases := []struct {
@@ -281,7 +295,7 @@ func TestOpenSingleImageName(t *testing.T) {
 // TestOpenRejects covers archives that must fail to open, each with an
 // error that says what is wrong and where.
 func TestOpenRejects(t *testing.T) {
-	img := newImage(t, gzipLayer, makeTar(t, file("x", "x")), makeTar(t, file("y", "y")))
+	img := newImage(t, gzipLayer, makeTar(t, entFile("x", "x")), makeTar(t, entFile("y", "y")))
 	docker := func(t *testing.T) []afile { return dockerLegacyFiles(t, tagged{[]string{"foo"}, img}) }
 	oci := func(t *testing.T) []afile { return ociFiles(t, ociIndex(tagged{nil, img})) }
 	cfgName, err := img.ConfigName()
@@ -299,46 +313,46 @@ func TestOpenRejects(t *testing.T) {
 	}{
 		{
 			name:      "empty_file",
-			archive:   func(t *testing.T, dir string) string { return writeRaw(t, dir, nil) },
+			archive:   func(t *testing.T, dir string) string { return writeRawFile(t, dir, nil) },
 			errSubstr: []string{"cannot read image tarball", "the file is empty"},
 		},
 		{
 			name: "not_a_tar",
 			archive: func(t *testing.T, dir string) string {
-				return writeRaw(t, dir, []byte(strings.Repeat("this is not a tarball\n", 100)))
+				return writeRawFile(t, dir, []byte(strings.Repeat("this is not a tarball\n", 100)))
 			},
 			errSubstr: []string{"not a tar archive"},
 		},
 		{
 			name:      "short_text_file",
-			archive:   func(t *testing.T, dir string) string { return writeRaw(t, dir, []byte("hello\n")) },
+			archive:   func(t *testing.T, dir string) string { return writeRawFile(t, dir, []byte("hello\n")) },
 			errSubstr: []string{"not a tar archive"},
 		},
 		{
 			name: "gzip_of_garbage",
 			archive: func(t *testing.T, dir string) string {
-				return writeRaw(t, dir, gzipBytes(t, []byte("not a tar at all")))
+				return writeRawFile(t, dir, gzipBytes(t, []byte("not a tar at all")))
 			},
 			errSubstr: []string{"not a tar archive"},
 		},
 		{
 			name: "truncated_tarball",
 			archive: func(t *testing.T, dir string) string {
-				return truncate(t, writeArchive(t, dir, docker(t), false), 0.6, 0)
+				return truncateFile(t, writeArchive(t, dir, docker(t), false), 0.6, 0)
 			},
 			errSubstr: []string{"truncated"},
 		},
 		{
 			name: "truncated_inside_a_block",
 			archive: func(t *testing.T, dir string) string {
-				return truncate(t, writeArchive(t, dir, docker(t), false), 0.5, 100)
+				return truncateFile(t, writeArchive(t, dir, docker(t), false), 0.5, 100)
 			},
 			errSubstr: []string{"truncated"},
 		},
 		{
 			name: "truncated_gzip_tarball",
 			archive: func(t *testing.T, dir string) string {
-				return truncate(t, writeArchive(t, dir, docker(t), true), 0.6, 0)
+				return truncateFile(t, writeArchive(t, dir, docker(t), true), 0.6, 0)
 			},
 			errSubstr: []string{"cannot decompress (gzip)", "unexpected EOF"},
 		},
@@ -386,7 +400,7 @@ func TestOpenRejects(t *testing.T) {
 				files := docker(t)
 				bad := []byte(`{"rootfs": [`)
 				files = replaceFile(t, files, cfgName.Hex+".json", bad)
-				return writeArchive(t, dir, renameConfig(t, files, cfgName.Hex+".json", sha(bad)+".json"), false)
+				return writeArchive(t, dir, renameConfig(t, files, cfgName.Hex+".json", sha256Hex(bad)+".json"), false)
 			},
 			errSubstr: []string{"cannot parse config"},
 		},
@@ -407,7 +421,7 @@ func TestOpenRejects(t *testing.T) {
 					t.Fatal(err)
 				}
 				m[0].Layers = m[0].Layers[:1]
-				return writeArchive(t, dir, replaceFile(t, files, "manifest.json", mustJSON(t, m)), false)
+				return writeArchive(t, dir, replaceFile(t, files, "manifest.json", marshalT(t, m)), false)
 			},
 			errSubstr: []string{"the image has 1 layer(s) but its config lists 2 rootfs.diff_ids"},
 		},
@@ -508,7 +522,7 @@ func TestOpenRejects(t *testing.T) {
 	}
 }
 
-func writeRaw(t testing.TB, dir string, b []byte) string {
+func writeRawFile(t testing.TB, dir string, b []byte) string {
 	t.Helper()
 	p := filepath.Join(dir, "image.tar")
 	if err := os.WriteFile(p, b, 0o600); err != nil {
@@ -518,7 +532,7 @@ func writeRaw(t testing.TB, dir string, b []byte) string {
 }
 
 // truncate cuts the file at p to frac of its size plus extra bytes.
-func truncate(t testing.TB, p string, frac float64, extra int64) string {
+func truncateFile(t testing.TB, p string, frac float64, extra int64) string {
 	t.Helper()
 	fi, err := os.Stat(p)
 	if err != nil {
@@ -544,7 +558,7 @@ func renameConfig(t testing.TB, files []afile, from, to string) []afile {
 		t.Fatal(err)
 	}
 	m[0].Config = to
-	return replaceFile(t, files, "manifest.json", mustJSON(t, m))
+	return replaceFile(t, files, "manifest.json", marshalT(t, m))
 }
 
 // TestBuildahImages reads what buildah, the tool users build function
@@ -634,7 +648,7 @@ func TestSkopeoConvertedArchive(t *testing.T) {
 
 // FuzzOpen feeds Open arbitrary files: it must fail cleanly, never panic.
 func FuzzOpen(f *testing.F) {
-	img := newImage(f, gzipLayer, makeTar(f, file("x", "x")))
+	img := newImage(f, gzipLayer, makeTar(f, entFile("x", "x")))
 	for _, files := range [][]afile{
 		dockerLegacyFiles(f, tagged{[]string{"foo"}, img}),
 		ociFiles(f, ociIndex(tagged{[]string{"foo"}, img})),
@@ -648,7 +662,6 @@ func FuzzOpen(f *testing.F) {
 	}
 	f.Add([]byte("not a tar"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_ = os.WriteFile("/tmp/fuzzlast.bin", data, 0o600)
 		p := filepath.Join(t.TempDir(), "fuzz.tar")
 		if err := os.WriteFile(p, data, 0o600); err != nil {
 			t.Fatal(err)
@@ -668,4 +681,33 @@ func FuzzOpen(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestNameMatches(t *testing.T) {
+	cases := []struct {
+		want, have string
+		match      bool
+	}{
+		{"foo", "foo", true},
+		{"foo", "foo:latest", true},
+		{"foo", "docker.io/library/foo:latest", true},
+		{"foo", "index.docker.io/library/foo:latest", true},
+		{"foo", "localhost/foo:latest", true},
+		{"foo:latest", "localhost/foo", true},
+		{"localhost/foo", "docker.io/library/foo:latest", true},
+		{"acme/foo:v1", "localhost/acme/foo:v1", true},
+		{"foo:v1", "foo:latest", false},
+		{"foo", "quay.io/foo:latest", false},
+		{"quay.io/foo", "quay.io/foo:latest", true},
+		{"localhost:5000/foo", "localhost:5000/foo:latest", true},
+		{"localhost:5000/foo", "localhost/foo:latest", false},
+		{"foo", "foobar", false},
+		{"foo", "acme/foo", false},
+		{"NOT A NAME", "foo", false},
+	}
+	for _, tc := range cases {
+		if got := nameMatches(tc.want, tc.have); got != tc.match {
+			t.Errorf("nameMatches(%q, %q) = %v, want %v", tc.want, tc.have, got, tc.match)
+		}
+	}
 }

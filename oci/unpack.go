@@ -32,9 +32,12 @@ const (
 	defaultRootfsMode = 0o755
 )
 
-// MountPoints are the directories Unpack makes sure exist at the top of
+// mountPoints are the directories a container runtime mounts over.
+var mountPoints = []string{"proc", "dev", "sys", "tmp", "etc"}
+
+// MountPoints returns the directories Unpack makes sure exist at the top of
 // every rootfs, because the runtime mounts over them.
-var MountPoints = []string{"proc", "dev", "sys", "tmp", "etc"}
+func MountPoints() []string { return append([]string(nil), mountPoints...) }
 
 // UnpackOption changes how Unpack applies layers.
 type UnpackOption func(*unpackOptions)
@@ -69,9 +72,9 @@ func WithMaxBytes(n int64) UnpackOption {
 }
 
 // Unpack applies the layers of img in order to the directory dest (created
-// if missing) and verifies each layer while it streams it: the blob
-// against the layer digest and the uncompressed tar against the config's
-// rootfs.diff_ids. Whiteouts are applied, hard links and symlinks kept,
+// if missing, expected empty) and verifies each layer while it streams it:
+// the blob against the layer digest and the uncompressed tar against the
+// config's rootfs.diff_ids. Whiteouts are applied, hard links and symlinks kept,
 // device nodes skipped. Every layer is extracted by a re-executed child
 // that pivot_roots into dest, so no entry can reach outside it; the
 // program must call reexec.Init() (containers/storage/pkg/reexec) first
@@ -246,6 +249,7 @@ type guardedReader struct {
 	err    error
 }
 
+// Read implements io.Reader.
 func (g *guardedReader) Read(p []byte) (int, error) {
 	if g.err != nil {
 		return 0, g.err
@@ -269,7 +273,7 @@ func (g *guardedReader) Read(p []byte) (int, error) {
 // root 1777), and a new directory is opened without following links
 // before its mode and owner are set.
 func ensureMountPoints(rootfs string, owner idtools.IDPair) error {
-	for _, name := range MountPoints {
+	for _, name := range mountPoints {
 		p := filepath.Join(rootfs, name)
 		mode := os.FileMode(mountPointMode)
 		if name == "tmp" {
@@ -288,14 +292,18 @@ func ensureMountPoints(rootfs string, owner idtools.IDPair) error {
 	return nil
 }
 
+// setDirOwnerMode sets owner and mode of the directory p, refusing to
+// follow p if it is a symlink.
 func setDirOwnerMode(p string, owner idtools.IDPair, mode os.FileMode) error {
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
-	if err := unix.Fchown(fd, owner.UID, owner.GID); err != nil && !(errors.Is(err, unix.EPERM) && owner.UID == os.Getuid()) {
-		return err
+	if owner.UID != os.Getuid() || owner.GID != os.Getgid() {
+		if err := unix.Fchown(fd, owner.UID, owner.GID); err != nil {
+			return err
+		}
 	}
 	perm := uint32(mode.Perm())
 	if mode&os.ModeSticky != 0 {

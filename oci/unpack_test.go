@@ -41,7 +41,7 @@ func newSandbox(t *testing.T) *sandbox {
 	if err := os.Mkdir(s.dest, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s.before = snapshot(t, parent, s.dest)
+	s.before = snapshotTree(t, parent, s.dest)
 	s.passwd = fileSnapshot(t, "/etc/passwd")
 	return s
 }
@@ -49,7 +49,7 @@ func newSandbox(t *testing.T) *sandbox {
 // assertContained fails if anything outside the rootfs changed.
 func (s *sandbox) assertContained(t *testing.T) {
 	t.Helper()
-	after := snapshot(t, s.parent, s.dest)
+	after := snapshotTree(t, s.parent, s.dest)
 	if !reflect.DeepEqual(s.before, after) {
 		for p, e := range after {
 			if b, ok := s.before[p]; !ok {
@@ -88,7 +88,7 @@ func TestUnpackHostileLayers(t *testing.T) {
 		{
 			name: "dotdot_entry_stays_inside",
 			layers: func(s *sandbox) [][]byte {
-				return [][]byte{makeTar(t, file("../sibling.txt", "overwritten"), file(up+s.marker, "escaped"))}
+				return [][]byte{makeTar(t, entFile("../sibling.txt", "overwritten"), entFile(up+s.marker, "escaped"))}
 			},
 			check: func(t *testing.T, s *sandbox) {
 				if got := readFileT(t, filepath.Join(s.dest, "sibling.txt")); got != "overwritten" {
@@ -99,7 +99,7 @@ func TestUnpackHostileLayers(t *testing.T) {
 		{
 			name: "absolute_name_stays_inside",
 			layers: func(s *sandbox) [][]byte {
-				return [][]byte{makeTar(t, file("/"+s.marker, "abs"), file("/etc/"+s.marker, "abs"))}
+				return [][]byte{makeTar(t, entFile("/"+s.marker, "abs"), entFile("/etc/"+s.marker, "abs"))}
 			},
 			check: func(t *testing.T, s *sandbox) {
 				if got := readFileT(t, filepath.Join(s.dest, s.marker)); got != "abs" {
@@ -110,7 +110,7 @@ func TestUnpackHostileLayers(t *testing.T) {
 		{
 			name: "symlink_to_root_then_write_through_it_same_layer",
 			layers: func(s *sandbox) [][]byte {
-				return [][]byte{makeTar(t, symlink("evil", "/"), file("evil/"+s.marker, "through"))}
+				return [][]byte{makeTar(t, entSymlink("evil", "/"), entFile("evil/"+s.marker, "through"))}
 			},
 			check: func(t *testing.T, s *sandbox) {
 				if got := readFileT(t, filepath.Join(s.dest, s.marker)); got != "through" {
@@ -122,8 +122,8 @@ func TestUnpackHostileLayers(t *testing.T) {
 			name: "symlink_to_root_then_write_through_it_next_layer",
 			layers: func(s *sandbox) [][]byte {
 				return [][]byte{
-					makeTar(t, symlink("evil", "/"), symlink("up", up+"outside")),
-					makeTar(t, file("evil/"+s.marker, "through"), file("up/secret", "stolen"), file("up/"+s.marker, "x")),
+					makeTar(t, entSymlink("evil", "/"), entSymlink("up", up+"outside")),
+					makeTar(t, entFile("evil/"+s.marker, "through"), entFile("up/secret", "stolen"), entFile("up/"+s.marker, "x")),
 				}
 			},
 			// up resolves inside the pivoted root, where there is no /outside.
@@ -133,8 +133,8 @@ func TestUnpackHostileLayers(t *testing.T) {
 			name: "symlink_parent_dir_then_write",
 			layers: func(s *sandbox) [][]byte {
 				return [][]byte{
-					makeTar(t, symlink("etc", "/etc")),
-					makeTar(t, file("etc/"+s.marker, "x"), file("etc/passwd", "root::0:0::/:/bin/sh\n")),
+					makeTar(t, entSymlink("etc", "/etc")),
+					makeTar(t, entFile("etc/"+s.marker, "x"), entFile("etc/passwd", "root::0:0::/:/bin/sh\n")),
 				}
 			},
 			// etc -> /etc is a loop inside the rootfs: the write fails rather than reach the host.
@@ -143,7 +143,7 @@ func TestUnpackHostileLayers(t *testing.T) {
 		{
 			name: "hardlink_to_etc_passwd",
 			layers: func(s *sandbox) [][]byte {
-				return [][]byte{makeTar(t, hardlink("pw", "/etc/passwd"))}
+				return [][]byte{makeTar(t, entHardlink("pw", "/etc/passwd"))}
 			},
 			// Inside the pivoted root /etc/passwd is the rootfs's own, which does not exist.
 			wantErr: "no such file or directory",
@@ -151,7 +151,7 @@ func TestUnpackHostileLayers(t *testing.T) {
 		{
 			name: "hardlink_dotdot_target",
 			layers: func(s *sandbox) [][]byte {
-				return [][]byte{makeTar(t, file("etc/passwd", "image passwd"), hardlink("pw", up+"etc/passwd"))}
+				return [][]byte{makeTar(t, entFile("etc/passwd", "image passwd"), entHardlink("pw", up+"etc/passwd"))}
 			},
 			check: func(t *testing.T, s *sandbox) {
 				if a, b := statT(t, filepath.Join(s.dest, "pw")), statT(t, filepath.Join(s.dest, "etc/passwd")); a.Ino != b.Ino {
@@ -163,8 +163,8 @@ func TestUnpackHostileLayers(t *testing.T) {
 			name: "hardlink_through_symlink_to_outside",
 			layers: func(s *sandbox) [][]byte {
 				return [][]byte{
-					makeTar(t, symlink("out", up+"outside")),
-					makeTar(t, hardlink("stolen", "out/secret")),
+					makeTar(t, entSymlink("out", up+"outside")),
+					makeTar(t, entHardlink("stolen", "out/secret")),
 				}
 			},
 			wantErr: "no such file or directory",
@@ -172,7 +172,7 @@ func TestUnpackHostileLayers(t *testing.T) {
 		{
 			name: "device_nodes_are_skipped",
 			layers: func(s *sandbox) [][]byte {
-				return [][]byte{makeTar(t, dir("dev/"), device("dev/null", tar.TypeChar, 1, 3), device("dev/sda", tar.TypeBlock, 8, 0), device("kmem", tar.TypeChar, 1, 2), file("ok", "ok"))}
+				return [][]byte{makeTar(t, entDir("dev/"), entDevice("dev/null", tar.TypeChar, 1, 3), entDevice("dev/sda", tar.TypeBlock, 8, 0), entDevice("kmem", tar.TypeChar, 1, 2), entFile("ok", "ok"))}
 			},
 			check: func(t *testing.T, s *sandbox) {
 				assertAbsent(t, filepath.Join(s.dest, "dev/null"))
@@ -186,7 +186,7 @@ func TestUnpackHostileLayers(t *testing.T) {
 		{
 			name: "mount_points_that_are_symlinks_are_not_followed",
 			layers: func(s *sandbox) [][]byte {
-				return [][]byte{makeTar(t, symlink("tmp", up+"outside"), symlink("proc", "/"), symlink("etc", "/etc"), file("sys", "a file"))}
+				return [][]byte{makeTar(t, entSymlink("tmp", up+"outside"), entSymlink("proc", "/"), entSymlink("etc", "/etc"), entFile("sys", "a file"))}
 			},
 			check: func(t *testing.T, s *sandbox) {
 				for name, target := range map[string]string{"tmp": up + "outside", "proc": "/", "etc": "/etc"} {
@@ -229,7 +229,7 @@ func TestUnpackOwnership(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to chown")
 	}
-	layer := makeTar(t, dir("home/"), fileOwned("home/root-file", 0, 0), fileOwned("home/user-file", 1000, 1001))
+	layer := makeTar(t, entDir("home/"), entFileOwned("home/root-file", 0, 0), entFileOwned("home/user-file", 1000, 1001))
 	shift := []idtools.IDMap{{ContainerID: 0, HostID: 100000, Size: 65536}}
 	cases := []struct {
 		name          string
@@ -246,7 +246,7 @@ func TestUnpackOwnership(t *testing.T) {
 		{name: "without_chown_keeps_the_unpacking_user", opts: []UnpackOption{WithoutChown()},
 			wantRoot: [2]uint32{0, 0}, wantUser: [2]uint32{0, 0}, wantMountRoot: [2]uint32{0, 0}},
 		{name: "id_outside_the_mapping_fails", opts: []UnpackOption{WithIDMappings(shift, shift)},
-			layer: makeTar(t, fileOwned("big", 70000, 0)), wantErr: "70000"},
+			layer: makeTar(t, entFileOwned("big", 70000, 0)), wantErr: "70000"},
 		{name: "mapping_without_root_fails", opts: []UnpackOption{WithIDMappings([]idtools.IDMap{{ContainerID: 1, HostID: 100000, Size: 10}}, shift)},
 			wantErr: errMappingsNoRoot},
 	}
@@ -274,7 +274,7 @@ func TestUnpackOwnership(t *testing.T) {
 			if got := owner("home/user-file"); got != tc.wantUser {
 				t.Errorf("user-file owned by %v, want %v", got, tc.wantUser)
 			}
-			for _, mp := range append([]string{"."}, MountPoints...) {
+			for _, mp := range append([]string{"."}, MountPoints()...) {
 				if got := owner(mp); got != tc.wantMountRoot {
 					t.Errorf("%s owned by %v, want %v", mp, got, tc.wantMountRoot)
 				}
@@ -284,7 +284,7 @@ func TestUnpackOwnership(t *testing.T) {
 }
 
 func TestUnpackLayerVerification(t *testing.T) {
-	content := makeTar(t, file("a", strings.Repeat("a", 4096)), file("b", "b"))
+	content := makeTar(t, entFile("a", strings.Repeat("a", 4096)), entFile("b", "b"))
 	img := newImage(t, plainLayer, content)
 	layers, _ := img.Layers()
 	digest, _ := layers[0].Digest()
@@ -311,7 +311,7 @@ func TestUnpackLayerVerification(t *testing.T) {
 				files := ociFiles(t, ociIndex(tagged{nil, gzImg}))
 				return writeArchive(t, dir, replaceFile(t, files, "blobs/sha256/"+gzDigest.Hex, gzTampered), false)
 			},
-			errSubstr: []string{"layer 1/1 (" + gzDigest.String() + ")", "compressed digest mismatch: expected " + gzDigest.String() + ", got sha256:" + sha(gzTampered)},
+			errSubstr: []string{"layer 1/1 (" + gzDigest.String() + ")", "compressed digest mismatch: expected " + gzDigest.String() + ", got sha256:" + sha256Hex(gzTampered)},
 		},
 		{
 			name: "oci_uncompressed_layer_differs_from_its_digest",
@@ -319,7 +319,7 @@ func TestUnpackLayerVerification(t *testing.T) {
 				files := ociFiles(t, ociIndex(tagged{nil, img}))
 				return writeArchive(t, dir, replaceFile(t, files, "blobs/sha256/"+digest.Hex, tampered), false)
 			},
-			errSubstr: []string{"layer 1/1 (" + digest.String() + ")", "diff_id mismatch: expected " + digest.String() + ", got sha256:" + sha(tampered)},
+			errSubstr: []string{"layer 1/1 (" + digest.String() + ")", "diff_id mismatch: expected " + digest.String() + ", got sha256:" + sha256Hex(tampered)},
 		},
 		{
 			name: "docker_layer_differs_from_diff_id",
@@ -332,7 +332,7 @@ func TestUnpackLayerVerification(t *testing.T) {
 				}
 				return writeArchive(t, dir, files, false)
 			},
-			errSubstr: []string{"diff_id mismatch: expected " + digest.String() + ", got sha256:" + sha(tampered)},
+			errSubstr: []string{"diff_id mismatch: expected " + digest.String() + ", got sha256:" + sha256Hex(tampered)},
 		},
 		{
 			name: "docker_gzip_layer_corrupted",
@@ -379,8 +379,8 @@ func TestUnpackLayerVerification(t *testing.T) {
 }
 
 func TestUnpackLimitsAndCancel(t *testing.T) {
-	big := makeTar(t, file("big", strings.Repeat("x", 1<<20)))
-	small := makeTar(t, file("small", "s"))
+	big := makeTar(t, entFile("big", strings.Repeat("x", 1<<20)))
+	small := makeTar(t, entFile("small", "s"))
 	t.Run("max_bytes_exceeded", func(t *testing.T) {
 		err := unpackLayers(t, filepath.Join(t.TempDir(), "rootfs"), [][]byte{small, big}, WithMaxBytes(256<<10))
 		if err == nil || !strings.Contains(err.Error(), "larger than the limit of 262144 uncompressed bytes") || !strings.Contains(err.Error(), "layer 2/2") {
