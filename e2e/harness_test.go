@@ -106,8 +106,9 @@ type server struct {
 }
 
 var (
-	servingLine = regexp.MustCompile(`msg=serving address=(\S+)`)
-	metricsLine = regexp.MustCompile(`msg="serving metrics" address=(\S+)`)
+	// Text and JSON logs.
+	servingLine = regexp.MustCompile(`msg=serving address=(\S+)|"msg":"serving","address":"([^"]+)"`)
+	metricsLine = regexp.MustCompile(`msg="serving metrics" address=(\S+)|"msg":"serving metrics","address":"([^"]+)"`)
 )
 
 // metricsURL returns the URL of the server's Prometheus endpoint.
@@ -117,7 +118,7 @@ func (s *server) metricsURL(t *testing.T) string {
 	if m == nil {
 		t.Fatalf("the server did not log its metrics address:\n%s", s.stderr)
 	}
-	return "http://" + m[1] + "/metrics"
+	return "http://" + m[1] + m[2] + "/metrics"
 }
 
 // serverOption adjusts how a server process is started.
@@ -146,7 +147,7 @@ func startServer(t *testing.T, args []string, opts ...serverOption) *server {
 			t.Fatalf("ocifn serve did not start serving within 60s:\n%s", s.stderr)
 		case <-time.After(20 * time.Millisecond):
 			if m := servingLine.FindStringSubmatch(s.stderr.String()); m != nil {
-				s.addr = m[1]
+				s.addr = m[1] + m[2]
 			}
 		}
 	}

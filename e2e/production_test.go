@@ -1,0 +1,689 @@
+package e2e
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// shRequest builds a request for the sh-function image running script.
+func shRequest(t *testing.T, tag, script string) *fnv1.RunFunctionRequest {
+	t.Helper()
+	q, err := json.Marshal(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jsonRequest(t, fmt.Sprintf(`{"meta": {"tag": %q}, "desired": {"resources": {"a": {"resource": {"kind": "A"}}}}, "input": {"script": %s}}`, tag, q))
+}
+
+// okScript is a sh-function script that answers with desired unchanged.
+const okScript = `jq -c '{desired: .desired}'`
+
+// callErr sends a v1 call and returns the error instead of failing.
+func (s *server) callErr(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+	return fnv1.NewFunctionRunnerServiceClient(s.conn).RunFunction(ctx, req)
+}
+
+// processesWith returns the pids of host processes whose command line
+// contains marker.
+func processesWith(t *testing.T, marker string) []int {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var pids []int
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil || !strings.Contains(string(b), marker) {
+			continue
+		}
+		pid, _ := strconv.Atoi(strings.Split(d, "/")[2])
+		if pid != os.Getpid() {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// eventually retries check for up to d.
+func eventually(t *testing.T, d time.Duration, what string, check func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !check() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true within %s", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// containerStates lists the crun state entries under a cache directory.
+func containerStates(t *testing.T, cache string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(cache, "bundle-*", "state", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestTimeout: the adaptor's --timeout ends a hanging function with a Fatal
+// result, killing every process of its container and removing its state
+// within a second; the caller's own deadline gives DeadlineExceeded.
+func TestTimeout(t *testing.T) {
+	cache := cacheDir(t)
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--timeout", "1s"})
+	marker := "4242" + strconv.Itoa(os.Getpid())
+	// A background child and a foreground sleep: both must die.
+	script := fmt.Sprintf("sleep %s1 & exec sleep %s2", marker, marker)
+
+	start := time.Now()
+	rsp := s.call(t, shRequest(t, "t-timeout", script))
+	took := time.Since(start)
+	wantFatal(t, shRequest(t, "t-timeout", script), rsp, "ran longer than the limit of 1s")
+	if took > 3*time.Second {
+		t.Errorf("the call took %s with a 1s timeout", took)
+	}
+	eventually(t, time.Second, "no process of the call left", func() bool { return len(processesWith(t, marker)) == 0 })
+	eventually(t, time.Second, "no container state left", func() bool { return len(containerStates(t, cache)) == 0 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := s.callErr(ctx, shRequest(t, "t-deadline", script))
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("caller deadline: got %v, want DeadlineExceeded", err)
+	}
+	eventually(t, 2*time.Second, "no process of the cancelled call left", func() bool { return len(processesWith(t, marker)) == 0 })
+	eventually(t, time.Second, "no container state left after cancel", func() bool { return len(containerStates(t, cache)) == 0 })
+}
+
+// TestLimits: calls beyond --max-concurrency and --max-queue are refused
+// with RESOURCE_EXHAUSTED; output over --max-output-bytes and requests over
+// --max-recv-msg-size are refused with clear messages.
+func TestLimits(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--max-concurrency", "1", "--max-queue", "1",
+		"--max-output-bytes", "1000", "--max-recv-msg-size", "100000"})
+
+	// One call runs, one waits, the third is refused.
+	var wg sync.WaitGroup
+	results := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, results[i] = s.callErr(context.Background(), shRequest(t, fmt.Sprintf("t-slow-%d", i), "sleep 1; "+okScript))
+		}()
+		time.Sleep(200 * time.Millisecond)
+	}
+	_, err := s.callErr(context.Background(), shRequest(t, "t-rejected", okScript))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-concurrency") {
+		t.Errorf("third call: got %v, want RESOURCE_EXHAUSTED naming --max-concurrency", err)
+	}
+	wg.Wait()
+	for i, err := range results {
+		if err != nil {
+			t.Errorf("admitted call %d: %v", i, err)
+		}
+	}
+
+	big := shRequest(t, "t-big-output", "head -c 5000 /dev/zero | tr '\\0' x")
+	wantFatal(t, big, s.call(t, big), "more than the limit of 1000 bytes")
+
+	huge := shRequest(t, "t-huge", okScript)
+	huge.Input.Fields["padding"] = structString(strings.Repeat("p", 200000))
+	_, err = s.callErr(context.Background(), huge)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("request over --max-recv-msg-size: got %v, want RESOURCE_EXHAUSTED", err)
+	}
+	// The server is still fine.
+	s.call(t, shRequest(t, "t-after", okScript))
+}
+
+// TestMisbehavingFunctionsNeverTakeTheServerDown runs crashing, flooding and
+// half-finished functions in parallel with good calls: every good call gets
+// its own answer, every bad one its Fatal result.
+func TestMisbehavingFunctionsNeverTakeTheServerDown(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--timeout", "5s"})
+	bad := map[string]string{
+		"segfault":         `kill -SEGV $$`,
+		"exit_no_read":     `exit 3`,
+		"stderr_flood":     `head -c 3000000 /dev/zero | tr '\0' e >&2; exit 1`,
+		"half_json":        `printf '{"desired": {'`,
+		"background_child": `(sleep 30 &) ; jq -c '{desired: .desired}'`,
+		"closes_stdout":    `exec >&-; sleep 0.1; exit 0`,
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for name, script := range bad {
+		for i := range 3 {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				req := shRequest(t, fmt.Sprintf("bad-%s-%d", name, i), script)
+				rsp, err := s.callErr(context.Background(), req)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Errorf("%s: %v", name, err)
+					return
+				}
+				if name == "background_child" {
+					if len(rsp.GetResults()) != 0 {
+						t.Errorf("%s: %v", name, rsp.GetResults())
+					}
+					return
+				}
+				if len(rsp.GetResults()) != 1 || rsp.GetResults()[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
+					t.Errorf("%s: want a Fatal result, got %v", name, rsp.GetResults())
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				tag := fmt.Sprintf("good-%s-%d", name, i)
+				script := fmt.Sprintf(`jq -c '{desired: {resources: {%q: {resource: {kind: "Good"}}}}}'`, tag)
+				rsp, err := s.callErr(context.Background(), shRequest(t, tag, script))
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Errorf("%s: %v", tag, err)
+					return
+				}
+				if rsp.GetMeta().GetTag() != tag || rsp.GetDesired().GetResources()[tag] == nil || len(rsp.GetDesired().GetResources()) != 1 {
+					t.Errorf("%s: got someone else's answer: %v", tag, rsp)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	s.call(t, shRequest(t, "t-after", okScript))
+}
+
+// TestLogs: one JSON line per call with tag, outcome, exit code and
+// duration, and the function's stderr line by line with the call's tag.
+func TestLogs(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--log-format", "json"})
+	s.call(t, shRequest(t, "t-log-ok", `echo "hello from the function" >&2; `+okScript))
+	s.call(t, shRequest(t, "t-log-fail", `echo "about to fail" >&2; exit 7`))
+
+	var calls, stderrLines []map[string]any
+	for _, line := range strings.Split(s.stderr.String(), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		switch m["msg"] {
+		case "call":
+			calls = append(calls, m)
+		case "function stderr":
+			stderrLines = append(stderrLines, m)
+		}
+	}
+	want := map[string][2]any{"t-log-ok": {"ok", 0.0}, "t-log-fail": {"fatal", 7.0}}
+	if len(calls) != 2 {
+		t.Fatalf("want 2 call lines, got %v", calls)
+	}
+	for _, c := range calls {
+		w := want[c["tag"].(string)]
+		if c["outcome"] != w[0] || c["exit_code"] != w[1] || c["duration"] == nil {
+			t.Errorf("call line %v, want outcome %v exit_code %v and a duration", c, w[0], w[1])
+		}
+	}
+	found := map[string]string{}
+	for _, l := range stderrLines {
+		found[l["tag"].(string)] = l["line"].(string)
+	}
+	if found["t-log-ok"] != "hello from the function" || found["t-log-fail"] != "about to fail" {
+		t.Errorf("stderr lines by tag: %v", found)
+	}
+}
+
+// metricValue reads one sample from a Prometheus text exposition.
+func metricValue(t *testing.T, text, series string) float64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
+	m := re.FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("metric %s not found", series)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	rsp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rsp.Body.Close()
+	b, err := io.ReadAll(rsp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestMetrics scrapes /metrics after real calls of each outcome.
+func TestMetrics(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--timeout", "1s", "--max-concurrency", "1", "--max-queue", "0"})
+	url := s.metricsURL(t)
+	before := scrape(t, url)
+	if v := metricValue(t, before, `ocifn_calls_total{outcome="ok"}`); v != 0 {
+		t.Fatalf("ok calls before any call: %v", v)
+	}
+
+	s.call(t, shRequest(t, "m-ok-1", okScript))
+	s.call(t, shRequest(t, "m-ok-2", okScript))
+	s.call(t, shRequest(t, "m-fatal", "exit 1"))
+	s.call(t, shRequest(t, "m-timeout", "sleep 10"))
+
+	// --max-queue 0 means the default; fill the slot and the queue (4) to
+	// get a rejection.
+	var wg sync.WaitGroup
+	rejected := 0
+	var mu sync.Mutex
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.callErr(context.Background(), shRequest(t, fmt.Sprintf("m-load-%d", i), "sleep 0.3; "+okScript))
+			if status.Code(err) == codes.ResourceExhausted {
+				mu.Lock()
+				rejected++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+
+	text := scrape(t, url)
+	for series, want := range map[string]float64{
+		`ocifn_calls_total{outcome="ok"}`:       float64(2 + 8 - rejected),
+		`ocifn_calls_total{outcome="fatal"}`:    1,
+		`ocifn_calls_total{outcome="timeout"}`:  1,
+		`ocifn_calls_total{outcome="rejected"}`: float64(rejected),
+		`ocifn_calls_total{outcome="error"}`:    0,
+		`ocifn_calls_in_flight`:                 0,
+		`ocifn_calls_queued`:                    0,
+	} {
+		if got := metricValue(t, text, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if rejected == 0 {
+		t.Errorf("no call was rejected with 1 slot, a queue of 4 and 8 concurrent calls")
+	}
+	if n := metricValue(t, text, `ocifn_call_duration_seconds_count{outcome="ok"}`); n != float64(10-rejected) {
+		t.Errorf("duration histogram count %v", n)
+	}
+	if n := metricValue(t, text, `ocifn_container_start_seconds_count`); n < 4 {
+		t.Errorf("container start histogram count %v, want one per container", n)
+	}
+	for _, name := range []string{"ocifn_request_bytes_total", "ocifn_response_bytes_total", "go_goroutines", "process_resident_memory_bytes"} {
+		if metricValue(t, text, name) <= 0 {
+			t.Errorf("%s not positive", name)
+		}
+	}
+}
+
+// TestShutdown: on SIGTERM a running call finishes and gets its answer, and
+// the server exits cleanly with nothing left in its cache directory; past
+// the grace period, running calls are stopped and cleaned up.
+func TestShutdown(t *testing.T) {
+	cache := cacheDir(t)
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", "10s"})
+	done := make(chan error, 1)
+	go func() {
+		rsp, err := s.callErr(context.Background(), shRequest(t, "t-drain", "sleep 1; "+okScript))
+		if err == nil && len(rsp.GetResults()) != 0 {
+			err = fmt.Errorf("results %v", rsp.GetResults())
+		}
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	eventually(t, 5*time.Second, "shutting down", func() bool { return strings.Contains(s.stderr.String(), "shutting down") })
+	// Draining: the health service no longer says SERVING.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	h, err := healthpb.NewHealthClient(s.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	cancel()
+	if err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health is SERVING while draining")
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the call running at SIGTERM: %v", err)
+	}
+	s.wait(t)
+	if !s.cmd.ProcessState.Success() {
+		t.Errorf("exit: %v\n%s", s.cmd.ProcessState, s.stderr)
+	}
+	if left, _ := os.ReadDir(cache); len(left) != 0 {
+		t.Errorf("left in the cache directory: %v", left)
+	}
+
+	// Past the grace period.
+	marker := "5353" + strconv.Itoa(os.Getpid())
+	s2 := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", "500ms"})
+	go func() { _, err := s2.callErr(context.Background(), shRequest(t, "t-killed", "exec sleep "+marker)); done <- err }()
+	eventually(t, 5*time.Second, "the call's process runs", func() bool { return len(processesWith(t, marker)) > 0 })
+	_ = s2.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-done; err == nil {
+		t.Errorf("the call past the grace period got an answer")
+	}
+	s2.wait(t)
+	if !s2.cmd.ProcessState.Success() {
+		t.Errorf("exit: %v\n%s", s2.cmd.ProcessState, s2.stderr)
+	}
+	if pids := processesWith(t, marker); len(pids) != 0 {
+		t.Errorf("processes of the stopped call left: %v", pids)
+	}
+	if left, _ := os.ReadDir(cache); len(left) != 0 {
+		t.Errorf("left in the cache directory: %v", left)
+	}
+}
+
+// TestRestartAfterKill: SIGKILL the server mid-call; a new server on the
+// same cache directory removes what was left (the call's container and the
+// old bundle) and serves.
+func TestRestartAfterKill(t *testing.T) {
+	cache := cacheDir(t)
+	marker := "6464" + strconv.Itoa(os.Getpid())
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache})
+	go func() { _, _ = s.callErr(context.Background(), shRequest(t, "t-orphan", "exec sleep "+marker)) }()
+	eventually(t, 5*time.Second, "the call's process runs", func() bool { return len(processesWith(t, marker)) > 0 })
+	old, _ := filepath.Glob(filepath.Join(cache, "bundle-*"))
+	_ = s.cmd.Process.Kill()
+	s.wait(t)
+
+	s2 := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache})
+	if pids := processesWith(t, marker); len(pids) != 0 {
+		t.Errorf("the killed server's function still runs: %v", pids)
+	}
+	for _, d := range old {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("the killed server's bundle %s is still there", d)
+		}
+	}
+	mustContain(t, "restart log", s2.stderr.String(), "removed what an earlier run left")
+	s2.call(t, shRequest(t, "t-after-restart", okScript))
+}
+
+// TestHealthWhileUnpacking: the server answers health checks with
+// NOT_SERVING, and calls with UNAVAILABLE, until the image is unpacked.
+func TestHealthWhileUnpacking(t *testing.T) {
+	big := bigImage(t, 96<<20)
+	s := startProcess(t, []string{"--insecure", "--tarball", big})
+	listening := regexp.MustCompile(`msg=listening address=(\S+)`)
+	var addr string
+	eventually(t, 30*time.Second, "listening", func() bool {
+		m := listening.FindStringSubmatch(s.stderr.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecureCreds()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	s.conn = conn
+	h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health while unpacking: %v %v", h.GetStatus(), err)
+	}
+	_, err = s.callErr(context.Background(), shRequest(t, "t-early", okScript))
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("call while unpacking: got %v, want UNAVAILABLE", err)
+	}
+	eventually(t, 60*time.Second, "SERVING", func() bool {
+		h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+		return err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	})
+}
+
+// TestGrpcurlReflection lists and calls the service with grpcurl, which
+// knows nothing of the protocol but what server reflection tells it.
+func TestGrpcurlReflection(t *testing.T) {
+	grpcurl := buildGrpcurl(t)
+	s := startServer(t, []string{"--tarball", image("labelizer.tar")})
+	out, err := exec.Command(grpcurl, "-plaintext", s.addr, "list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("grpcurl list: %v\n%s", err, out)
+	}
+	mustContain(t, "grpcurl list", string(out), "apiextensions.fn.proto.v1.FunctionRunnerService", "apiextensions.fn.proto.v1beta1.FunctionRunnerService", "grpc.health.v1.Health")
+	out, err = exec.Command(grpcurl, "-plaintext", s.addr, "describe", "apiextensions.fn.proto.v1.RunFunctionRequest").CombinedOutput()
+	if err != nil {
+		t.Fatalf("grpcurl describe: %v\n%s", err, out)
+	}
+	mustContain(t, "grpcurl describe", string(out), "desired", "observed")
+	req, err := os.ReadFile(filepath.Join(repoRoot, "testdata/functions/labelizer/request.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(grpcurl, "-plaintext", "-d", "@", s.addr, "apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction")
+	cmd.Stdin = strings.NewReader(string(req))
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("grpcurl RunFunction: %v\n%s", err, out)
+	}
+	mustContain(t, "grpcurl RunFunction", string(out), `"ocifn.dev/labelized": "true"`, "labelized 2 resources")
+}
+
+// buildGrpcurl installs grpcurl from the Go module proxy into a temp dir.
+func buildGrpcurl(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "install", "github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3")
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cannot install grpcurl: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "grpcurl")
+}
+
+// TestMutualTLS: with --tls-server-certs-dir, a client with a certificate
+// from the CA is served; without one, or with one from another CA, it is
+// refused.
+func TestMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, "ocifn-test-ca")
+	other := newCA(t, "another-ca")
+	serverCert := ca.issue(t, "ocifn-server", true)
+	writePEM(t, filepath.Join(dir, "tls.crt"), "CERTIFICATE", serverCert.Certificate[0])
+	key, err := x509.MarshalECPrivateKey(serverCert.PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, filepath.Join(dir, "tls.key"), "EC PRIVATE KEY", key)
+	writePEM(t, filepath.Join(dir, "ca.crt"), "CERTIFICATE", ca.cert.Raw)
+
+	s := startProcess(t, []string{"--tarball", image("labelizer.tar"), "--tls-server-certs-dir", dir})
+	eventually(t, 60*time.Second, "serving", func() bool { return servingLine.MatchString(s.stderr.String()) })
+	s.addr = servingLine.FindStringSubmatch(s.stderr.String())[1]
+	mustContain(t, "log", s.stderr.String(), "tls=true")
+
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	call := func(certs []tls.Certificate) error {
+		creds := credentials.NewTLS(&tls.Config{RootCAs: pool, Certificates: certs, ServerName: "ocifn-server", MinVersion: tls.VersionTLS12})
+		conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err = fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(ctx, loadRequest(t, "labelizer", "request.json"))
+		return err
+	}
+	if err := call([]tls.Certificate{ca.issue(t, "crossplane", false)}); err != nil {
+		t.Errorf("client with a certificate from the CA: %v", err)
+	}
+	if err := call(nil); err == nil {
+		t.Errorf("client without a certificate was served")
+	}
+	if err := call([]tls.Certificate{other.issue(t, "intruder", false)}); err == nil {
+		t.Errorf("client with a certificate from another CA was served")
+	}
+}
+
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+func newCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key}
+}
+
+func (ca *testCA) issue(t *testing.T, name string, server bool) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.DNSNames = []string{name}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+func writePEM(t *testing.T, path, kind string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func structString(s string) *structpb.Value { return structpb.NewStringValue(s) }
+
+func insecureCreds() credentials.TransportCredentials { return insecure.NewCredentials() }
+
+// bigImage returns the sh-function image with an extra layer holding a file
+// of size bytes, so that unpacking it takes a noticeable time.
+func bigImage(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	layerTar := filepath.Join(dir, "layer.tar")
+	f, err := os.Create(layerTar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := tar.NewWriter(f)
+	if err := tw.WriteHeader(&tar.Header{Name: "big.bin", Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(tw, zeroReader{}, size); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	layer, err := tarball.LayerFromFile(layerTar, tarball.WithCompressionLevel(gzip.BestSpeed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := tarball.ImageFromPath(image("sh-function.tar"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "big.tar")
+	ref, err := name.ParseReference("example.org/big:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tarball.WriteToFile(out, ref, img); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
