@@ -23,7 +23,9 @@ type Exit struct {
 	// RuntimeError is what the container runtime itself reported, if it
 	// could not start the function.
 	RuntimeError string
-	// Duration is how long the container ran.
+	// Start is how long the container took to start the function's process.
+	Start time.Duration
+	// Duration is how long the whole run took, start included.
 	Duration time.Duration
 }
 

@@ -51,6 +51,8 @@ type Options struct {
 	Network string
 	// MaxRootfsBytes caps the unpacked size of the image (0: no cap).
 	MaxRootfsBytes int64
+	// Warm is how many containers to keep created ahead of calls (0: none).
+	Warm int
 }
 
 // Bundle is an image unpacked and configured, ready to run calls.
@@ -65,6 +67,8 @@ type Bundle struct {
 	lock *os.File
 	// pending counts container deletions still running.
 	pending sync.WaitGroup
+	// pool holds containers created ahead of calls; nil when off.
+	pool *warmPool
 }
 
 // lockFile is the name of the lock file in a bundle directory.
@@ -170,6 +174,9 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 		return nil, fmt.Errorf("cannot write the runtime config: %w", err)
 	}
 	b.spec = s
+	if o.Warm > 0 {
+		b.startPool(o.Warm)
+	}
 	return b, nil
 }
 
@@ -182,6 +189,7 @@ func (b *Bundle) Dir() string { return b.dir }
 // Close removes the bundle and every container of it from disk. Calls
 // must have finished.
 func (b *Bundle) Close() error {
+	b.stopPool()
 	b.pending.Wait()
 	err := remove(b.dir, b.runtime)
 	b.lock.Close()

@@ -30,6 +30,7 @@ type functionFlags struct {
 	maxOutputBytes int
 	idMapStart     uint32
 	idMapSize      uint32
+	warm           int
 }
 
 func (o *functionFlags) register(f *pflag.FlagSet) {
@@ -41,6 +42,7 @@ func (o *functionFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&o.maxOutputBytes, "max-output-bytes", adaptor.DefaultMaxOutputBytes, "largest response a function may print on stdout")
 	f.Uint32Var(&o.idMapStart, "id-map-start", 100000, "when run as root: first host uid/gid that container ids map to")
 	f.Uint32Var(&o.idMapSize, "id-map-size", 65536, "when run as root: how many container uids/gids are mapped")
+	f.IntVar(&o.warm, "warm", 0, "containers to keep created ahead of calls, so a call only starts one (0: off)")
 }
 
 // defaultCacheDir is under /var/cache for real root (container ids other
@@ -64,6 +66,9 @@ func (o *functionFlags) check() (*bundle.Runtime, error) {
 	}
 	if o.timeout <= 0 {
 		return nil, fmt.Errorf("--timeout %s: must be positive", o.timeout)
+	}
+	if o.warm < 0 {
+		return nil, fmt.Errorf("--warm %d: must not be negative", o.warm)
 	}
 	if o.maxOutputBytes <= 0 {
 		return nil, fmt.Errorf("--max-output-bytes %d: must be positive", o.maxOutputBytes)
@@ -93,7 +98,7 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		log.Info("removed what an earlier run left in the cache directory", "directories", removed)
 	}
 	b, err := bundle.Create(ctx, rt, img.Image(), o.cacheDir, bundle.Options{
-		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network,
+		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network, Warm: o.warm,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot prepare the function image %s: %w", tarball, err)

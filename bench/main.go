@@ -1,0 +1,119 @@
+// Command bench measures what a call through ocifn costs, next to the same
+// function run directly on the host (the floor) and through `podman run`
+// (what users do today), on the same machine in the same run. It prints
+// Markdown tables that can be pasted into an issue, with the command line
+// that produced them. It is a benchmark, not a test: nothing passes or fails.
+//
+//	go run ./bench [-functions trivial,labelizer] [-clients 1,4,16] [-duration 3s]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containers/storage/pkg/reexec"
+)
+
+type config struct {
+	ocifn     string
+	images    string
+	functions []string
+	clients   []int
+	duration  time.Duration
+	maxCalls  int
+	warm      int
+	podman    bool
+	startup   bool
+	bigMB     int
+}
+
+func main() {
+	// The floor's rootfs is unpacked the way ocifn unpacks it, by a
+	// re-executed copy of this binary.
+	if reexec.Init() {
+		return
+	}
+	var c config
+	var functions, clients string
+	flag.StringVar(&c.ocifn, "ocifn", "bin/ocifn", "the ocifn binary")
+	flag.StringVar(&c.images, "images", "testdata/build", "directory of test image tarballs (make testdata)")
+	flag.StringVar(&functions, "functions", "trivial,labelizer", "functions to measure, by testdata name")
+	flag.StringVar(&clients, "clients", "1,4,16", "concurrent clients")
+	flag.DurationVar(&c.duration, "duration", 3*time.Second, "how long each measurement runs")
+	flag.IntVar(&c.maxCalls, "max-calls", 2000, "most calls per measurement")
+	flag.IntVar(&c.warm, "warm", 4, "--warm value for the warm ocifn runs")
+	flag.BoolVar(&c.podman, "podman", true, "also measure podman run --rm -i (skipped if podman is missing)")
+	flag.BoolVar(&c.startup, "startup", true, "also measure startup time")
+	flag.IntVar(&c.bigMB, "big-mb", 100, "size of the large image for the startup measurement, in MB")
+	flag.Parse()
+	c.functions = strings.Split(functions, ",")
+	for _, s := range strings.Split(clients, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			fatalf("-clients %q: want positive integers", clients)
+		}
+		c.clients = append(c.clients, n)
+	}
+	if err := run(context.Background(), c); err != nil {
+		fatalf("%v", err)
+	}
+}
+
+func fatalf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", a...)
+	os.Exit(1)
+}
+
+func run(ctx context.Context, c config) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("run as root: the floor runs each function in a chroot")
+	}
+	work, err := os.MkdirTemp("", "ocifn-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	// Container ids are unprivileged: they must reach the cache below.
+	if err := os.Chmod(work, 0o711); err != nil {
+		return err
+	}
+	ocifn, err := filepath.Abs(c.ocifn)
+	if err != nil {
+		return err
+	}
+	c.ocifn = ocifn
+
+	fmt.Printf("# ocifn benchmark\n\n`%s`\n\n", strings.Join(os.Args, " "))
+	fmt.Printf("%s, %d CPUs, %s; %s; each cell: %s or %d calls.\n\n", hostDescription(), runtime.NumCPU(), crunVersion(), time.Now().UTC().Format(time.RFC3339), c.duration, c.maxCalls)
+
+	var pod *podman
+	if c.podman {
+		if pod, err = newPodman(filepath.Join(work, "podman")); err != nil {
+			fmt.Printf("podman: skipped (%v)\n\n", err)
+		}
+	}
+	for _, fn := range c.functions {
+		if err := benchFunction(ctx, c, work, fn, pod); err != nil {
+			return fmt.Errorf("%s: %w", fn, err)
+		}
+	}
+	if c.startup {
+		return benchStartup(ctx, c, work)
+	}
+	return nil
+}
+
+func hostDescription() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return runtime.GOOS
+	}
+	return "Linux " + strings.TrimSpace(string(b))
+}

@@ -1,0 +1,382 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// result is one measured cell.
+type result struct {
+	calls, errors int
+	p50, p90, p99 time.Duration
+	perSecond     float64
+	cpuPerCall    time.Duration
+	firstError    string
+}
+
+// measure runs call from clients concurrent workers for d or max calls,
+// whichever ends first. cpu reports the CPU time spent by whatever runs the
+// calls.
+func measure(ctx context.Context, call caller, clients int, d time.Duration, max int, cpu func() time.Duration) result {
+	// Warm up: caches, connections, the first container.
+	for i := range clients {
+		_ = call(ctx, i)
+	}
+	var next atomic.Int64
+	lat := make([][]time.Duration, clients)
+	errs := make([]int, clients)
+	var firstErr atomic.Value
+	deadline := time.Now().Add(d)
+	cpu0 := cpu()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) && next.Add(1) <= int64(max) {
+				t := time.Now()
+				err := call(ctx, w)
+				lat[w] = append(lat[w], time.Since(t))
+				if err != nil {
+					errs[w]++
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	used := cpu() - cpu0
+	var all []time.Duration
+	r := result{}
+	for w := range clients {
+		all = append(all, lat[w]...)
+		r.errors += errs[w]
+	}
+	slices.Sort(all)
+	r.calls = len(all)
+	if r.calls == 0 {
+		return r
+	}
+	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
+	r.p50, r.p90, r.p99 = pct(.50), pct(.90), pct(.99)
+	r.perSecond = float64(r.calls) / elapsed.Seconds()
+	r.cpuPerCall = used / time.Duration(r.calls)
+	if e, ok := firstErr.Load().(string); ok {
+		r.firstError = e
+	}
+	return r
+}
+
+// childrenCPU is the CPU time of this process's reaped children.
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+type row struct {
+	mode    string
+	clients int
+	r       result
+}
+
+func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) error {
+	tarballPath, err := filepath.Abs(filepath.Join(c.images, fn+".tar"))
+	if err != nil {
+		return err
+	}
+	reqPath := filepath.Join("testdata", "functions", fn, "request.json")
+	request, err := os.ReadFile(reqPath)
+	if err != nil {
+		return err
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, request); err != nil {
+		return fmt.Errorf("%s: %w", reqPath, err)
+	}
+	input := compact.Bytes()
+	dir, err := os.MkdirTemp(work, fn+"-")
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return err
+	}
+	fl, err := newFloor(ctx, tarballPath, dir, input)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	maxClients := slices.Max(c.clients)
+
+	var rows []row
+	var rss [][2]int64 // idle, peak per server
+	modes := []struct {
+		name  string
+		extra []string
+	}{{"ocifn", nil}, {fmt.Sprintf("ocifn --warm %d", c.warm), []string{"--warm", fmt.Sprint(c.warm)}}}
+	servers := make([]*server, len(modes))
+	for i, m := range modes {
+		cache := filepath.Join(dir, fmt.Sprintf("cache-%d", i))
+		s, err := startServer(c.ocifn, tarballPath, cache, m.extra...)
+		if err != nil {
+			return err
+		}
+		defer s.stop()
+		if err := s.connect(maxClients, request); err != nil {
+			return err
+		}
+		servers[i] = s
+		time.Sleep(200 * time.Millisecond)
+		idle, _ := s.rss()
+		rss = append(rss, [2]int64{idle, 0})
+	}
+	var podFn *podman
+	if pod != nil {
+		if podFn, err = pod.load(tarballPath, input); err != nil {
+			fmt.Printf("podman: skipped for %s (%v)\n\n", fn, err)
+		}
+	}
+	for _, n := range c.clients {
+		rows = append(rows, row{"floor (chroot + exec)", n, measure(ctx, fl.call, n, c.duration, c.maxCalls, childrenCPU)})
+		for i, m := range modes {
+			rows = append(rows, row{m.name, n, measure(ctx, servers[i].call, n, c.duration, c.maxCalls, servers[i].cpu)})
+		}
+		if podFn != nil {
+			// podman is slow: fewer calls keep the run short.
+			rows = append(rows, row{"podman run --rm -i", n, measure(ctx, podFn.call, n, c.duration, max(n*4, 20), childrenCPU)})
+		}
+	}
+	for i := range servers {
+		_, rss[i][1] = servers[i].rss()
+	}
+
+	fmt.Printf("## %s\n\n", fn)
+	fmt.Printf("| mode | clients | calls | errors | p50 | p90 | p99 | calls/s | CPU/call |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		fmt.Printf("| %s | %d | %d | %d | %s | %s | %s | %.0f | %s |\n", r.mode, r.clients, r.r.calls, r.r.errors, ms(r.r.p50), ms(r.r.p90), ms(r.r.p99), r.r.perSecond, ms(r.r.cpuPerCall))
+	}
+	fmt.Println()
+	for _, r := range rows {
+		if r.r.firstError != "" {
+			fmt.Printf("first error of %s with %d clients: %s\n\n", r.mode, r.clients, oneLine(r.r.firstError))
+		}
+	}
+	fmt.Printf("| clients | ocifn p50 − floor p50 | warm p50 − floor p50 | ocifn/floor throughput | warm/floor throughput | podman/ocifn p50 | podman/warm p50 |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, n := range c.clients {
+		get := func(prefix string) result {
+			for _, r := range rows {
+				if r.clients == n && strings.HasPrefix(r.mode, prefix) {
+					return r.r
+				}
+			}
+			return result{}
+		}
+		f, o, w, p := get("floor"), get("ocifn"), get("ocifn --warm"), get("podman")
+		podCold, podWarm := "–", "–"
+		if p.calls > 0 {
+			podCold, podWarm = ratio(p.p50.Seconds(), o.p50.Seconds()), ratio(p.p50.Seconds(), w.p50.Seconds())
+		}
+		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s |\n", n, ms(o.p50-f.p50), ms(w.p50-f.p50),
+			pctOf(o.perSecond, f.perSecond), pctOf(w.perSecond, f.perSecond), podCold, podWarm)
+	}
+	fmt.Println()
+	for i, m := range modes {
+		fmt.Printf("- %s: idle RSS %s, peak RSS %s (both ocifn processes)\n", m.name, mb(rss[i][0]), mb(rss[i][1]))
+	}
+	fmt.Println()
+	return nil
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+func mb(b int64) string         { return fmt.Sprintf("%.1f MB", float64(b)/(1<<20)) }
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1fx", a/b)
+}
+
+func pctOf(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f%%", 100*a/b)
+}
+
+// benchStartup times `ocifn serve` from process start to SERVING, for a
+// small image and a large generated one, next to `tar -xf` of the same
+// layers.
+func benchStartup(ctx context.Context, c config, work string) error {
+	small, err := filepath.Abs(filepath.Join(c.images, "labelizer.tar"))
+	if err != nil {
+		return err
+	}
+	big, layers, err := bigImage(work, filepath.Join(c.images, "trivial.tar"), c.bigMB)
+	if err != nil {
+		return err
+	}
+	smallLayers, err := layerFiles(work, small, "small")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("## startup\n\n| image | ocifn serve to SERVING (median of 3) | tar -xf of the same layers (median of 3) | ratio |\n|---|---:|---:|---:|\n")
+	for _, im := range []struct {
+		name    string
+		tarball string
+		layers  []string
+	}{{"labelizer (small)", small, smallLayers}, {fmt.Sprintf("generated, %d MB", c.bigMB), big, layers}} {
+		var serve, untar []time.Duration
+		for i := range 3 {
+			cache := filepath.Join(work, fmt.Sprintf("startup-%d", i))
+			s, err := startServer(c.ocifn, im.tarball, cache)
+			if err != nil {
+				return err
+			}
+			serve = append(serve, s.started)
+			s.stop()
+			d, err := untarLayers(filepath.Join(work, fmt.Sprintf("untar-%d", i)), im.layers)
+			if err != nil {
+				return err
+			}
+			untar = append(untar, d)
+		}
+		sm, um := median(serve), median(untar)
+		fmt.Printf("| %s | %s | %s | %s |\n", im.name, ms(sm), ms(um), ratio(sm.Seconds(), um.Seconds()))
+	}
+	fmt.Println()
+	return nil
+}
+
+func median(ds []time.Duration) time.Duration {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return ds[len(ds)/2]
+}
+
+// untarLayers extracts layer blobs in order with the system tar.
+func untarLayers(dir string, layers []string) (time.Duration, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	t := time.Now()
+	for _, l := range layers {
+		if out, err := exec.Command("tar", "-xf", l, "-C", dir).CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("tar -xf %s: %v\n%s", l, err, out)
+		}
+	}
+	return time.Since(t), nil
+}
+
+// layerFiles writes the layer blobs of an image tarball to files, as stored
+// (tar -xf detects their compression itself).
+func layerFiles(work, tarballPath, prefix string) ([]string, error) {
+	img, err := tarball.ImageFromPath(tarballPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, l := range layers {
+		rc, err := l.Compressed()
+		if err != nil {
+			return nil, err
+		}
+		p := filepath.Join(work, fmt.Sprintf("%s-layer-%d", prefix, i))
+		f, err := os.Create(p)
+		if err != nil {
+			return nil, err
+		}
+		_, err = io.Copy(f, rc)
+		rc.Close()
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// bigImage writes the base image plus two layers of incompressible data
+// totalling about mb megabytes: one large file, and many small ones.
+func bigImage(work, base string, mbs int) (string, []string, error) {
+	img, err := tarball.ImageFromPath(base, nil)
+	if err != nil {
+		return "", nil, err
+	}
+	total := int64(mbs) << 20
+	for li, spec := range []struct{ files, size int64 }{{1, total * 6 / 10}, {2000, total * 4 / 10 / 2000}} {
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+		tw := tar.NewWriter(zw)
+		_ = tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("data%d/", li), Mode: 0o755, Typeflag: tar.TypeDir})
+		for f := range spec.files {
+			if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("data%d/f%05d", li, f), Mode: 0o644, Size: spec.size, Typeflag: tar.TypeReg}); err != nil {
+				return "", nil, err
+			}
+			if _, err := io.CopyN(tw, rand.Reader, spec.size); err != nil {
+				return "", nil, err
+			}
+		}
+		tw.Close()
+		zw.Close()
+		data := buf.Bytes()
+		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+		if err != nil {
+			return "", nil, err
+		}
+		if img, err = mutate.AppendLayers(img, layer); err != nil {
+			return "", nil, err
+		}
+	}
+	out := filepath.Join(work, "big.tar")
+	ref, _ := name.ParseReference("example.org/bench/big:v1")
+	if err := tarball.WriteToFile(out, ref, img); err != nil {
+		return "", nil, err
+	}
+	layers, err := layerFiles(work, out, "big")
+	return out, layers, err
+}
+
+func crunVersion() string {
+	out, err := exec.Command("crun", "--version").Output()
+	if err != nil {
+		return "crun not found"
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	return first
+}

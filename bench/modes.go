@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/ocifn/ocifn/oci"
+)
+
+// caller makes one call; worker is the index of the client making it.
+type caller func(ctx context.Context, worker int) error
+
+// floor runs the image's entrypoint directly on the host: the unpacked
+// rootfs as a chroot, a plain fork/exec, the request on stdin. No
+// namespaces, no runtime: the cost of the program itself.
+type floor struct {
+	rootfs string
+	args   []string
+	env    []string
+	dir    string
+	input  []byte
+}
+
+func newFloor(ctx context.Context, tarball, dir string, input []byte) (*floor, error) {
+	img, err := oci.Open(tarball)
+	if err != nil {
+		return nil, err
+	}
+	defer img.Close()
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := oci.Unpack(ctx, img.Image(), rootfs); err != nil {
+		return nil, err
+	}
+	cfg := img.ConfigFile().Config
+	f := &floor{rootfs: rootfs, args: append(append([]string{}, cfg.Entrypoint...), cfg.Cmd...), env: cfg.Env, dir: cfg.WorkingDir, input: input}
+	if f.dir == "" {
+		f.dir = "/"
+	}
+	if len(f.env) == 0 {
+		f.env = []string{"PATH=/bin:/usr/bin"}
+	}
+	return f, nil
+}
+
+func (f *floor) call(ctx context.Context, _ int) error {
+	cmd := exec.CommandContext(ctx, f.args[0], f.args[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: f.rootfs}
+	cmd.Dir, cmd.Env = f.dir, f.env
+	cmd.Stdin = bytes.NewReader(f.input)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%v: %s", err, errb.String())
+	}
+	if out.Len() == 0 {
+		return fmt.Errorf("no output")
+	}
+	return nil
+}
+
+// server is a running `ocifn serve` and one gRPC connection per client.
+type server struct {
+	cmd      *exec.Cmd
+	addrConn string
+	conns   []*grpc.ClientConn
+	req     *fnv1.RunFunctionRequest
+	stderr  *bytes.Buffer
+	started time.Duration
+}
+
+var servingLine = regexp.MustCompile(`msg=serving address=(\S+)`)
+
+// startServer starts ocifn serve and waits until it serves; it returns how
+// long that took.
+func startServer(ocifn, tarball, cache string, extra ...string) (*server, error) {
+	args := append([]string{"serve", "--insecure", "--tarball", tarball, "--address", "127.0.0.1:0", "--metrics-address", "", "--cache-dir", cache}, extra...)
+	cmd := exec.Command(ocifn, args...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = pw
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	pw.Close()
+	s := &server{cmd: cmd, stderr: &bytes.Buffer{}}
+	sc := bufio.NewScanner(pr)
+	addr := ""
+	for sc.Scan() {
+		line := sc.Text()
+		s.stderr.WriteString(line + "\n")
+		if m := servingLine.FindStringSubmatch(line); m != nil {
+			addr = m[1]
+			break
+		}
+	}
+	s.started = time.Since(t0)
+	if addr == "" {
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("ocifn serve did not start:\n%s", s.stderr)
+	}
+	// Keep draining the log so the server never blocks on it.
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	s.addrConn = addr
+	return s, nil
+}
+
+func (s *server) connect(n int, request []byte) error {
+	s.req = &fnv1.RunFunctionRequest{}
+	if err := protojson.Unmarshal(request, s.req); err != nil {
+		return err
+	}
+	for range n {
+		conn, err := grpc.NewClient(s.addrConn, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		s.conns = append(s.conns, conn)
+	}
+	return nil
+}
+
+func (s *server) call(ctx context.Context, worker int) error {
+	rsp, err := fnv1.NewFunctionRunnerServiceClient(s.conns[worker%len(s.conns)]).RunFunction(ctx, s.req)
+	if err != nil {
+		return err
+	}
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+			return fmt.Errorf("fatal: %s", r.GetMessage())
+		}
+	}
+	return nil
+}
+
+// pid returns the pid of the process that runs the calls: ocifn re-executes
+// itself in its own namespaces where the host needs it.
+func (s *server) pid() int {
+	pid := s.cmd.Process.Pid
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 1 {
+			if child, err := strconv.Atoi(f[0]); err == nil {
+				return child
+			}
+		}
+	}
+	return pid
+}
+
+// cpu returns the CPU time of the serving process and its reaped children
+// (crun and the functions), in clock ticks converted to a duration.
+func (s *server) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid()))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	var ticks int64
+	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / 100
+}
+
+// rss returns the resident and peak memory of both ocifn processes.
+func (s *server) rss() (now, peak int64) {
+	for _, pid := range uniq(s.cmd.Process.Pid, s.pid()) {
+		n, p := procMemory(pid)
+		now += n
+		peak += p
+	}
+	return now, peak
+}
+
+func uniq(a, b int) []int {
+	if a == b {
+		return []int{a}
+	}
+	return []int{a, b}
+}
+
+func procMemory(pid int) (rss, hwm int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = v << 10
+		case "VmHWM:":
+			hwm = v << 10
+		}
+	}
+	return rss, hwm
+}
+
+func (s *server) stop() {
+	for _, c := range s.conns {
+		c.Close()
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.cmd.Wait()
+}
+
+// podman runs each call as `podman run --rm -i` with the flags that work on
+// these machines (see PLATFORM.md).
+type podman struct {
+	base  []string
+	image string
+	input []byte
+}
+
+func newPodman(dir string) (*podman, error) {
+	if _, err := exec.LookPath("podman"); err != nil {
+		return nil, fmt.Errorf("podman not found: apt-get install podman runc")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		return nil, fmt.Errorf("runc not found: apt-get install runc")
+	}
+	return &podman{base: []string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run"), "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--runtime", "runc"}}, nil
+}
+
+func (p *podman) load(tarball string, input []byte) (*podman, error) {
+	out, err := exec.Command("podman", append(p.base, "load", "-q", "-i", tarball)...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("podman load: %v\n%s", err, out)
+	}
+	// "Loaded image: NAME" or "Loaded image(s): NAME".
+	s := strings.TrimSpace(string(out))
+	name := s[strings.LastIndex(s, " ")+1:]
+	return &podman{base: p.base, image: name, input: input}, nil
+}
+
+func (p *podman) call(ctx context.Context, _ int) error {
+	args := append(append([]string{}, p.base...), "run", "--rm", "-i", "--network", "none",
+		"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", p.image)
+	cmd := exec.CommandContext(ctx, "podman", args...)
+	cmd.Stdin = bytes.NewReader(p.input)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%v: %s", err, errb.String())
+	}
+	if out.Len() == 0 {
+		return fmt.Errorf("no output")
+	}
+	return nil
+}
