@@ -45,6 +45,10 @@ type Function struct {
 	maxOutputBytes int
 	metrics        *Metrics
 	tracer         trace.Tracer
+	cache          *responseCache
+	// cacheTTL, when set, is the TTL of every response, whatever the
+	// function says.
+	cacheTTL time.Duration
 
 	// slots admits at most cap(slots) calls at once; queued counts the
 	// calls waiting for one, up to maxQueue.
@@ -85,6 +89,16 @@ func WithMetrics(m *Metrics) Option { return func(f *Function) { f.metrics = m }
 // not traced at all.
 func WithTracer(t trace.Tracer) Option { return func(f *Function) { f.tracer = t } }
 
+// WithCache keeps responses that carry a meta.ttl, by the request's tag, in
+// at most maxBytes; forceTTL, when not zero, caches every response for that
+// long instead, for functions known to be deterministic.
+func WithCache(maxBytes int, forceTTL time.Duration) Option {
+	return func(f *Function) {
+		f.cache = newResponseCache(maxBytes)
+		f.cacheTTL = forceTTL
+	}
+}
+
 // NewFunction returns a Function that runs calls with r.
 func NewFunction(r Runner, opts ...Option) *Function {
 	f := &Function{runner: r, log: slog.Default(), timeout: DefaultTimeout, maxOutputBytes: DefaultMaxOutputBytes}
@@ -111,8 +125,23 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 		defer span.End()
 	}
 
+	if rsp, ok := f.cached(tag); ok {
+		if f.metrics != nil {
+			f.metrics.calls.WithLabelValues(string(OutcomeOK)).Inc()
+			f.metrics.duration.WithLabelValues(string(OutcomeOK)).Observe(time.Since(received).Seconds())
+		}
+		if span != nil {
+			span.SetAttributes(attribute.Bool("ocifn.cached", true))
+		}
+		f.log.Info("call", "tag", tag, "outcome", OutcomeOK, "cached", true, "duration", time.Since(received).Round(time.Microsecond))
+		return rsp, nil
+	}
+
 	res, err := f.admitAndRun(ctx, req)
 	outcome := res.Outcome
+	if err == nil && outcome == OutcomeOK {
+		f.store(tag, res.Response)
+	}
 	switch {
 	case err != nil && status.Code(err) == grpccodes.ResourceExhausted:
 		outcome = OutcomeRejected
@@ -141,6 +170,34 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 	}
 	f.log.Info("call", attrs...)
 	return res.Response, nil
+}
+
+// cached returns the cached response for a tag, counting hits and misses.
+func (f *Function) cached(tag string) (*fnv1.RunFunctionResponse, bool) {
+	if f.cache == nil || tag == "" {
+		return nil, false
+	}
+	rsp, ok := f.cache.get(tag)
+	if f.metrics != nil {
+		if ok {
+			f.metrics.cacheHits.Inc()
+		} else {
+			f.metrics.cacheMisses.Inc()
+		}
+	}
+	return rsp, ok
+}
+
+// store caches a response for its TTL.
+func (f *Function) store(tag string, rsp *fnv1.RunFunctionResponse) {
+	if f.cache == nil {
+		return
+	}
+	ttl := f.cacheTTL
+	if ttl == 0 {
+		ttl = rsp.GetMeta().GetTtl().AsDuration()
+	}
+	f.cache.put(tag, rsp, ttl)
 }
 
 // Drain waits until every admitted call has been answered.

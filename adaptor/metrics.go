@@ -13,6 +13,8 @@ type Metrics struct {
 	queued         prometheus.Gauge
 	bytesIn        prometheus.Counter
 	bytesOut       prometheus.Counter
+	cacheHits      prometheus.Counter
+	cacheMisses    prometheus.Counter
 }
 
 // Outcomes counted in ocifn_calls_total beyond OutcomeOK and OutcomeFatal.
@@ -60,8 +62,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ocifn_response_bytes_total",
 			Help: "Bytes functions printed on stdout.",
 		}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ocifn_cache_hits_total",
+			Help: "Calls answered from the response cache.",
+		}),
+		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ocifn_cache_misses_total",
+			Help: "Calls with a tag not found in the response cache (only counted while the cache is on).",
+		}),
 	}
-	reg.MustRegister(m.calls, m.duration, m.containerStart, m.inFlight, m.queued, m.bytesIn, m.bytesOut)
+	reg.MustRegister(m.calls, m.duration, m.containerStart, m.inFlight, m.queued, m.bytesIn, m.bytesOut, m.cacheHits, m.cacheMisses)
 	// Every outcome is exported from the start, so a rate() over a counter
 	// that has not moved yet is 0 rather than absent.
 	for _, o := range []Outcome{OutcomeOK, OutcomeFatal, OutcomeError, OutcomeTimeout, OutcomeRejected} {

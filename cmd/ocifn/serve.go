@@ -31,6 +31,9 @@ type serveOptions struct {
 	maxConcurrency int
 	maxQueue       int
 	metricsAddress string
+	cache          bool
+	cacheTTL       time.Duration
+	cacheMaxBytes  int
 	debug          bool
 	logFormat      string
 }
@@ -65,6 +68,9 @@ as JSON on stdin, the response as JSON on stdout.`,
 	f.IntVar(&o.maxConcurrency, "max-concurrency", adaptor.DefaultMaxConcurrency(), "calls running at once (default: 4 per CPU)")
 	f.IntVar(&o.maxQueue, "max-queue", 0, "calls waiting for a slot before new ones are refused with RESOURCE_EXHAUSTED (default: 4 x --max-concurrency)")
 	f.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address to serve Prometheus metrics on, at /metrics (empty: no metrics)")
+	f.BoolVar(&o.cache, "cache", true, "answer a request whose tag was seen before from the response cache while the earlier response's meta.ttl lasts")
+	f.DurationVar(&o.cacheTTL, "cache-ttl", 0, "cache every response for this long, whatever its meta.ttl (only for deterministic functions)")
+	f.IntVar(&o.cacheMaxBytes, "cache-max-bytes", adaptor.DefaultCacheMaxBytes, "size of the response cache; least recently used responses are dropped beyond it")
 	f.BoolVar(&o.debug, "debug", false, "log more")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	return cmd
@@ -93,6 +99,9 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	if o.maxQueue < 0 {
 		return fmt.Errorf("--max-queue %d: must not be negative", o.maxQueue)
+	}
+	if o.cacheTTL < 0 || o.cacheMaxBytes <= 0 {
+		return fmt.Errorf("--cache-ttl %s, --cache-max-bytes %d: want a TTL of 0 or more and a positive size", o.cacheTTL, o.cacheMaxBytes)
 	}
 	if o.maxQueue == 0 {
 		o.maxQueue = 4 * o.maxConcurrency
@@ -150,6 +159,9 @@ func (o *serveOptions) run(ctx context.Context) error {
 		}
 	}()
 	opts := []adaptor.Option{adaptor.WithMetrics(metrics), adaptor.WithConcurrency(o.maxConcurrency, o.maxQueue)}
+	if o.cache {
+		opts = append(opts, adaptor.WithCache(o.cacheMaxBytes, o.cacheTTL))
+	}
 	if tracer != nil {
 		opts = append(opts, adaptor.WithTracer(tracer))
 	}

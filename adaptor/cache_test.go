@@ -1,0 +1,90 @@
+package adaptor
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+func response(t *testing.T, name string, size int) *fnv1.RunFunctionResponse {
+	t.Helper()
+	s, err := structpb.NewStruct(map[string]any{"name": name, "pad": strings.Repeat("x", size)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fnv1.RunFunctionResponse{Desired: &fnv1.State{Resources: map[string]*fnv1.Resource{name: {Resource: s}}}}
+}
+
+func TestResponseCache(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := newResponseCache(3000)
+	c.now = func() time.Time { return now }
+
+	a := response(t, "a", 1000)
+	c.put("a", a, time.Minute)
+	got, ok := c.get("a")
+	if !ok {
+		t.Fatal("miss right after put")
+	}
+	want, _ := proto.MarshalOptions{Deterministic: true}.Marshal(a)
+	have, _ := proto.MarshalOptions{Deterministic: true}.Marshal(got)
+	if string(want) != string(have) {
+		t.Error("a hit is not byte-for-byte the stored response")
+	}
+	if _, ok := c.get("b"); ok {
+		t.Error("another tag got a's response")
+	}
+
+	// Least recently used goes first: a was just read, so b is evicted
+	// when d does not fit.
+	c.put("b", response(t, "b", 1000), time.Minute)
+	c.get("a")
+	c.put("d", response(t, "d", 1000), time.Minute)
+	if _, ok := c.get("b"); ok {
+		t.Error("b should have been evicted")
+	}
+	for _, tag := range []string{"a", "d"} {
+		if _, ok := c.get(tag); !ok {
+			t.Errorf("%s evicted", tag)
+		}
+	}
+	if c.size > c.maxBytes {
+		t.Errorf("size %d over the bound %d", c.size, c.maxBytes)
+	}
+
+	now = now.Add(time.Minute)
+	if _, ok := c.get("a"); ok {
+		t.Error("hit after the TTL ended")
+	}
+	c.put("", a, time.Minute)
+	c.put("z", a, 0)
+	c.put("huge", response(t, "huge", 5000), time.Minute)
+	for _, tag := range []string{"", "z", "huge"} {
+		if _, ok := c.get(tag); ok {
+			t.Errorf("%q cached: empty tags, no TTL and responses larger than the cache are not", tag)
+		}
+	}
+}
+
+func TestRunUsesCache(t *testing.T) {
+	r := &scriptedRunner{stdout: `{"meta": {"ttl": "60s"}, "desired": {}}`}
+	f := NewFunction(r, quiet(), WithCache(1<<20, 0))
+	for i := range 2 {
+		if _, err := f.Run(context.Background(), request(t, req1)); err != nil {
+			t.Fatal(i, err)
+		}
+	}
+	r.stdin = nil
+	if _, err := f.Run(context.Background(), request(t, req1)); err != nil || r.stdin != nil {
+		t.Errorf("third call with the same tag ran the function (err %v)", err)
+	}
+	other := request(t, strings.Replace(req1, `"t1"`, `"t2"`, 1))
+	if _, err := f.Run(context.Background(), other); err != nil || r.stdin == nil {
+		t.Errorf("a call with another tag did not run the function (err %v)", err)
+	}
+}

@@ -1,0 +1,65 @@
+package e2e
+
+import (
+	"bytes"
+	"testing"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+func wire(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestResponseCache: a response with meta.ttl answers later requests with
+// the same tag until the TTL ends; another tag never gets it.
+func TestResponseCache(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("jq-function.tar")})
+	// now changes from call to call: a repeated value proves a cache hit.
+	filter := `{"input": {"filter": "{meta: {ttl: \"60s\"}, desired: .desired, context: {at: (now | tostring)}}"}}`
+	req := func(tag string) *fnv1.RunFunctionRequest {
+		return jsonRequest(t, `{"meta": {"tag": "`+tag+`"}, `+filter[1:])
+	}
+	first := s.call(t, req("tag-a"))
+	second := s.call(t, req("tag-a"))
+	if !bytes.Equal(wire(t, first), wire(t, second)) {
+		t.Errorf("the second call with the same tag was not answered from the cache:\n%v\n%v", first, second)
+	}
+	other := s.call(t, req("tag-b"))
+	if other.GetContext().AsMap()["at"] == first.GetContext().AsMap()["at"] {
+		t.Errorf("a call with another tag got the cached response")
+	}
+	text := scrape(t, s.metricsURL(t))
+	if hits := metricValue(t, text, "ocifn_cache_hits_total"); hits != 1 {
+		t.Errorf("cache hits %v, want 1", hits)
+	}
+	if misses := metricValue(t, text, "ocifn_cache_misses_total"); misses != 2 {
+		t.Errorf("cache misses %v, want 2", misses)
+	}
+}
+
+// TestCacheTTLFlag: --cache-ttl caches responses that carry no TTL, and a
+// cached answer is byte-for-byte what a fresh call gives.
+func TestCacheTTLFlag(t *testing.T) {
+	cached := startServer(t, []string{"--tarball", image("labelizer.tar"), "--cache-ttl", "1m"})
+	fresh := startServer(t, []string{"--tarball", image("labelizer.tar"), "--cache=false"})
+	req := loadRequest(t, "labelizer", "request.json")
+	miss := cached.call(t, req)
+	hit := cached.call(t, req)
+	uncached := fresh.call(t, req)
+	if !bytes.Equal(wire(t, miss), wire(t, hit)) || !bytes.Equal(wire(t, hit), wire(t, uncached)) {
+		t.Errorf("cached and fresh answers differ:\nfresh  %v\ncached %v", uncached, hit)
+	}
+	if hits := metricValue(t, scrape(t, cached.metricsURL(t)), "ocifn_cache_hits_total"); hits != 1 {
+		t.Errorf("cache hits %v, want 1", hits)
+	}
+	if hits := metricValue(t, scrape(t, fresh.metricsURL(t)), "ocifn_cache_hits_total"); hits != 0 {
+		t.Errorf("cache hits with --cache=false: %v", hits)
+	}
+}
