@@ -8,10 +8,13 @@
 #
 # Writes OUTDIR/<function>.tar (docker-archive, what `docker save` gives) for
 # every testdata/functions/<function>/, plus OUTDIR/labelizer.oci.tar
-# (oci-archive) and OUTDIR/labelizer.tgz (gzipped docker-archive). An image is
+# (oci-archive) and OUTDIR/labelizer.tgz (gzipped docker-archive), and
+# OUTDIR/examples/<example>.tar for every examples/<example>/ that has a
+# Dockerfile (the examples' Compositions name these files). An image is
 # rebuilt only when a file of its directory (other than its requests and
-# expectations), a staged piece it copies or this script is newer than its
-# tarball. Builds are reproducible: same inputs, same bytes (--timestamp 0).
+# expectations, *.yaml and *.md files), a staged piece it copies or this
+# script is newer than its tarball. Builds are reproducible: same inputs, same
+# bytes (--timestamp 0).
 #
 # --check also runs every image for real: each layer of the tarball is unpacked
 # into a rootfs and the image's Entrypoint+Cmd, Env and WorkingDir run in it
@@ -195,7 +198,7 @@ pieces_of() { grep -oE '^COPY[[:space:]]+stage/[a-z0-9-]+' "$1" | sed 's|.*stage
 
 # build NAME: (re)build OUTDIR/NAME.tar when out of date; prints one line.
 build() {
-	local name=$1 dir=$FUNCTIONS/$1 tar=$out/$1.tar
+	local name=$1 dir=${2:-$FUNCTIONS/$1} tar=${3:-$out/$1.tar}
 	local log=$logs/$name.log ctx=$cache/ctx/$name
 	local pieces=() stamps=() p start
 	mapfile -t pieces < <(pieces_of "$dir/Dockerfile")
@@ -208,7 +211,7 @@ build() {
 	# Inputs: the function's files (not its requests and expectations, which
 	# only --check reads), this script and the pieces the Dockerfile copies.
 	if [ -f "$tar" ] && [ -z "$(find "$dir" "$SELF" "${stamps[@]}" -newer "$tar" \
-		! -name 'request*' ! -name 'expected*' ! -name normalize.jq -print -quit)" ]; then
+		! -name 'request*' ! -name 'expected*' ! -name normalize.jq ! -name '*.yaml' ! -name '*.md' -print -quit)" ]; then
 		local e ok=1
 		for e in "${extra[@]}"; do [ -f "$e" ] && ! [ "$e" -ot "$tar" ] || ok=0; done
 		if [ $ok = 1 ]; then
@@ -273,6 +276,12 @@ drop_images() {
 }
 trap drop_images EXIT
 for name in "${names[@]}"; do build "$name"; done
+# The examples' function images: OUTDIR/examples/<example>.tar.
+mkdir -p "$out/examples"
+for d in "$REPO_ROOT"/examples/*/; do
+	[ -f "$d/Dockerfile" ] || continue
+	build "example-$(basename "$d")" "${d%/}" "$out/examples/$(basename "$d").tar"
+done
 drop_images
 
 [ $check = 1 ] || exit 0

@@ -84,7 +84,7 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		mode = bundle.IDRange
 	}
 	start := time.Now()
-	img, err := oci.Open(tarball, oci.WithImageName(o.image), oci.WithScratchDir(o.cacheDir))
+	img, err := oci.OpenFunction(tarball, oci.WithImageName(o.image), oci.WithScratchDir(o.cacheDir))
 	if err != nil {
 		if o.image == "" {
 			return nil, fmt.Errorf("%w (choose with --image NAME)", err)

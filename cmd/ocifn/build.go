@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containers/storage/pkg/unshare"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/spf13/cobra"
+
+	"github.com/ocifn/ocifn/host"
+	"github.com/ocifn/ocifn/oci"
+)
+
+type buildOptions struct {
+	from           string
+	image          string
+	output         string
+	packageFile    string
+	name           string
+	runtimeImage   string
+	runtimeTarball string
+	insecure       bool
+}
+
+func newBuildCommand() *cobra.Command {
+	o := &buildOptions{}
+	cmd := &cobra.Command{
+		Use:   "build --from-oci-tarball FILE (--package-file crossplane.yaml | --name NAME) (--runtime-image REF | --runtime-image-tarball FILE) [-o FILE]",
+		Short: "Build a Crossplane Function package (xpkg) from an image tarball",
+		Long: `Build a Crossplane Function package from a function image tarball.
+
+The package is an OCI image: the ocifn runtime image (ocifn and crun; its
+entrypoint is "ocifn serve"), the function image embedded at
+` + oci.FunctionTarball + ` (where "ocifn serve" looks by default), and a last layer
+holding only package.yaml: the Function metadata and any
+CustomResourceDefinitions, from --package-file, or generated from --name.
+
+The function image is checked first: every digest, and every layer unpacked
+into a scratch directory. The package is written as a docker-save tarball,
+what "crossplane xpkg build" writes; push it with "ocifn push".`,
+		Example: `  docker save my-function | gzip > function.tgz
+  ocifn build --from-oci-tarball function.tgz --name function-labels \
+    --runtime-image-tarball build/ocifn-runtime.tar -o function.xpkg
+
+  ocifn build --from-oci-tarball function.tar --package-file crossplane.yaml \
+    --runtime-image registry.example.com/ocifn/runtime:v0.1.0 -o function.xpkg`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.from, "from-oci-tarball", "", "the function image: docker save output (optionally gzipped) or an OCI archive")
+	f.StringVar(&o.image, "image", "", "image to package when the tarball holds several")
+	f.StringVarP(&o.output, "output", "o", "", "where to write the package (default: NAME.xpkg, after the Function's name)")
+	f.StringVar(&o.packageFile, "package-file", "", "package metadata: a YAML stream with one Function (meta.pkg.crossplane.io) and any CustomResourceDefinitions")
+	f.StringVar(&o.name, "name", "", "generate minimal package metadata for a Function of this name")
+	f.StringVar(&o.runtimeImage, "runtime-image", "", "the ocifn runtime image to build on, from a registry")
+	f.StringVar(&o.runtimeTarball, "runtime-image-tarball", "", "the ocifn runtime image to build on, as an image tarball (make image)")
+	f.BoolVar(&o.insecure, "insecure-registry", false, "allow plain HTTP to the registry of --runtime-image")
+	return cmd
+}
+
+func (o *buildOptions) check() error {
+	switch {
+	case o.from == "":
+		return errors.New("--from-oci-tarball is required: the function image tarball (docker save IMAGE | gzip > function.tgz)")
+	case (o.packageFile == "") == (o.name == ""):
+		return errors.New("pass exactly one of --package-file (Function metadata, e.g. crossplane.yaml) and --name (generate minimal metadata)")
+	case (o.runtimeImage == "") == (o.runtimeTarball == ""):
+		return errors.New("pass exactly one of --runtime-image REF and --runtime-image-tarball FILE: the ocifn runtime image the package runs (make image builds build/ocifn-runtime.tar)")
+	}
+	if _, err := os.Stat(o.from); err != nil {
+		return fmt.Errorf("cannot read the function image tarball: %w", err)
+	}
+	return nil
+}
+
+// meta reads or generates package.yaml and validates it.
+func (o *buildOptions) meta() (*oci.PackageMeta, error) {
+	var (
+		data []byte
+		err  error
+		from = "--name"
+	)
+	if o.packageFile != "" {
+		from = o.packageFile
+		if data, err = os.ReadFile(o.packageFile); err != nil {
+			return nil, fmt.Errorf("cannot read the package metadata: %w", err)
+		}
+	} else if data, err = oci.GenerateFunctionMeta(o.name); err != nil {
+		return nil, err
+	}
+	m, err := oci.ParsePackageMeta(data)
+	if err != nil {
+		return nil, fmt.Errorf("invalid package metadata (%s): %w", from, err)
+	}
+	return m, nil
+}
+
+func (o *buildOptions) run(ctx context.Context) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	// Metadata and output are checked before the slow steps, and before
+	// re-executing.
+	meta, err := o.meta()
+	if err != nil {
+		return err
+	}
+	output := o.output
+	if output == "" {
+		output = meta.Function.Name + ".xpkg"
+	}
+	if st, err := os.Stat(filepath.Dir(output)); err != nil || !st.IsDir() {
+		return fmt.Errorf("cannot write the package to %s: its directory does not exist", output)
+	}
+
+	// Unpacking a layer needs root or a user namespace (see oci.Unpack).
+	if code, reexeced, err := enterUserNamespace(); reexeced || err != nil {
+		if err != nil {
+			return err
+		}
+		return exitError{code: code}
+	}
+
+	status := newStatusLine(os.Stderr)
+	defer status.done()
+
+	status.step("reading the function image " + o.from)
+	fn, err := oci.Open(o.from, oci.WithImageName(o.image))
+	if err != nil {
+		if o.image == "" {
+			return fmt.Errorf("%w (choose with --image NAME)", err)
+		}
+		return err
+	}
+	defer fn.Close()
+	if oci.IsPackage(fn.ConfigFile()) {
+		return fmt.Errorf("%s is already an ocifn package; pass the function image tarball itself", o.from)
+	}
+
+	status.step("unpacking the function image to check it")
+	if err := checkUnpacks(ctx, fn.Image()); err != nil {
+		return fmt.Errorf("the function image %s does not unpack: %w", o.from, err)
+	}
+
+	status.step("reading the runtime image")
+	rt, closeRuntime, err := o.runtime(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeRuntime()
+
+	scratch, err := os.MkdirTemp(filepath.Dir(output), ".ocifn-build-")
+	if err != nil {
+		return fmt.Errorf("cannot create a scratch directory next to %s: %w", output, err)
+	}
+	defer os.RemoveAll(scratch)
+	fnTar := filepath.Join(scratch, "function.tar")
+	status.step("writing the function image")
+	if err := oci.WriteFunctionTarball(fn, fnTar); err != nil {
+		return err
+	}
+
+	pkg, err := oci.BuildPackage(oci.PackageInput{
+		Runtime:         rt,
+		FunctionTarball: fnTar,
+		Function:        fn,
+		Meta:            meta,
+		Labels:          map[string]string{oci.LabelBuildVersion: version},
+	})
+	if err != nil {
+		return err
+	}
+	var tag name.Reference
+	if t, err := name.NewTag(meta.Function.Name + ":latest"); err == nil {
+		tag = t
+	}
+	if err := oci.WritePackage(pkg, output, tag, status.bytes("writing "+output)); err != nil {
+		return err
+	}
+	status.done()
+	digest, err := pkg.Digest()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stdout, "built %s: Function %s, function image %s (%s), package %s\n",
+		output, meta.Function.Name, displayName(fn.Name()), fn.Digest(), digest)
+	return nil
+}
+
+func displayName(n string) string {
+	if n == "" {
+		return "unnamed"
+	}
+	return n
+}
+
+// runtime opens the runtime image from the tarball or the registry. The
+// returned function releases it.
+func (o *buildOptions) runtime(ctx context.Context) (v1.Image, func(), error) {
+	if o.runtimeTarball != "" {
+		img, err := oci.Open(o.runtimeTarball)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot read the runtime image: %w", err)
+		}
+		return img.Image(), func() { _ = img.Close() }, nil
+	}
+	var opts []oci.RegistryOption
+	if o.insecure {
+		opts = append(opts, oci.WithInsecureRegistry())
+	}
+	img, err := oci.RemoteImage(ctx, o.runtimeImage, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot get the runtime image: %w", err)
+	}
+	return img, func() {}, nil
+}
+
+// checkUnpacks applies every layer of img to a scratch directory, which
+// verifies each layer against its digests on the way, and removes it.
+func checkUnpacks(ctx context.Context, img v1.Image) error {
+	dir, err := os.MkdirTemp("", "ocifn-build-check-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	var opts []oci.UnpackOption
+	if unshare.IsRootless() {
+		opts = append(opts, oci.WithoutChown())
+	}
+	return oci.Unpack(ctx, img, filepath.Join(dir, "rootfs"), opts...)
+}
+
+// enterUserNamespace re-executes ocifn in a user and mount namespace of its
+// own when it runs unprivileged, so that image layers can be unpacked. It
+// reports whether it did, with the child's exit code.
+func enterUserNamespace() (code int, reexeced bool, err error) {
+	if host.Inside() {
+		return 0, false, host.FinishInside()
+	}
+	if os.Geteuid() == 0 {
+		return 0, false, nil
+	}
+	code, err = host.Reexec(host.Plan{UserNS: true})
+	return code, true, err
+}
+
+// insecureHint explains a failed plain-HTTP registry call.
+func insecureHint(err error, ref string) error {
+	if err != nil && !strings.Contains(ref, "://") && strings.Contains(err.Error(), "http: server gave HTTP response to HTTPS client") {
+		return fmt.Errorf("%w (a plain-HTTP registry needs --insecure-registry)", err)
+	}
+	return err
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ocifn/ocifn/oci"
+)
+
+func newInspectCommand() *cobra.Command {
+	var (
+		insecure bool
+		format   string
+	)
+	cmd := &cobra.Command{
+		Use:   "inspect PACKAGE|REFERENCE",
+		Short: "Show a Function package's metadata, runtime and function image",
+		Long: `Show what a Function package holds: the Function metadata (name,
+annotations, dependencies) and CustomResourceDefinitions of package.yaml, the
+ocifn and crun versions of its runtime, and the embedded function image's
+digest and process (entrypoint, cmd, env, working directory, user).
+
+The package is a file ("ocifn build" output, or any xpkg tarball) or a
+registry reference.`,
+		Example: `  ocifn inspect function.xpkg
+  ocifn inspect -o json registry.example.com/acme/function-labels:v0.1.0`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if format != "text" && format != "json" {
+				return fmt.Errorf("--output %q: want text or json", format)
+			}
+			info, err := inspect(cmd.Context(), args[0], insecure)
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(info)
+			}
+			printPackageInfo(cmd.OutOrStdout(), args[0], info)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&insecure, "insecure-registry", false, "allow plain HTTP to the registry")
+	cmd.Flags().StringVarP(&format, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+func inspect(ctx context.Context, what string, insecure bool) (*oci.PackageInfo, error) {
+	if _, err := os.Stat(what); err == nil {
+		img, err := oci.Open(what)
+		if err != nil {
+			return nil, err
+		}
+		defer img.Close()
+		return oci.InspectPackage(img.Image(), "")
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if strings.HasSuffix(what, ".xpkg") || strings.HasSuffix(what, ".tar") || strings.HasPrefix(what, ".") || strings.HasPrefix(what, "/") {
+		return nil, fmt.Errorf("the package %s does not exist", what)
+	}
+	var opts []oci.RegistryOption
+	if insecure {
+		opts = append(opts, oci.WithInsecureRegistry())
+	}
+	img, err := oci.RemoteImage(ctx, what, opts...)
+	if err != nil {
+		return nil, insecureHint(err, what)
+	}
+	return oci.InspectPackage(img, "")
+}
+
+func printPackageInfo(w io.Writer, what string, info *oci.PackageInfo) {
+	fm := info.Meta.Function
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	list := func(s []string) string {
+		if len(s) == 0 {
+			return "-"
+		}
+		b, _ := json.Marshal(s)
+		return string(b)
+	}
+	or := func(s, d string) string {
+		if s == "" {
+			return d
+		}
+		return s
+	}
+	p("Package:      %s", what)
+	p("Digest:       %s", info.Digest)
+	p("Function:     %s (%s)", fm.Name, fm.APIVersion)
+	for _, k := range sortedKeys(fm.Annotations) {
+		p("  annotation  %s: %s", k, fm.Annotations[k])
+	}
+	for _, k := range sortedKeys(fm.Labels) {
+		p("  label       %s: %s", k, fm.Labels[k])
+	}
+	if fm.Crossplane != "" {
+		p("  crossplane  %s", fm.Crossplane)
+	}
+	if fm.Image != "" {
+		p("  image       %s", fm.Image)
+	}
+	if len(fm.DependsOn) == 0 {
+		p("  dependsOn   -")
+	}
+	for _, d := range fm.DependsOn {
+		p("  dependsOn   %s", d)
+	}
+	for _, c := range info.Meta.CRDs {
+		p("  CRD         %s", c)
+	}
+	where := "no layer annotation: found by scanning the layers"
+	if info.MetaAnnotated {
+		where = oci.AnnotationKey + ": " + oci.PackageAnnotation
+	}
+	p("  metadata    layer %d (%s)", info.MetaLayer+1, where)
+	r := info.Runtime
+	p("Runtime:      ocifn %s (commit %s), crun %s", or(r.OcifnVersion, "unknown"), or(r.OcifnCommit, "unknown"), or(r.CrunVersion, "unknown"))
+	p("  entrypoint  %s %s", list(r.Entrypoint), list(r.Cmd))
+	p("  platform    %s", or(r.Platform, "-"))
+	p("  built by    ocifn %s", or(r.BuiltBy, "unknown"))
+	f := info.Function
+	if f == nil {
+		p("Function image: none (not a package built by ocifn)")
+		return
+	}
+	p("Function image: %s", f.Path)
+	p("  name        %s", or(f.Name, "-"))
+	p("  digest      %s", f.Digest)
+	p("  platform    %s, %d layers", or(f.Platform, "-"), f.Layers)
+	p("  entrypoint  %s", list(f.Entrypoint))
+	p("  cmd         %s", list(f.Cmd))
+	p("  env         %s", list(f.Env))
+	p("  workdir     %s", or(f.WorkingDir, "/"))
+	p("  user        %s", or(f.User, "root (default)"))
+}
+
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

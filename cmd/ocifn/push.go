@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ocifn/ocifn/oci"
+)
+
+func newPushCommand() *cobra.Command {
+	var insecure bool
+	cmd := &cobra.Command{
+		Use:   "push PACKAGE REGISTRY/REPOSITORY:TAG",
+		Short: "Push a Function package to an OCI registry",
+		Long: `Push a package built by "ocifn build" to any OCI registry.
+
+Credentials come from the docker configuration (~/.docker/config.json or
+$DOCKER_CONFIG/config.json, "docker login", credential helpers). As
+"crossplane xpkg push" does, the layer holding package.yaml is annotated
+io.crossplane.xpkg: base in the pushed manifest. Prints the pushed
+reference by digest.`,
+		Example: `  ocifn push function.xpkg registry.example.com/acme/function-labels:v0.1.0
+
+  # A local registry without TLS:
+  ocifn push --insecure-registry function.xpkg 127.0.0.1:5000/function-labels:v0.1.0`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runPush(cmd.Context(), args[0], args[1], insecure)
+		},
+	}
+	cmd.Flags().BoolVar(&insecure, "insecure-registry", false, "allow plain HTTP to the registry (for a local test registry)")
+	return cmd
+}
+
+func runPush(ctx context.Context, pkg, ref string, insecure bool) error {
+	if _, err := os.Stat(pkg); err != nil {
+		return fmt.Errorf("cannot read the package: %w", err)
+	}
+	status := newStatusLine(os.Stderr)
+	defer status.done()
+	opts := []oci.RegistryOption{oci.WithTransferProgress(status.bytes("pushing " + pkg))}
+	if insecure {
+		opts = append(opts, oci.WithInsecureRegistry())
+	}
+	status.step("reading " + pkg)
+	d, err := oci.Push(ctx, pkg, ref, opts...)
+	if err != nil {
+		return insecureHint(err, ref)
+	}
+	status.done()
+	fmt.Fprintln(os.Stdout, d.String())
+	return nil
+}

@@ -1,0 +1,864 @@
+package e2e
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/ocifn/ocifn/host"
+)
+
+// The pod the package runs in: Crossplane's defaults for a Function's
+// Deployment (runAsUser/runAsGroup 2000, runAsNonRoot, privileged false,
+// allowPrivilegeEscalation false) plus what the README's
+// DeploymentRuntimeConfig adds (hostUsers: false, procMount: Unmasked,
+// seccompProfile Unconfined).
+const (
+	podUID        = 2000
+	podHostIDBase = 400000 // hostUsers: false maps the pod's 0..65535 here
+	podIDs        = 65536
+	tlsDir        = "/tls/server" // where Crossplane mounts the server secret
+)
+
+var (
+	runtimeOnce sync.Once
+	runtimeTar  string
+	runtimeErr  error
+)
+
+// runtimeImage builds the runtime image with hack/runtime-image.sh (what
+// `make image` runs) from the ocifn binary under test, once per run.
+func runtimeImage(t *testing.T) string {
+	t.Helper()
+	runtimeOnce.Do(func() {
+		// Next to the test images (ignored by git), replaced on each run.
+		runtimeTar = filepath.Join(images, "ocifn-runtime-e2e.tar")
+		cmd := exec.Command(filepath.Join(repoRoot, "hack", "runtime-image.sh"), runtimeTar)
+		cmd.Env = append(os.Environ(), "OCIFN_BIN="+ocifnBin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			runtimeErr = fmt.Errorf("hack/runtime-image.sh: %v\n%s", err, out)
+		}
+	})
+	if runtimeErr != nil {
+		t.Fatal(runtimeErr)
+	}
+	return runtimeTar
+}
+
+// registry is a running Debian docker-registry (distribution) on loopback.
+type registry struct {
+	addr string
+	log  *syncBuffer
+}
+
+func startRegistry(t *testing.T) *registry {
+	t.Helper()
+	bin, err := exec.LookPath("docker-registry")
+	if err != nil {
+		t.Fatalf("docker-registry (Debian package docker-registry; hack/deps.sh installs it): %v", err)
+	}
+	dir := t.TempDir()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n", filepath.Join(dir, "data"), addr)
+	cfgPath := filepath.Join(dir, "config.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := &registry{addr: addr, log: &syncBuffer{}}
+	cmd := exec.Command(bin, "serve", cfgPath)
+	cmd.Stdout, cmd.Stderr = r.log, r.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rsp, err := http.Get("http://" + addr + "/v2/")
+		if err == nil {
+			rsp.Body.Close()
+			if rsp.StatusCode == http.StatusOK {
+				return r
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("docker-registry exited:\n%s", r.log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("docker-registry did not answer on %s: %v\n%s", addr, err, r.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var pushedRef = regexp.MustCompile(`(?m)^(\S+@sha256:[0-9a-f]{64})$`)
+
+// TestPackageBuildPushRunAsPod builds a Function package from a test
+// function with the real binary, pushes it to a real registry, pulls it
+// back, checks what Crossplane reads from it, and runs it the way a
+// Kubernetes node runs the Function's pod: its filesystem as the container
+// root, its own entrypoint, TLS material mounted as Crossplane mounts it,
+// and the pod security settings the README documents. The function then
+// answers a real mTLS gRPC call from nested rootless containers.
+func TestPackageBuildPushRunAsPod(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test starts the pod's container with crun and must run as root (CI does)")
+	}
+	rt := runtimeImage(t)
+	work := t.TempDir()
+	xpkg := filepath.Join(work, "labelizer.xpkg")
+	out, err := runOcifn(t, "build", "--from-oci-tarball", image("labelizer.tgz"), "--name", "function-labelizer",
+		"--runtime-image-tarball", rt, "-o", xpkg)
+	if err != nil {
+		t.Fatalf("ocifn build: %v\n%s", err, out)
+	}
+	mustContain(t, "build output", out, "built "+xpkg, "Function function-labelizer")
+
+	reg := startRegistry(t)
+	ref := reg.addr + "/functions/labelizer:v0.1.0"
+	out, err = runOcifn(t, "push", "--insecure-registry", xpkg, ref)
+	if err != nil {
+		t.Fatalf("ocifn push: %v\n%s\nregistry log:\n%s", err, out, reg.log)
+	}
+	m := pushedRef.FindStringSubmatch(out)
+	if m == nil || !strings.HasPrefix(m[1], reg.addr+"/functions/labelizer@") {
+		t.Fatalf("ocifn push did not print the reference by digest:\n%s", out)
+	}
+
+	// Pull back by tag, as Crossplane's package manager does.
+	tag, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(m[1], "@"+digest.String()) {
+		t.Errorf("push printed %s, the tag resolves to %s", m[1], digest)
+	}
+	checkPackageLayer(t, img)
+
+	out, err = runOcifn(t, "inspect", "--insecure-registry", "-o", "json", ref)
+	if err != nil {
+		t.Fatalf("ocifn inspect: %v\n%s", err, out)
+	}
+	var info struct {
+		Digest   string
+		Metadata struct{ Function struct{ Name string } }
+		Runtime  struct{ OcifnVersion, CrunVersion string }
+		Function struct {
+			Entrypoint, Cmd []string
+			WorkingDir      string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &info); err != nil {
+		t.Fatalf("inspect -o json: %v\n%s", err, out)
+	}
+	if info.Digest != digest.String() || info.Metadata.Function.Name != "function-labelizer" ||
+		info.Runtime.OcifnVersion != "dev" || !strings.HasPrefix(info.Runtime.CrunVersion, "1.") ||
+		strings.Join(info.Function.Cmd, " ") != "/fn/labelizer.sh" || info.Function.WorkingDir != "/fn" {
+		t.Errorf("inspect: %+v", info)
+	}
+
+	rootfs := unpackPackage(t, img)
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("pod_with_documented_settings_serves_calls", func(t *testing.T) {
+		p := startPod(t, rootfs, cf, podSettings{})
+		req := loadRequest(t, "labelizer", "request.json")
+		want := withTag(loadResponse(t, "labelizer", "expected.json"), req)
+		if d := diff(want, p.call(t, req)); d != "" {
+			t.Errorf("response (-want +got):\n%s\npod log:\n%s", d, p.log)
+		}
+		mustContain(t, "pod log", p.log.String(), "id_mode=single", "tls=true")
+		// The settings are the ones in force: what the kernel says of the
+		// pod's process.
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t0",
+			fmt.Sprintf("Uid:\t%[1]d\t%[1]d\t%[1]d\t%[1]d", podHostIDBase+podUID)} {
+			if !strings.Contains(string(status), want) {
+				t.Errorf("the pod's process does not have %q:\n%s", want, status)
+			}
+		}
+	})
+
+	// Each setting the README calls necessary, taken away alone.
+	t.Run("without_procMount_Unmasked_calls_fail", func(t *testing.T) {
+		p := startPod(t, rootfs, cf, podSettings{maskProc: true})
+		rsp := p.call(t, loadRequest(t, "labelizer", "request.json"))
+		if len(rsp.GetResults()) != 1 || rsp.GetResults()[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL ||
+			!strings.Contains(rsp.GetResults()[0].GetMessage(), "mount `proc`") {
+			t.Errorf("want a Fatal result naming the /proc mount, got %v", rsp.GetResults())
+		}
+	})
+	t.Run("with_RuntimeDefault_seccomp_ocifn_cannot_start", func(t *testing.T) {
+		p := startPodProcess(t, rootfs, cf, podSettings{seccompRuntimeDefault: true})
+		log := p.wait(t)
+		mustContain(t, "pod log", log, "cannot start ocifn in its own namespaces", "operation not permitted")
+	})
+}
+
+// checkPackageLayer checks the layer Crossplane reads: annotated
+// io.crossplane.xpkg: base, holding only package.yaml with one Function.
+func checkPackageLayer(t *testing.T, img v1.Image) {
+	t.Helper()
+	mf, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var base []int
+	for i, l := range mf.Layers {
+		if l.Annotations["io.crossplane.xpkg"] == "base" {
+			base = append(base, i)
+		}
+	}
+	if len(base) != 1 || base[0] != len(mf.Layers)-1 {
+		t.Fatalf("layers annotated io.crossplane.xpkg: base: %v of %d, want exactly the last", base, len(mf.Layers))
+	}
+	l, err := img.LayerByDigest(mf.Layers[base[0]].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := l.Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	var files []string
+	var pkg []byte
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, h.Name)
+		if h.Name == "package.yaml" {
+			if pkg, err = io.ReadAll(tr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(files) != 1 || files[0] != "package.yaml" {
+		t.Fatalf("the base layer holds %v, want only package.yaml", files)
+	}
+	var fn struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	}
+	text := strings.TrimPrefix(string(pkg), "---\n")
+	if err := yaml.Unmarshal([]byte(text), &fn); err != nil {
+		t.Fatalf("package.yaml: %v\n%s", err, pkg)
+	}
+	if fn.APIVersion != "meta.pkg.crossplane.io/v1" || fn.Kind != "Function" || fn.Metadata.Name != "function-labelizer" {
+		t.Errorf("package.yaml: %+v\n%s", fn, pkg)
+	}
+}
+
+// unpackPackage flattens the package image into a root filesystem, as a
+// node's snapshotter would, owned by the pod's ids (hostUsers: false).
+func unpackPackage(t *testing.T, img v1.Image) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ocifn-e2e-pod-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// The pod's ids are unprivileged on the host and must reach the root.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	cmd := exec.Command("tar", "-x", "-p", "--numeric-owner", "-C", rootfs)
+	cmd.Stdin = rc
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("tar -x: %v\n%s", err, out)
+	}
+	err = filepath.Walk(rootfs, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		return os.Lchown(p, int(st.Uid)+podHostIDBase, int(st.Gid)+podHostIDBase)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rootfs
+}
+
+// podSettings are departures from the documented pod settings.
+type podSettings struct {
+	// maskProc is procMount: Default: /proc paths masked and read-only.
+	maskProc bool
+	// seccompRuntimeDefault applies the namespace rules of the container
+	// runtimes' default seccomp profile.
+	seccompRuntimeDefault bool
+}
+
+// pod is the Function's container, run by crun as a node would run it.
+type pod struct {
+	id, state string
+	log       *syncBuffer
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	conn      *grpc.ClientConn
+}
+
+var podServing = regexp.MustCompile(`msg=serving address=\S+`)
+
+// startPod starts the pod and connects to it over mTLS once it serves.
+func startPod(t *testing.T, rootfs string, cf *v1.ConfigFile, s podSettings) *pod {
+	t.Helper()
+	p := startPodProcess(t, rootfs, cf, s)
+	deadline := time.After(60 * time.Second)
+	for !podServing.MatchString(p.log.String()) {
+		select {
+		case <-p.exited:
+			t.Fatalf("the pod exited before serving:\n%s", p.log)
+		case <-deadline:
+			t.Fatalf("the pod did not serve within 60s:\n%s", p.log)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	pid := p.pid(t)
+	creds := credentials.NewTLS(p.clientTLS(t))
+	conn, err := grpc.NewClient("passthrough:///127.0.0.1:9443",
+		grpc.WithTransportCredentials(creds),
+		grpc.WithContextDialer(dialInNetns(fmt.Sprintf("/proc/%d/ns/net", pid))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.conn = conn
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rsp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || rsp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health check over mTLS: %v %v\n%s", rsp.GetStatus(), err, p.log)
+	}
+	return p
+}
+
+// startPodProcess writes the TLS material and the runtime config and
+// starts crun, without waiting.
+func startPodProcess(t *testing.T, rootfs string, cf *v1.ConfigFile, s podSettings) *pod {
+	t.Helper()
+	bundle := filepath.Dir(rootfs)
+	id := fmt.Sprintf("ocifn-e2e-pod-%d", time.Now().UnixNano())
+	p := &pod{id: id, state: filepath.Join(bundle, "state-"+id), log: &syncBuffer{}, exited: make(chan struct{})}
+	certs := filepath.Join(bundle, "tls-"+id)
+	writeTLS(t, certs)
+	spec := podSpec(rootfs, certs, cf, s)
+	data, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// crun 1.8 refuses a hybrid cgroup host (PLATFORM.md); the pod's crun
+	// runs in a private mount namespace without the cgroup2 mount, which
+	// leaves the host as it is.
+	script := `exec crun --cgroup-manager=disabled --root "$1" run --bundle "$2" "$3"`
+	cg, err := host.DetectCgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cg.NeedsMask() {
+		script = `umount -l "$4" && ` + script
+	}
+	p.cmd = exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", p.state, bundle, id, cg.Unified)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+// podSpec is the runtime config a Kubernetes node (containerd) gives the
+// Function's container with the documented pod settings.
+func podSpec(rootfs, certs string, cf *v1.ConfigFile, s podSettings) *rspec.Spec {
+	env := append(append([]string{}, cf.Config.Env...), "HOSTNAME=function-labelizer", "TLS_SERVER_CERTS_DIR="+tlsDir)
+	wd := cf.Config.WorkingDir
+	if wd == "" {
+		wd = "/"
+	}
+	spec := &rspec.Spec{
+		Version:  "1.0.2",
+		Hostname: "function-labelizer",
+		Root:     &rspec.Root{Path: rootfs},
+		Process: &rspec.Process{
+			// The image's own entrypoint, no arguments: as Crossplane runs it.
+			Args: append(append([]string{}, cf.Config.Entrypoint...), cf.Config.Cmd...),
+			Env:  env,
+			Cwd:  wd,
+			// runAsUser/runAsGroup 2000 (Crossplane's default);
+			// capabilities: drop: [ALL].
+			User:         rspec.User{UID: podUID, GID: podUID},
+			Capabilities: &rspec.LinuxCapabilities{},
+			// allowPrivilegeEscalation: false.
+			NoNewPrivileges: true,
+			Rlimits:         []rspec.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 4096, Soft: 4096}},
+		},
+		Mounts: []rspec.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+			// The TLS server secret, read-only, as Crossplane mounts it.
+			{Destination: tlsDir, Type: "bind", Source: certs, Options: []string{"rbind", "ro"}},
+		},
+		Linux: &rspec.Linux{
+			// hostUsers: false: the pod has a user namespace of its own.
+			UIDMappings: []rspec.LinuxIDMapping{{ContainerID: 0, HostID: podHostIDBase, Size: podIDs}},
+			GIDMappings: []rspec.LinuxIDMapping{{ContainerID: 0, HostID: podHostIDBase, Size: podIDs}},
+			Namespaces: []rspec.LinuxNamespace{
+				{Type: rspec.PIDNamespace}, {Type: rspec.IPCNamespace}, {Type: rspec.UTSNamespace},
+				{Type: rspec.MountNamespace}, {Type: rspec.NetworkNamespace}, {Type: rspec.CgroupNamespace},
+				{Type: rspec.UserNamespace},
+			},
+		},
+	}
+	if s.maskProc {
+		// procMount: Default, what the runtime masks and makes read-only.
+		spec.Linux.MaskedPaths = []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap"}
+		spec.Linux.ReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+	}
+	if s.seccompRuntimeDefault {
+		spec.Linux.Seccomp = runtimeDefaultNamespaceRules()
+	}
+	return spec
+}
+
+// runtimeDefaultNamespaceRules are the rules of containerd's and Docker's
+// default seccomp profile (RuntimeDefault) that concern namespaces: for a
+// process without CAP_SYS_ADMIN, clone may not create namespaces, unshare,
+// setns and mount are refused, and clone3 reports ENOSYS so that callers
+// fall back to clone. Everything else is allowed here.
+func runtimeDefaultNamespaceRules() *rspec.LinuxSeccomp {
+	eperm, enosys := uint(unix.EPERM), uint(unix.ENOSYS)
+	nsFlags := uint64(unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP)
+	s := &rspec.LinuxSeccomp{
+		DefaultAction: rspec.ActAllow,
+		Architectures: []rspec.Arch{rspec.ArchX86_64, rspec.ArchX86, rspec.ArchX32, rspec.ArchAARCH64},
+		Syscalls: []rspec.LinuxSyscall{
+			{Names: []string{"unshare", "setns", "mount", "umount2", "pivot_root"}, Action: rspec.ActErrno, ErrnoRet: &eperm},
+			{Names: []string{"clone3"}, Action: rspec.ActErrno, ErrnoRet: &enosys},
+		},
+	}
+	for bit := uint64(1); bit != 0; bit <<= 1 {
+		if nsFlags&bit != 0 {
+			s.Syscalls = append(s.Syscalls, rspec.LinuxSyscall{
+				Names: []string{"clone"}, Action: rspec.ActErrno, ErrnoRet: &eperm,
+				Args: []rspec.LinuxSeccompArg{{Index: 0, Value: bit, ValueTwo: bit, Op: rspec.OpMaskedEqual}},
+			})
+		}
+	}
+	return s
+}
+
+// pid is the pod's init process on the host.
+func (p *pod) pid(t *testing.T) int {
+	t.Helper()
+	out, err := exec.Command("crun", "--root", p.state, "state", p.id).Output()
+	if err != nil {
+		t.Fatalf("crun state: %v\n%s", err, p.log)
+	}
+	var st rspec.State
+	if err := json.Unmarshal(out, &st); err != nil || st.Pid == 0 {
+		t.Fatalf("crun state: %v %s", err, out)
+	}
+	return st.Pid
+}
+
+// wait waits for the pod to exit by itself and returns its log.
+func (p *pod) wait(t *testing.T) string {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the pod still runs after 60s:\n%s", p.log)
+	}
+	return p.log.String()
+}
+
+// call sends a v1 RunFunction request over the pod's mTLS connection.
+func (p *pod) call(t *testing.T, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rsp, err := fnv1.NewFunctionRunnerServiceClient(p.conn).RunFunction(ctx, req)
+	if err != nil {
+		t.Fatalf("RunFunction: %v\npod log:\n%s", err, p.log)
+	}
+	return rsp
+}
+
+// stop sends SIGTERM to the pod, as the kubelet does, and removes it.
+func (p *pod) stop(t *testing.T) {
+	if p.conn != nil {
+		p.conn.Close()
+	}
+	select {
+	case <-p.exited:
+	default:
+		_ = exec.Command("crun", "--root", p.state, "kill", p.id, "TERM").Run()
+		select {
+		case <-p.exited:
+		case <-time.After(30 * time.Second):
+			t.Errorf("the pod did not stop within 30s of SIGTERM:\n%s", p.log)
+			_ = exec.Command("crun", "--root", p.state, "kill", p.id, "KILL").Run()
+			<-p.exited
+		}
+	}
+	_ = exec.Command("crun", "--root", p.state, "delete", "--force", p.id).Run()
+	_ = os.RemoveAll(p.state)
+}
+
+// dialInNetns dials from inside the network namespace at nsPath (the pod's):
+// the socket is created by a thread that entered the namespace, and stays
+// in it.
+func dialInNetns(nsPath string) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		type result struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			runtime.LockOSThread()
+			orig, err := os.Open("/proc/thread-self/ns/net")
+			if err != nil {
+				runtime.UnlockOSThread()
+				ch <- result{nil, err}
+				return
+			}
+			defer orig.Close()
+			target, err := os.Open(nsPath)
+			if err != nil {
+				runtime.UnlockOSThread()
+				ch <- result{nil, err}
+				return
+			}
+			defer target.Close()
+			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+				runtime.UnlockOSThread()
+				ch <- result{nil, fmt.Errorf("setns %s: %w", nsPath, err)}
+				return
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", addr)
+			// A thread that cannot go back stays locked and ends with
+			// this goroutine.
+			if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread()
+			}
+			ch <- result{c, err}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}
+}
+
+// tlsMaterial is the CA and client certificate of one pod's TLS.
+var tlsMaterial sync.Map // certs dir -> *tls.Config
+
+// writeTLS writes what Crossplane puts in the Function's server secret:
+// tls.crt, tls.key and ca.crt, and keeps a client configuration with a
+// client certificate of the same CA, as Crossplane's own.
+func writeTLS(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ocifn-e2e-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	leaf := func(cn string, serial int64, usage x509.ExtKeyUsage, ips []net.IP) ([]byte, *ecdsa.PrivateKey) {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: ips, DNSNames: []string{cn},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der, key
+	}
+	srvDER, srvKey := leaf("function-labelizer", 2, x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
+	cliDER, cliKey := leaf("crossplane", 3, x509.ExtKeyUsageClientAuth, nil)
+	pemOf := func(typ string, der []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}) }
+	keyPEM := func(k *ecdsa.PrivateKey) []byte {
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pemOf("PRIVATE KEY", der)
+	}
+	// Secret volumes are world-readable (defaultMode 0644) and owned by the
+	// pod's root.
+	for n, b := range map[string][]byte{"tls.crt": pemOf("CERTIFICATE", srvDER), "tls.key": keyPEM(srvKey), "ca.crt": pemOf("CERTIFICATE", caDER)} {
+		p := filepath.Join(dir, n)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, podHostIDBase, podHostIDBase); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	cert, err := tls.X509KeyPair(pemOf("CERTIFICATE", cliDER), keyPEM(cliKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsMaterial.Store(dir, &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12})
+}
+
+// clientTLS is the client side of the pod's TLS material.
+func (p *pod) clientTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	c, ok := tlsMaterial.Load(filepath.Join(filepath.Dir(p.state), "tls-"+p.id))
+	if !ok {
+		t.Fatal("no TLS material for the pod")
+	}
+	return c.(*tls.Config).Clone()
+}
+
+// TestBuildAsUnprivilegedUser builds a package as a user without any
+// privilege: the layers are unpacked for the check inside a user namespace
+// ocifn makes for itself, and the package belongs to the user.
+func TestBuildAsUnprivilegedUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test creates a user and must run as root (CI does)")
+	}
+	rt := runtimeImage(t)
+	u := testUser(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	home, err := os.MkdirTemp("", "ocifn-e2e-build-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	for src, dst := range map[string]string{image("labelizer.oci.tar"): "function.tar", rt: "runtime.tar"} {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(home, dst), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(home, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	xpkg := filepath.Join(home, "function.xpkg")
+	cmd := exec.Command(ocifnBin, "build", "--from-oci-tarball", filepath.Join(home, "function.tar"), "--name", "function-labelizer",
+		"--runtime-image-tarball", filepath.Join(home, "runtime.tar"), "-o", xpkg)
+	cmd.Dir = home
+	cmd.Env = append(os.Environ(), "HOME="+home, "TMPDIR="+home)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ocifn build as %s: %v\n%s", u.Username, err, out)
+	}
+	fi, err := os.Stat(xpkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != uid {
+		t.Errorf("the package belongs to uid %d, want the user's %d", st.Uid, uid)
+	}
+	// The OCI archive was normalized to a docker-save tarball inside; the
+	// package still serves the same function.
+	text, err := runOcifn(t, "inspect", xpkg)
+	if err != nil {
+		t.Fatalf("ocifn inspect: %v\n%s", err, text)
+	}
+	mustContain(t, "inspect", text, "Function:     function-labelizer", `cmd         ["/fn/labelizer.sh"]`, "workdir     /fn")
+	s := startServer(t, []string{"--tarball", xpkg})
+	req := loadRequest(t, "labelizer", "request.json")
+	if d := diff(withTag(loadResponse(t, "labelizer", "expected.json"), req), s.call(t, req)); d != "" {
+		t.Errorf("serving the package file (-want +got):\n%s", d)
+	}
+}
+
+// TestBuildRefuses checks that bad metadata and bad images are refused with
+// a message that names the problem, and that nothing is written.
+func TestBuildRefuses(t *testing.T) {
+	rt := runtimeImage(t)
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fn := "apiVersion: meta.pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: function-a\n"
+	lab, err := os.ReadFile(image("labelizer.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	truncated := write("truncated.tar", string(lab[:len(lab)/2]))
+	// A layer whose bytes do not match its digest: flip a byte in the
+	// middle of the largest layer.
+	corrupt := append([]byte{}, lab...)
+	corrupt[len(corrupt)/2] ^= 0xff
+	corruptPath := write("corrupt.tar", string(corrupt))
+
+	cases := map[string]struct {
+		args []string
+		want []string
+	}{
+		"two_functions": {
+			args: []string{"--package-file", write("two.yaml", fn+"---\n"+strings.Replace(fn, "function-a", "function-b", 1))},
+			want: []string{"document 2 (Function function-b", "exactly one Function"},
+		},
+		"a_deployment": {
+			args: []string{"--package-file", write("deploy.yaml", fn+"---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n")},
+			want: []string{"document 2 (Deployment web, apps/v1) cannot be in a Function package"},
+		},
+		"no_function": {
+			args: []string{"--package-file", write("none.yaml", "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: x.example.org\n")},
+			want: []string{"no Function object"},
+		},
+		"bad_yaml": {
+			args: []string{"--package-file", write("bad.yaml", fn+"---\nkind: [\n")},
+			want: []string{"document 2 is not a valid YAML object"},
+		},
+		"bad_name": {
+			args: []string{"--name", "Not_A_Name"},
+			want: []string{`function name "Not_A_Name"`},
+		},
+		"truncated_image": {
+			args: []string{"--name", "function-a", "--from-oci-tarball", truncated},
+			want: []string{"truncated"},
+		},
+		"corrupt_layer": {
+			args: []string{"--name", "function-a", "--from-oci-tarball", corruptPath},
+			want: []string{"mismatch"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			out := filepath.Join(dir, name+".xpkg")
+			args := append([]string{"build", "--runtime-image-tarball", rt, "-o", out}, tc.args...)
+			if !slices.Contains(tc.args, "--from-oci-tarball") {
+				args = append(args, "--from-oci-tarball", image("labelizer.tar"))
+			}
+			got, err := runOcifn(t, args...)
+			if err == nil {
+				t.Fatalf("ocifn build succeeded:\n%s", got)
+			}
+			mustContain(t, "ocifn build output", got, tc.want...)
+			if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s was written (%v)", out, err)
+			}
+		})
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+}

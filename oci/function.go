@@ -1,0 +1,288 @@
+package oci
+
+import (
+	"archive/tar"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+const (
+	errNotPackage     = "the image is not an ocifn package (its config has no %s label)"
+	errNoFunctionFile = "the package has no %s in any layer"
+	errNoPackageFile  = "the image has no " + PackageFile + " (neither in a layer annotated " + AnnotationKey + ": " + PackageAnnotation + " nor at the root of any layer)"
+	maxPackageYAML    = 64 << 20
+)
+
+// OpenFunction opens the function image in a tarball: the image itself, as
+// Open reads it, or, when the tarball is an ocifn package (`ocifn build`
+// output, or a package pulled with Pull), the function image the package
+// embeds at FunctionTarball. The options apply as for Open; the embedded
+// tarball is copied to the scratch directory (an unlinked file).
+func OpenFunction(path string, opts ...OpenOption) (*Image, error) {
+	img, err := Open(path, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if !IsPackage(img.ConfigFile()) {
+		return img, nil
+	}
+	defer img.Close()
+	o := openOptions{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	fn, err := FunctionFromPackage(img.Image(), o.scratchDir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the function image of package %q: %w", path, err)
+	}
+	return fn, nil
+}
+
+// IsPackage reports whether an image config is that of an ocifn package.
+func IsPackage(cf *v1.ConfigFile) bool {
+	return cf != nil && cf.Config.Labels[LabelFunction] != ""
+}
+
+// FunctionFromPackage reads the function image embedded in an ocifn
+// package image (from a tarball or a registry). The embedded tarball is
+// copied into an unlinked file in scratchDir (default os.TempDir()), which
+// the returned Image's Close frees. The layer it comes from is checked
+// against its digest and diff_id.
+func FunctionFromPackage(pkg v1.Image, scratchDir string) (*Image, error) {
+	cf, err := pkg.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the package config: %w", err)
+	}
+	if !IsPackage(cf) {
+		return nil, fmt.Errorf(errNotPackage, LabelFunction)
+	}
+	want := cleanName(cf.Config.Labels[LabelFunction])
+	layers, err := pkg.Layers()
+	if err != nil {
+		return nil, fmt.Errorf("cannot list the package's layers: %w", err)
+	}
+	if len(layers) != len(cf.RootFS.DiffIDs) {
+		return nil, fmt.Errorf(errLayerCount, len(layers), len(cf.RootFS.DiffIDs))
+	}
+	if scratchDir == "" {
+		scratchDir = os.TempDir()
+	}
+	// The topmost layer that has the file is the one that counts.
+	for i := len(layers) - 1; i >= 0; i-- {
+		f, found, err := extractFromLayer(layers[i], cf.RootFS.DiffIDs[i], want, scratchDir)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d/%d: %w", i+1, len(layers), err)
+		}
+		if !found {
+			continue
+		}
+		img, err := openScratch(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", "/"+want, err)
+		}
+		return img, nil
+	}
+	return nil, fmt.Errorf(errNoFunctionFile, "/"+want)
+}
+
+// openScratch opens the image tarball in an (unlinked) file, decompressing
+// it to another one if needed.
+func openScratch(f *os.File) (*Image, error) {
+	magic := make([]byte, magicLen)
+	n, _ := f.ReadAt(magic, 0)
+	if detectCompression(magic[:n]) != uncompressed {
+		plain, err := decompressToScratch(f, "")
+		_ = f.Close()
+		if err != nil {
+			return nil, err
+		}
+		f = plain
+	}
+	idx, err := indexTar(f)
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	img, err := openImage(idx, "")
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	img.file = f
+	return img, nil
+}
+
+// extractFromLayer looks for the regular file name in a layer and copies
+// it into a new unlinked file in dir. The whole layer is read either way,
+// so that its digests can be checked.
+func extractFromLayer(l v1.Layer, diffID v1.Hash, name, dir string) (*os.File, bool, error) {
+	var out *os.File
+	found, err := scanLayer(l, diffID, func(hdr *tar.Header, r io.Reader) (bool, error) {
+		if cleanName(hdr.Name) != name || (hdr.Typeflag != tar.TypeReg) {
+			return false, nil
+		}
+		f, err := os.CreateTemp(dir, "ocifn-function-*.tar")
+		if err != nil {
+			return false, fmt.Errorf("cannot create a scratch file: %w", err)
+		}
+		if err := os.Remove(f.Name()); err != nil {
+			_ = f.Close()
+			return false, err
+		}
+		if _, err := io.Copy(f, r); err != nil {
+			_ = f.Close()
+			return false, fmt.Errorf("cannot copy %s: %w", name, err)
+		}
+		out = f
+		return true, nil
+	})
+	if err != nil || !found {
+		if out != nil {
+			_ = out.Close()
+		}
+		return nil, false, err
+	}
+	return out, true, nil
+}
+
+// readFromLayer returns the content of the regular file name in a layer,
+// if it has it (at most limit bytes).
+func readFromLayer(l v1.Layer, diffID v1.Hash, name string, limit int64) ([]byte, bool, error) {
+	var data []byte
+	found, err := scanLayer(l, diffID, func(hdr *tar.Header, r io.Reader) (bool, error) {
+		if cleanName(hdr.Name) != name || hdr.Typeflag != tar.TypeReg {
+			return false, nil
+		}
+		if hdr.Size > limit {
+			return false, fmt.Errorf("%s is "+errTooBig, name, limit)
+		}
+		b, err := io.ReadAll(r)
+		data = b
+		return true, err
+	})
+	return data, found, err
+}
+
+// scanLayer calls visit on each entry of the layer until it returns true,
+// then reads the rest of the layer and checks its digest and diff_id.
+func scanLayer(l v1.Layer, diffID v1.Hash, visit func(*tar.Header, io.Reader) (bool, error)) (bool, error) {
+	digest, err := l.Digest()
+	if err != nil {
+		return false, err
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return false, fmt.Errorf("cannot open layer %s: %w", digest, err)
+	}
+	defer rc.Close()
+	blobHash := sha256.New()
+	blob := io.TeeReader(rc, blobHash)
+	dec, err := decompress(blob)
+	if err != nil {
+		return false, fmt.Errorf("cannot decompress layer %s: %w", digest, err)
+	}
+	defer dec.Close()
+	tarHash := sha256.New()
+	tr := tar.NewReader(io.TeeReader(dec, tarHash))
+	found := false
+	for !found {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return false, fmt.Errorf("cannot read layer %s: %w", digest, err)
+		}
+		if found, err = visit(hdr, tr); err != nil {
+			return false, fmt.Errorf("layer %s: %w", digest, err)
+		}
+	}
+	if _, err := io.Copy(io.Discard, io.TeeReader(dec, tarHash)); err != nil {
+		return false, fmt.Errorf("cannot read layer %s: %w", digest, err)
+	}
+	if _, err := io.Copy(io.Discard, blob); err != nil {
+		return false, fmt.Errorf("cannot read layer %s: %w", digest, err)
+	}
+	if digest != diffID {
+		if err := checkHash(blobHash, digest, errLayerDigest); err != nil {
+			return false, fmt.Errorf("layer %s: %w", digest, err)
+		}
+	}
+	if err := checkHash(tarHash, diffID, errLayerDiffID); err != nil {
+		return false, fmt.Errorf("layer %s: %w", digest, err)
+	}
+	return found, nil
+}
+
+// PackageYAML returns the package.yaml of a package image and the index
+// of the layer it came from: the layer annotated io.crossplane.xpkg: base
+// in the manifest (a pushed package) or in the config's layer labels (a
+// package tarball), and, failing both, the topmost layer with a
+// package.yaml at its root. annotated says which of the first two found it.
+func PackageYAML(img v1.Image) (data []byte, layer int, annotated bool, err error) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("cannot read the image config: %w", err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("cannot list the image's layers: %w", err)
+	}
+	if len(layers) != len(cf.RootFS.DiffIDs) {
+		return nil, 0, false, fmt.Errorf(errLayerCount, len(layers), len(cf.RootFS.DiffIDs))
+	}
+	i, err := PackageLayerIndex(img)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if i >= 0 {
+		data, found, err := readFromLayer(layers[i], cf.RootFS.DiffIDs[i], PackageFile, maxPackageYAML)
+		if err != nil {
+			return nil, i, true, err
+		}
+		if !found {
+			return nil, i, true, fmt.Errorf("layer %d is annotated %s: %s but has no %s at its root", i+1, AnnotationKey, PackageAnnotation, PackageFile)
+		}
+		return data, i, true, nil
+	}
+	for i := len(layers) - 1; i >= 0; i-- {
+		data, found, err := readFromLayer(layers[i], cf.RootFS.DiffIDs[i], PackageFile, maxPackageYAML)
+		if err != nil {
+			return nil, i, false, err
+		}
+		if found {
+			return data, i, false, nil
+		}
+	}
+	return nil, -1, false, errors.New(errNoPackageFile)
+}
+
+// PackageLayerIndex returns the index of the layer that the manifest
+// annotates io.crossplane.xpkg: base, or else the one the config labels so
+// (see LayerLabel); -1 if neither does.
+func PackageLayerIndex(img v1.Image) (int, error) {
+	m, err := img.Manifest()
+	if err != nil {
+		return -1, fmt.Errorf("cannot read the manifest: %w", err)
+	}
+	for i, l := range m.Layers {
+		if l.Annotations[AnnotationKey] == PackageAnnotation {
+			return i, nil
+		}
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return -1, fmt.Errorf("cannot read the image config: %w", err)
+	}
+	for i, l := range m.Layers {
+		if cf.Config.Labels[LayerLabel(l.Digest.String())] == PackageAnnotation {
+			return i, nil
+		}
+	}
+	return -1, nil
+}

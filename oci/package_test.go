@@ -1,0 +1,312 @@
+package oci
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// pkgTestTar is a tar of regular files (name -> content), in name order.
+func pkgTestTar(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: n, Mode: 0o755, Size: int64(len(files[n]))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(files[n])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// pkgTestImage is a one-layer image with an uncompressed layer, as
+// `buildah push docker-archive:` writes them.
+func pkgTestImage(t *testing.T, files map[string]string, cfg v1.Config) v1.Image {
+	t.Helper()
+	img, err := mutate.AppendLayers(empty.Image, static.NewLayer(pkgTestTar(t, files), types.DockerUncompressedLayer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture, cf.Config = "linux", "amd64", cfg
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// layerEntries lists a layer's entries and the content of its files.
+func layerEntries(t *testing.T, l v1.Layer) ([]string, map[string][]byte) {
+	t.Helper()
+	rc, err := l.Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var names []string
+	content := map[string][]byte{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return names, content
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+		if h.Typeflag == tar.TypeReg {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			content[h.Name] = b
+		}
+	}
+}
+
+// TestPackageLayout builds a package from a runtime image and a gzipped
+// function tarball and checks what Crossplane and `ocifn serve` rely on.
+func TestPackageLayout(t *testing.T) {
+	dir := t.TempDir()
+	runtimeImg := pkgTestImage(t, map[string]string{"usr/local/bin/ocifn": "#!ocifn"}, v1.Config{
+		Entrypoint: []string{"/usr/local/bin/ocifn", "serve"},
+		Env:        []string{"PATH=/usr/local/bin"},
+		Labels:     map[string]string{LabelVersion: "v1.2.3", LabelCrunVersion: "1.8.1"},
+	})
+	fnImg := pkgTestImage(t, map[string]string{"fn/run.sh": "cat"}, v1.Config{
+		Entrypoint: []string{"/bin/sh", "/fn/run.sh"}, Env: []string{"A=b"}, WorkingDir: "/fn",
+	})
+	runtimePath := filepath.Join(dir, "runtime.tar")
+	if err := tarball.WriteToFile(runtimePath, nil, runtimeImg); err != nil {
+		t.Fatal(err)
+	}
+	var plain bytes.Buffer
+	if err := tarball.Write(nil, fnImg, &plain); err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(plain.Bytes())
+	_ = zw.Close()
+	fnPath := filepath.Join(dir, "function.tgz")
+	if err := os.WriteFile(fnPath, gz.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	rt, err := Open(runtimePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	fn, err := Open(fnPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fn.Close()
+	meta, err := ParsePackageMeta([]byte(testFunction + "---\n" + testCRD))
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(dir, "work")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	normalized := filepath.Join(work, "function.tar")
+	if err := WriteFunctionTarball(fn, normalized); err != nil {
+		t.Fatal(err)
+	}
+	pkg, err := BuildPackage(PackageInput{
+		Runtime: rt.Image(), FunctionTarball: normalized, Function: fn, Meta: meta,
+		Labels: map[string]string{LabelBuildVersion: "v9"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	xpkg := filepath.Join(out, "function.xpkg")
+	var calls int
+	if err := WritePackage(pkg, xpkg, nil, func(done, total int64) { calls++ }); err != nil {
+		t.Fatal(err)
+	}
+	if calls == 0 {
+		t.Error("WritePackage reported no progress")
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 1 {
+		t.Errorf("the output directory holds %d entries, want only the package (no temporary files left)", len(ents))
+	}
+
+	// Read back the way `ocifn push` and Crossplane would.
+	got, err := Open(xpkg)
+	if err != nil {
+		t.Fatalf("the package does not open: %v", err)
+	}
+	defer got.Close()
+	img := got.Image()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layers) != 3 {
+		t.Fatalf("layers: got %d, want runtime + function + metadata = 3", len(layers))
+	}
+	for i, l := range layers {
+		if mt, _ := l.MediaType(); mt != types.DockerLayer {
+			t.Errorf("layer %d: media type %s, want gzip (%s)", i, mt, types.DockerLayer)
+		}
+	}
+	rtDiff, _ := mustLayers(t, rt.Image())[0].DiffID()
+	if d, _ := layers[0].DiffID(); d != rtDiff {
+		t.Errorf("runtime layer diff_id %s, want %s (same content)", d, rtDiff)
+	}
+
+	names, content := layerEntries(t, layers[2])
+	if !slices.Equal(names, []string{PackageFile}) {
+		t.Errorf("metadata layer entries: %v, want only %s", names, PackageFile)
+	}
+	if !bytes.Equal(content[PackageFile], meta.Raw) {
+		t.Errorf("package.yaml:\n%s\nwant:\n%s", content[PackageFile], meta.Raw)
+	}
+	names, content = layerEntries(t, layers[1])
+	if !slices.Equal(names, []string{"ocifn/", "ocifn/function.tar"}) {
+		t.Errorf("function layer entries: %v", names)
+	}
+	want, _ := os.ReadFile(normalized)
+	if !bytes.Equal(content["ocifn/function.tar"], want) {
+		t.Error("the function layer does not hold the function tarball as written")
+	}
+
+	cf := got.ConfigFile()
+	if !slices.Equal(cf.Config.Entrypoint, []string{"/usr/local/bin/ocifn", "serve"}) || cf.OS != "linux" || cf.Architecture != "amd64" {
+		t.Errorf("the runtime's entrypoint and platform are not kept: %v %s/%s", cf.Config.Entrypoint, cf.OS, cf.Architecture)
+	}
+	metaDigest, _ := layers[2].Digest()
+	for k, v := range map[string]string{
+		LabelVersion: "v1.2.3", LabelCrunVersion: "1.8.1", LabelBuildVersion: "v9",
+		LabelFunction: FunctionTarball, LabelFunctionDigest: fn.Digest().String(),
+		LayerLabel(metaDigest.String()): PackageAnnotation,
+	} {
+		if cf.Config.Labels[k] != v {
+			t.Errorf("label %s: got %q, want %q", k, cf.Config.Labels[k], v)
+		}
+	}
+
+	// The docker-save tarball has no layer annotations; the label finds the
+	// layer, and Push's annotation puts it into the manifest.
+	if i, err := PackageLayerIndex(img); err != nil || i != 2 {
+		t.Errorf("PackageLayerIndex from the labels: %d, %v", i, err)
+	}
+	annotated, err := AnnotateLayers(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := annotated.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range m.Layers {
+		want := ""
+		if i == 2 {
+			want = PackageAnnotation
+		}
+		if l.Annotations[AnnotationKey] != want {
+			t.Errorf("manifest layer %d: annotation %q, want %q", i, l.Annotations[AnnotationKey], want)
+		}
+	}
+	acf, _ := annotated.ConfigFile()
+	if !slices.Equal(acf.RootFS.DiffIDs, cf.RootFS.DiffIDs) {
+		t.Error("annotating changed the layers")
+	}
+	data, idx, byAnnotation, err := PackageYAML(annotated)
+	if err != nil || idx != 2 || !byAnnotation || !bytes.Equal(data, meta.Raw) {
+		t.Errorf("PackageYAML: layer %d, annotated %t, %v", idx, byAnnotation, err)
+	}
+
+	// `ocifn serve --tarball function.xpkg` serves the embedded image.
+	inner, err := OpenFunction(xpkg, WithScratchDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	wantCfg, _ := fnImg.ConfigName()
+	if gotCfg, _ := inner.Image().ConfigName(); gotCfg != wantCfg {
+		t.Errorf("embedded function config %s, want %s", gotCfg, wantCfg)
+	}
+	if inner.Digest() != fn.Digest() {
+		t.Errorf("embedded function digest %s, want %s", inner.Digest(), fn.Digest())
+	}
+	self, err := OpenFunction(fnPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer self.Close()
+	if self.Digest() != fn.Digest() {
+		t.Error("OpenFunction of a plain image tarball is not the image")
+	}
+
+	info, err := InspectPackage(annotated, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Function == nil || !slices.Equal(info.Function.Entrypoint, []string{"/bin/sh", "/fn/run.sh"}) || info.Function.WorkingDir != "/fn" ||
+		info.Runtime.OcifnVersion != "v1.2.3" || info.Meta.Function.Name != "function-labels" || len(info.Meta.CRDs) != 1 {
+		t.Errorf("InspectPackage: %+v %+v", info, info.Function)
+	}
+}
+
+func mustLayers(t *testing.T, img v1.Image) []v1.Layer {
+	t.Helper()
+	ls, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ls
+}
+
+// TestOpenFunctionRejectsPackageWithoutFunction checks the error when the
+// label points at a file no layer has.
+func TestOpenFunctionRejectsPackageWithoutFunction(t *testing.T) {
+	img := pkgTestImage(t, map[string]string{"package.yaml": testFunction}, v1.Config{
+		Entrypoint: []string{"/x"}, Labels: map[string]string{LabelFunction: FunctionTarball},
+	})
+	p := filepath.Join(t.TempDir(), "p.xpkg")
+	if err := tarball.WriteToFile(p, nil, img); err != nil {
+		t.Fatal(err)
+	}
+	_, err := OpenFunction(p)
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("no /ocifn/function.tar in any layer")) {
+		t.Errorf("got %v", err)
+	}
+}

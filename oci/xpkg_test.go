@@ -1,0 +1,180 @@
+package oci
+
+import (
+	"strings"
+	"testing"
+)
+
+const testFunction = `apiVersion: meta.pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: function-labels
+  annotations:
+    meta.crossplane.io/maintainer: Platform Team
+spec:
+  crossplane:
+    version: ">=v1.17.0"
+  dependsOn:
+  - provider: xpkg.upbound.io/upbound/provider-aws-s3
+    version: ">=v1.0.0"
+`
+
+const testCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: inputs.labels.fn.example.org
+spec:
+  group: labels.fn.example.org
+`
+
+func TestParsePackageMeta(t *testing.T) {
+	cases := map[string]struct {
+		yaml     string
+		wantErr  []string // substrings of the error; nil: valid
+		wantName string
+		wantCRDs int
+	}{
+		"function_alone": {yaml: testFunction, wantName: "function-labels"},
+		"function_v1beta1": {
+			yaml:     strings.Replace(testFunction, "meta.pkg.crossplane.io/v1", "meta.pkg.crossplane.io/v1beta1", 1),
+			wantName: "function-labels",
+		},
+		"function_and_crds": {
+			yaml:     "---\n" + testFunction + "---\n" + testCRD + "---\n" + strings.Replace(testCRD, "inputs.", "others.", 1),
+			wantName: "function-labels", wantCRDs: 2,
+		},
+		"empty_and_comment_documents_are_ignored": {
+			yaml:     "# package\n---\n---\n# nothing\n---\n" + testFunction + "---\n",
+			wantName: "function-labels",
+		},
+		"two_functions": {
+			yaml:    testFunction + "---\n" + strings.Replace(testFunction, "function-labels", "function-other", 1),
+			wantErr: []string{"document 2 (Function function-other", "exactly one Function", "document 1 is one already"},
+		},
+		"deployment_in_the_stream": {
+			yaml:    testFunction + "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n",
+			wantErr: []string{"document 2 (Deployment web, apps/v1) cannot be in a Function package"},
+		},
+		"provider_metadata": {
+			yaml:    "apiVersion: meta.pkg.crossplane.io/v1\nkind: Provider\nmetadata:\n  name: provider-x\n",
+			wantErr: []string{"document 1 (Provider provider-x", "cannot be in a Function package"},
+		},
+		"no_function": {
+			yaml:    testCRD,
+			wantErr: []string{"no Function object", "1 documents"},
+		},
+		"empty": {
+			yaml:    "",
+			wantErr: []string{"no Function object"},
+		},
+		"bad_yaml": {
+			yaml:    testFunction + "---\nkind: [unclosed\n",
+			wantErr: []string{"document 2 is not a valid YAML object"},
+		},
+		"not_an_object": {
+			yaml:    "- a\n- b\n",
+			wantErr: []string{"document 1 is not a valid YAML object"},
+		},
+		"no_kind": {
+			yaml:    testFunction + "---\nmetadata:\n  name: x\n",
+			wantErr: []string{"document 2 has no apiVersion or kind"},
+		},
+		"unsupported_function_version": {
+			yaml:    strings.Replace(testFunction, "meta.pkg.crossplane.io/v1", "meta.pkg.crossplane.io/v1alpha1", 1),
+			wantErr: []string{"document 1 (Function function-labels, meta.pkg.crossplane.io/v1alpha1)", "not supported"},
+		},
+		"function_without_name": {
+			yaml:    "apiVersion: meta.pkg.crossplane.io/v1\nkind: Function\nmetadata: {}\n",
+			wantErr: []string{"document 1 (Function, meta.pkg.crossplane.io/v1)", "the name is empty"},
+		},
+		"function_with_invalid_name": {
+			yaml:    strings.Replace(testFunction, "function-labels", "Function_Labels", 1),
+			wantErr: []string{`metadata.name "Function_Labels"`, "lower case"},
+		},
+		"crd_without_name": {
+			yaml:    testFunction + "---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {}\n",
+			wantErr: []string{"document 2 (CustomResourceDefinition, apiextensions.k8s.io/v1) has no metadata.name"},
+		},
+		"duplicate_crd": {
+			yaml:    testFunction + "---\n" + testCRD + "---\n" + testCRD,
+			wantErr: []string{"document 3 (CustomResourceDefinition inputs.labels.fn.example.org", "document 2 defines the same"},
+		},
+		"crd_of_old_api": {
+			yaml:    testFunction + "---\n" + strings.Replace(testCRD, "apiextensions.k8s.io/v1", "apiextensions.k8s.io/v1beta1", 1),
+			wantErr: []string{"document 2 (CustomResourceDefinition inputs.labels.fn.example.org, apiextensions.k8s.io/v1beta1) cannot be in a Function package"},
+		},
+		"dependency_without_package": {
+			yaml:    strings.Replace(testFunction, "provider: xpkg.upbound.io/upbound/provider-aws-s3", "provider: \"\"", 1),
+			wantErr: []string{"spec.dependsOn[0] names no package"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pm, err := ParsePackageMeta([]byte(tc.yaml))
+			if tc.wantErr != nil {
+				if err == nil {
+					t.Fatalf("want an error containing %q, got none", tc.wantErr)
+				}
+				for _, s := range tc.wantErr {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not contain %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if pm.Function.Name != tc.wantName {
+				t.Errorf("name: got %q, want %q", pm.Function.Name, tc.wantName)
+			}
+			if len(pm.CRDs) != tc.wantCRDs {
+				t.Errorf("CRDs: got %v, want %d", pm.CRDs, tc.wantCRDs)
+			}
+			// What goes into the package must itself be valid and the same.
+			again, err := ParsePackageMeta(pm.Raw)
+			if err != nil {
+				t.Fatalf("the package.yaml written does not parse: %v\n%s", err, pm.Raw)
+			}
+			if again.Function.Name != pm.Function.Name || len(again.CRDs) != len(pm.CRDs) {
+				t.Errorf("re-parsed %+v, want %+v", again, pm)
+			}
+		})
+	}
+}
+
+func TestParsePackageMetaFields(t *testing.T) {
+	pm, err := ParsePackageMeta([]byte(testFunction))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := pm.Function
+	if f.APIVersion != "meta.pkg.crossplane.io/v1" || f.Crossplane != ">=v1.17.0" {
+		t.Errorf("apiVersion %q, crossplane %q", f.APIVersion, f.Crossplane)
+	}
+	if f.Annotations["meta.crossplane.io/maintainer"] != "Platform Team" {
+		t.Errorf("annotations: %v", f.Annotations)
+	}
+	if len(f.DependsOn) != 1 || f.DependsOn[0].String() != "xpkg.upbound.io/upbound/provider-aws-s3 >=v1.0.0" {
+		t.Errorf("dependsOn: %v", f.DependsOn)
+	}
+}
+
+func TestGenerateFunctionMeta(t *testing.T) {
+	data, err := GenerateFunctionMeta("function-labels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := ParsePackageMeta(data)
+	if err != nil {
+		t.Fatalf("generated metadata is invalid: %v\n%s", err, data)
+	}
+	if pm.Function.Name != "function-labels" || pm.Function.APIVersion != "meta.pkg.crossplane.io/v1" {
+		t.Errorf("got %+v", pm.Function)
+	}
+	for _, bad := range []string{"", "Upper", "under_score", "-dash", strings.Repeat("a", 254)} {
+		if _, err := GenerateFunctionMeta(bad); err == nil {
+			t.Errorf("name %q: want an error", bad)
+		}
+	}
+}
