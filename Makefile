@@ -4,6 +4,8 @@
 #   make test      unit and end-to-end tests (installs what is missing)
 #   make testdata  build the test function images with buildah
 #   make build     the static ocifn binary in bin/
+#   make golden    rewrite the expected outputs of the render and example tests
+#   make image     the runtime image build/ocifn-runtime.tar (buildah, no daemon)
 
 GO        ?= go
 BIN       := bin/ocifn
@@ -14,7 +16,7 @@ GOTESTFLAGS ?=
 
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all build deps testdata test unit e2e run vet fmt clean
+.PHONY: all build deps testdata test unit e2e run vet fmt clean image golden
 
 all: build
 
@@ -23,6 +25,11 @@ build:
 
 deps:
 	@hack/deps.sh
+
+# The runtime image `ocifn build` starts packages from: static ocifn, crun and
+# its libraries, entrypoint `ocifn serve`. FROM scratch, built with buildah.
+image: deps build
+	OCIFN_BIN=$(BIN) VERSION=$(VERSION) COMMIT=$(COMMIT) hack/runtime-image.sh build/ocifn-runtime.tar
 
 testdata: deps
 	@hack/testdata.sh
@@ -36,6 +43,11 @@ unit:
 e2e: deps testdata
 	$(GO) test $(GOTESTFLAGS) -count=1 -v ./e2e/
 
+# Rewrite the expected outputs of the render golden tests (testdata/render)
+# and of the examples (examples/*/expected.yaml); review with git diff.
+golden: deps testdata
+	$(GO) test -count=1 ./e2e/ -run 'TestRenderGolden|TestExamples' -update
+
 run: deps build testdata
 	@hack/run.sh
 
@@ -47,4 +59,4 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 clean:
-	rm -rf bin testdata/build
+	rm -rf bin build testdata/build

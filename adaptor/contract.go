@@ -137,7 +137,11 @@ func decodeResponse(out []byte) (*fnv1.RunFunctionResponse, error) {
 	}
 	rsp := &fnv1.RunFunctionResponse{}
 	if err := protojson.Unmarshal(out, rsp); err != nil {
-		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %v; output began with %s", err, quoteHead(out))
+		why := explainResponse(out)
+		if why == "" {
+			why = err.Error()
+		}
+		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %s; output began with %s", why, quoteHead(out))
 	}
 	return rsp, nil
 }

@@ -77,10 +77,10 @@ func (f *floor) call(ctx context.Context, _ int) error {
 type server struct {
 	cmd      *exec.Cmd
 	addrConn string
-	conns   []*grpc.ClientConn
-	req     *fnv1.RunFunctionRequest
-	stderr  *bytes.Buffer
-	started time.Duration
+	conns    []*grpc.ClientConn
+	req      *fnv1.RunFunctionRequest
+	stderr   *bytes.Buffer
+	started  time.Duration
 }
 
 var servingLine = regexp.MustCompile(`msg=serving address=(\S+)`)

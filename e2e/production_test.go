@@ -404,7 +404,10 @@ func TestShutdown(t *testing.T) {
 	// Past the grace period.
 	marker := "5353" + strconv.Itoa(os.Getpid())
 	s2 := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", "500ms"})
-	go func() { _, err := s2.callErr(context.Background(), shRequest(t, "t-killed", "exec sleep "+marker)); done <- err }()
+	go func() {
+		_, err := s2.callErr(context.Background(), shRequest(t, "t-killed", "exec sleep "+marker))
+		done <- err
+	}()
 	eventually(t, 5*time.Second, "the call's process runs", func() bool { return len(processesWith(t, marker)) > 0 })
 	_ = s2.cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-done; err == nil {

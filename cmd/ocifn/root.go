@@ -32,7 +32,8 @@ gRPC RunFunction calls by running each call in a fresh rootless container.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newVersionCommand(), newTestCommand(), newRenderCommand(), newInitCommand())
+	root.AddCommand(newBuildCommand(), newPushCommand(), newInspectCommand())
 	return root
 }
 

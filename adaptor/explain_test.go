@@ -1,0 +1,101 @@
+package adaptor
+
+import (
+	"strings"
+	"testing"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+func TestExplainResponse(t *testing.T) {
+	cases := []struct {
+		name string
+		out  string
+		want []string // substrings of the explanation, in order
+	}{
+		{"snake_case_name_suggests_the_field", `{"desired_state": {}}`,
+			[]string{`unknown field "desired_state" at $.desired_state`, `did you mean "desired"?`}},
+		{"misspelt_name_suggests_the_field", `{"desried": {}}`,
+			[]string{`unknown field "desried" at $.desried`, `did you mean "desired"?`}},
+		{"state_at_the_top_level", `{"resources": {"a": {"resource": {}}}, "composite": {"resource": {}}}`,
+			[]string{`unknown field "composite" at $.composite`, `looks like a State`, `"composite" and "resources"`, `under "desired"`}},
+		{"request_printed_back", `{"desired": {}, "observed": {}, "input": {}}`,
+			[]string{`unknown field "observed" at $.observed`, `looks like the RunFunctionRequest`}},
+		{"composed_resource_without_wrapper", `{"desired": {"resources": {"bucket": {"apiVersion": "s3/v1", "kind": "Bucket"}}}}`,
+			[]string{`unknown field "apiVersion" at $.desired.resources.bucket.apiVersion`, `without its wrapper`, `{"resource": {`}},
+		{"resources_as_a_list", `{"desired": {"resources": [{"resource": {}}]}}`,
+			[]string{`$.desired.resources is an array; want an object keyed by composition resource name`}},
+		{"nested_unknown_field_has_its_path", `{"results": [{"severity": "SEVERITY_NORMAL"}, {"severity": "SEVERITY_NORMAL", "msg": "x"}]}`,
+			[]string{`unknown field "msg" at $.results[1].msg`, `did you mean "message"?`}},
+		{"enum_without_prefix", `{"results": [{"severity": "Normal", "message": "x"}]}`,
+			[]string{`$.results[0].severity is "Normal", which is not a Severity`, `SEVERITY_FATAL`, `did you mean "SEVERITY_NORMAL"?`}},
+		{"ready_as_boolean", `{"desired": {"resources": {"a": {"resource": {}, "ready": true}}}}`,
+			[]string{`$.desired.resources.a.ready is the boolean true`, `want the name of a Ready value`}},
+		{"resource_not_an_object", `{"desired": {"composite": {"resource": "x"}}}`,
+			[]string{`$.desired.composite.resource is the string "x"; want a JSON object`}},
+		{"top_level_array", `[{"desired": {}}]`,
+			[]string{`the output is an array; a RunFunctionResponse is a JSON object`}},
+		{"several_values", `{"desired": {}} {"desired": {}}`,
+			[]string{`more than one JSON value`}},
+		{"syntax_error_has_a_position", "{\n  \"desired\": {,}\n}",
+			[]string{`not valid JSON`, `line 2, column`}},
+		{"truncated", `{"desired": {`,
+			[]string{`ends before the JSON value is complete`}},
+		{"connection_details_not_base64", `{"desired": {"composite": {"resource": {}, "connectionDetails": {"password": "not base64!"}}}}`,
+			[]string{`$.desired.composite.connectionDetails.password is not base64`}},
+		{"unknown_field_lists_the_fields", `{"zzz": 1}`,
+			[]string{`unknown field "zzz" at $.zzz`, `RunFunctionResponse has the fields "meta", "desired"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// Every case is also invalid for protojson: the explanation
+			// is only asked for then.
+			if err := protojson.Unmarshal([]byte(c.out), &fnv1.RunFunctionResponse{}); err == nil {
+				t.Fatalf("protojson accepts %s", c.out)
+			}
+			got := explainResponse([]byte(c.out))
+			rest := got
+			for _, w := range c.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("explanation lacks %q (in order):\n%s", w, got)
+				}
+				rest = rest[i+len(w):]
+			}
+		})
+	}
+}
+
+// TestExplainResponseAcceptsValidResponses: the walk must not flag what
+// protojson accepts, or authors would chase phantom errors.
+func TestExplainResponseAcceptsValidResponses(t *testing.T) {
+	for _, out := range []string{
+		`{}`,
+		`{"desired": null}`,
+		`{"meta": {"tag": "t", "ttl": "60s"}, "desired": {"composite": {"resource": {"a": [1, {"b": null}]}, "ready": "READY_TRUE"}, "resources": {}}}`,
+		`{"desired": {"resources": {"a": {"resource": {}, "connection_details": {"k": "dmFsdWU="}, "ready": 1}}}}`,
+		`{"results": [{"severity": "SEVERITY_WARNING", "message": "m", "target": "TARGET_COMPOSITE_AND_CLAIM"}], "context": {"x": 1}}`,
+		`{"conditions": [{"type": "Synced", "status": "STATUS_CONDITION_TRUE", "reason": "R"}]}`,
+		`{"requirements": {"extraResources": {"e": {"apiVersion": "v1", "kind": "ConfigMap", "matchName": "n"}}}}`,
+	} {
+		if err := protojson.Unmarshal([]byte(out), &fnv1.RunFunctionResponse{}); err != nil {
+			t.Fatalf("test case is not valid for protojson: %v\n%s", err, out)
+		}
+		if got := explainResponse([]byte(out)); got != "" {
+			t.Errorf("valid response %s explained as an error: %s", out, got)
+		}
+	}
+}
+
+func TestDecodeResponseExplains(t *testing.T) {
+	_, err := decodeResponse([]byte(`{"desired_state": {}}`))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, w := range []string{"not a valid RunFunctionResponse", `unknown field "desired_state" at $.desired_state; did you mean "desired"?`, `output began with`} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q: %v", w, err)
+		}
+	}
+}

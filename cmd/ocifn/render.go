@@ -1,0 +1,326 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/signal"
+	"sort"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/ocifn/ocifn/pipeline"
+)
+
+type renderOptions struct {
+	functionFlags
+	observed          string
+	extraResources    string
+	requiredResources string
+	credentials       string
+	contextFiles      []string
+	contextValues     []string
+	includeResults    bool
+	includeFullXR     bool
+	includeContext    bool
+	debug             bool
+	insecureReg       bool
+}
+
+func newRenderCommand() *cobra.Command {
+	o := &renderOptions{}
+	cmd := &cobra.Command{
+		Use:   "render XR COMPOSITION FUNCTIONS",
+		Short: "Run a Composition's function pipeline locally and print what it composes, like crossplane render",
+		Long: `Show what Crossplane would compose for a composite resource (XR): run the
+function pipeline of a Composition (spec.mode: Pipeline) on this machine, step
+by step, and print the XR and the composed resources as a YAML stream. Nothing
+talks to a cluster.
+
+XR is a YAML file with the composite resource, COMPOSITION a YAML file with the
+Composition, FUNCTIONS a YAML file (or a directory of them) with the
+pkg.crossplane.io Function objects its steps name. How each Function runs:
+
+  render.crossplane.io/runtime-development-target: "localhost:9443"
+      call a function that is already running (plaintext gRPC): any
+      Crossplane function, whatever its SDK, or "ocifn serve --insecure".
+      render.crossplane.io/runtime: Development alone means localhost:9443.
+
+  render.ocifn.dev/tarball: "function.tar"
+      run this image tarball (docker save output or OCI archive) or Function
+      package, in a fresh rootless container per call as "ocifn serve" does.
+      A relative path is relative to the FUNCTIONS file.
+      render.ocifn.dev/image picks an image in a tarball of several.
+
+  neither: spec.package is a file when it starts with "/", "./" or "../"
+      (relative to the FUNCTIONS file), and a registry reference otherwise,
+      pulled once per render (--insecure-registry allows plain HTTP).
+
+Each local image is unpacked once per render, whichever number of steps use
+it. Steps run in order; each sees the desired state and the context the step
+before returned. A Fatal result stops the pipeline: the error names the step
+and its message, nothing is printed on stdout and the exit code is 1.
+
+Composed resources are printed sorted by name with the metadata Crossplane
+adds (crossplane.io/composition-resource-name annotation, crossplane.io/composite
+label, a generateName, the XR as controller). The XR carries what the pipeline
+desired of it and a Ready condition. Functions' stderr is shown on stderr,
+each line starting with "  STEP | ".`,
+		Example: `  # Simulate creating a new XR:
+  ocifn render xr.yaml composition.yaml functions.yaml
+
+  # Simulate an update, with the composed resources that exist already:
+  ocifn render xr.yaml composition.yaml functions.yaml --observed-resources=observed.yaml
+
+  # Also print the functions' results and the final context:
+  ocifn render -r -c xr.yaml composition.yaml functions.yaml
+
+  # Pass context values and resources the functions may ask for:
+  ocifn render xr.yaml composition.yaml functions.yaml \
+    --context-values=apiextensions.crossplane.io/environment='{"region": "eu-west-1"}' \
+    --required-resources=environment-configs.yaml`,
+		Args: cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd.Context(), args[0], args[1], args[2], cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	o.functionFlags.register(f)
+	// Each Function picks its image with the render.ocifn.dev/image
+	// annotation instead.
+	_ = f.MarkHidden("image")
+	f.StringVarP(&o.observed, "observed-resources", "o", "", "YAML file or directory of composed resources that exist already, each with its crossplane.io/composition-resource-name annotation")
+	f.StringVar(&o.extraResources, "extra-resources", "", "YAML file or directory of resources the functions may ask for (same as --required-resources)")
+	f.StringVarP(&o.requiredResources, "required-resources", "e", "", "YAML file or directory of resources the functions may ask for")
+	f.StringVar(&o.credentials, "function-credentials", "", "YAML file or directory of Secrets that pipeline steps name as credentials")
+	f.StringArrayVar(&o.contextFiles, "context-files", nil, "context value from a JSON or YAML file, as KEY=FILE (repeatable)")
+	f.StringArrayVar(&o.contextValues, "context-values", nil, "context value as KEY=JSON (repeatable); wins over --context-files")
+	f.BoolVarP(&o.includeResults, "include-function-results", "r", false, "also print the functions' results, as objects of kind Result")
+	f.BoolVarP(&o.includeFullXR, "include-full-xr", "x", false, "print the XR's spec and metadata as given, not only what the pipeline desired")
+	f.BoolVarP(&o.includeContext, "include-context", "c", false, "also print the pipeline's final context, as an object of kind Context")
+	f.BoolVar(&o.insecureReg, "insecure-registry", false, "allow plain HTTP to registries (for a local test registry)")
+	f.BoolVar(&o.debug, "debug", false, "also show ocifn's own progress (images unpacked, each call and its duration)")
+	return cmd
+}
+
+// renderInputs is what the render command read from its files.
+type renderInputs struct {
+	in        pipeline.Inputs
+	functions map[string]pipeline.FunctionObject
+}
+
+// loadPipeline reads the Composition and the Functions.
+func loadPipeline(compPath, fnsPath string) (*renderInputs, error) {
+	compObj, err := pipeline.ReadObject(compPath)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the Composition: %w", err)
+	}
+	comp, err := pipeline.ParseComposition(compObj)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", compPath, err)
+	}
+	fnDocs, err := pipeline.ReadDocuments(fnsPath)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the Functions: %w", err)
+	}
+	fns, err := pipeline.ParseFunctions(fnDocs)
+	if err != nil {
+		return nil, err
+	}
+	r := &renderInputs{in: pipeline.Inputs{Composition: comp}, functions: map[string]pipeline.FunctionObject{}}
+	for _, f := range fns {
+		r.functions[f.Name] = f
+	}
+	return r, nil
+}
+
+// load reads every input and checks that they go together.
+func (o *renderOptions) load(xrPath, compPath, fnsPath string) (*renderInputs, error) {
+	r, err := loadPipeline(compPath, fnsPath)
+	if err != nil {
+		return nil, err
+	}
+	xr, err := pipeline.ReadObject(xrPath)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the composite resource: %w", err)
+	}
+	names := make([]string, 0, len(r.functions))
+	for n := range r.functions {
+		names = append(names, n)
+	}
+	if err := pipeline.Check(xr, r.in.Composition, names); err != nil {
+		return nil, err
+	}
+	r.in.XR = xr
+	if o.observed != "" {
+		if r.in.Observed, err = pipeline.ReadDocuments(o.observed); err != nil {
+			return nil, fmt.Errorf("cannot read the observed resources: %w", err)
+		}
+		if _, err := pipeline.ComposedResources(r.in.Observed, true); err != nil {
+			return nil, fmt.Errorf("observed resources: %w", err)
+		}
+	}
+	for _, p := range []string{o.extraResources, o.requiredResources} {
+		if p == "" {
+			continue
+		}
+		docs, err := pipeline.ReadDocuments(p)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the required resources: %w", err)
+		}
+		for _, d := range docs {
+			r.in.Required = append(r.in.Required, d.Object)
+		}
+	}
+	if o.credentials != "" {
+		docs, err := pipeline.ReadDocuments(o.credentials)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the function credentials: %w", err)
+		}
+		for _, d := range docs {
+			r.in.Credentials = append(r.in.Credentials, d.Object)
+		}
+	}
+	if r.in.Context, err = pipeline.ParseContext(o.contextFiles, o.contextValues); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// runtimes returns how each Function the pipeline uses runs, and whether
+// any of them runs in local containers.
+func (r *renderInputs) runtimes() (map[string]pipeline.Runtime, bool, error) {
+	out := map[string]pipeline.Runtime{}
+	local := false
+	for _, s := range r.in.Composition.Steps {
+		name := s.FunctionRef.Name
+		if _, ok := out[name]; ok {
+			continue
+		}
+		fn, ok := r.functions[name]
+		if !ok {
+			return nil, false, fmt.Errorf("pipeline step %q uses the Function %q, which the functions file does not declare", s.Step, name)
+		}
+		rt, err := fn.Runtime()
+		if err != nil {
+			return nil, false, err
+		}
+		if rt.Kind == pipeline.RuntimeTarball {
+			if _, err := classifyImage(rt.Location); err != nil {
+				return nil, false, fmt.Errorf("Function %q: %w", name, err)
+			}
+		}
+		out[name] = rt
+		local = local || rt.Kind != pipeline.RuntimeTarget
+	}
+	return out, local, nil
+}
+
+func (o *renderOptions) run(ctx context.Context, xrPath, compPath, fnsPath string, stdout, stderr io.Writer) error {
+	log := newHumanLogger(stderr, o.debug)
+	// Mistakes in the inputs show before any image is unpacked, and before
+	// ocifn re-executes itself, unless an input is a pipe that only the
+	// re-executed ocifn may read.
+	local := true
+	if readableTwice(compPath, fnsPath) {
+		p, err := loadPipeline(compPath, fnsPath)
+		if err != nil {
+			return err
+		}
+		if _, local, err = p.runtimes(); err != nil {
+			return err
+		}
+	}
+	if readableTwice(append([]string{xrPath, compPath, fnsPath, o.observed, o.extraResources, o.requiredResources, o.credentials},
+		contextFilePaths(o.contextFiles)...)...) {
+		if _, err := o.load(xrPath, compPath, fnsPath); err != nil {
+			return err
+		}
+	}
+	fns := newLocalFunctions(o.functionFlags, log, nil, o.insecureReg)
+	if local {
+		var err error
+		if fns.rt, err = o.check(); err != nil {
+			return err
+		}
+		// Once, before any image is unpacked: every local function of this
+		// render runs in these namespaces.
+		if code, reexeced, err := enterNamespaces(log); reexeced || err != nil {
+			if err != nil {
+				return err
+			}
+			return exitError{code: code}
+		}
+	}
+	r, err := o.load(xrPath, compPath, fnsPath)
+	if err != nil {
+		return err
+	}
+	runtimes, _, err := r.runtimes()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
+	defer stop()
+	defer fns.Close()
+
+	r.in.Functions = map[string]pipeline.Function{}
+	names := make([]string, 0, len(runtimes))
+	for n := range runtimes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		rt := runtimes[name]
+		switch rt.Kind {
+		case pipeline.RuntimeTarget:
+			remote, err := pipeline.DialRemote(rt.Location, o.timeout)
+			if err != nil {
+				return fmt.Errorf("Function %q: %w", name, err)
+			}
+			defer remote.Close()
+			r.in.Functions[name] = remote
+		default:
+			f, err := fns.get(ctx, rt.Location, rt.Image)
+			if err != nil {
+				return fmt.Errorf("Function %q: %w", name, err)
+			}
+			r.in.Functions[name] = f
+		}
+	}
+	r.in.BeforeCall = func(step, function string, i int) {
+		setLogLabel(log, step)
+		if i == 0 {
+			log.Debug("running pipeline step", "step", step, "function", function)
+		} else {
+			log.Debug("calling the step again with the resources it asked for", "step", step, "function", function, "call", i+1)
+		}
+	}
+
+	out, err := pipeline.Render(ctx, r.in)
+	var fatal *pipeline.FatalError
+	if errors.As(err, &fatal) {
+		fmt.Fprintf(stderr, "ocifn: %v\n", fatal)
+		return exitError{code: 1}
+	}
+	if err != nil {
+		return err
+	}
+	if o.includeFullXR {
+		for _, k := range []string{"spec", "metadata"} {
+			if v, ok := r.in.XR[k]; ok {
+				out.XR[k] = v
+			}
+		}
+	}
+	objs := append([]pipeline.Object{out.XR}, out.Composed...)
+	if o.includeResults {
+		objs = append(objs, out.Results...)
+	}
+	if o.includeContext && out.Context != nil {
+		objs = append(objs, out.Context)
+	}
+	return pipeline.WriteStream(stdout, objs)
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/signal"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/ocifn/ocifn/pipeline"
+)
+
+type testOptions struct {
+	functionFlags
+	files         pipeline.RequestFiles
+	contextFiles  []string
+	contextValues []string
+	output        string
+	debug         bool
+	insecureReg   bool
+}
+
+func newTestCommand() *cobra.Command {
+	o := &testOptions{}
+	cmd := &cobra.Command{
+		Use:   "test IMAGE [REQUEST]",
+		Short: "Run one RunFunction call locally, without a server, and print the response",
+		Long: `Run one call of a function image on this machine, the way "ocifn serve"
+would run it (a fresh rootless container), and print the response.
+
+IMAGE is an image tarball (docker save output, plain or gzipped, or an OCI
+archive), a Function package built by "ocifn build", or a registry reference
+to either (pulled first; --insecure-registry allows plain HTTP).
+
+REQUEST is a RunFunctionRequest in YAML or JSON ("-" reads standard input).
+Instead of writing the whole request, or to change parts of it, give the
+pieces as files:
+
+  --xr FILE          the composite resource (observed.composite)
+  --observed FILE    composed resources that exist (observed.resources)
+  --desired FILE     composed resources desired by earlier steps (desired.resources)
+  --desired-xr FILE  the composite resource as earlier steps desire it (desired.composite)
+  --input FILE       the pipeline step's input
+
+--observed and --desired take YAML streams (documents separated by "---") or
+directories of YAML files. Each resource is named in the state by its
+crossplane.io/composition-resource-name annotation, or else by metadata.name.
+
+The response is printed on stdout (YAML, or JSON with -o json); what the
+function writes on stderr is shown on stderr, each line starting with "  | ".
+The exit code is 0 when the function answered without a Fatal result, and 1
+when it returned a Fatal result (the response is printed all the same) or
+could not be called.`,
+		Example: `  # A request written out in YAML:
+  ocifn test function.tar request.yaml
+
+  # Assemble the request from an XR and a step input:
+  ocifn test function.tar --xr xr.yaml --input input.yaml
+
+  # Start from a request and replace the observed composed resources:
+  ocifn test function.tar request.yaml --observed observed.yaml -o json
+
+  # A package, from a registry:
+  ocifn test registry.example.com/acme/function-labels:v0.1.0 request.yaml
+
+  # The request on standard input:
+  jq '.input.value = 2' request.json | ocifn test function.tar -`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 2 {
+				o.files.Request = args[1]
+			}
+			return o.run(cmd.Context(), args[0], cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	o.functionFlags.register(f)
+	f.StringVar(&o.files.Input, "input", "", "YAML or JSON file with the pipeline step's input")
+	f.StringVar(&o.files.XR, "xr", "", "YAML or JSON file with the composite resource (observed)")
+	f.StringVar(&o.files.DesiredXR, "desired-xr", "", "YAML or JSON file with the desired composite resource")
+	f.StringVar(&o.files.Observed, "observed", "", "YAML stream or directory of observed composed resources")
+	f.StringVar(&o.files.Desired, "desired", "", "YAML stream or directory of desired composed resources")
+	f.StringArrayVar(&o.contextFiles, "context-files", nil, "context value from a JSON or YAML file, as KEY=FILE (repeatable)")
+	f.StringArrayVar(&o.contextValues, "context-values", nil, "context value as KEY=JSON (repeatable); wins over --context-files")
+	f.StringVarP(&o.output, "output", "o", "yaml", "output format of the response: yaml or json")
+	f.BoolVar(&o.insecureReg, "insecure-registry", false, "allow plain HTTP to registries (for a local test registry)")
+	f.BoolVar(&o.debug, "debug", false, "also show ocifn's own progress (image unpacked, the call and its duration)")
+	return cmd
+}
+
+func (o *testOptions) request(stdin io.Reader) (*fnv1.RunFunctionRequest, error) {
+	ctx, err := pipeline.ParseContext(o.contextFiles, o.contextValues)
+	if err != nil {
+		return nil, err
+	}
+	o.files.Context = ctx
+	if o.files.Request == "" && o.files.XR == "" && o.files.Input == "" {
+		return nil, fmt.Errorf("nothing to send: give a REQUEST file, or at least --xr or --input")
+	}
+	return pipeline.BuildRequest(o.files, stdin)
+}
+
+// inputPaths are the files the request is read from.
+func (o *testOptions) inputPaths() []string {
+	f := o.files
+	return append([]string{f.Request, f.Input, f.XR, f.DesiredXR, f.Observed, f.Desired}, contextFilePaths(o.contextFiles)...)
+}
+
+func (o *testOptions) run(ctx context.Context, image string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if o.output != "yaml" && o.output != "json" {
+		return fmt.Errorf("--output %q: want yaml or json", o.output)
+	}
+	log := newHumanLogger(stderr, o.debug)
+	rt, err := o.check()
+	if err != nil {
+		return err
+	}
+	if _, err := classifyImage(image); err != nil {
+		return err
+	}
+	if readableTwice(o.inputPaths()...) {
+		// Mistakes in the files show before the image is unpacked (and, on
+		// hosts that need it, before ocifn re-executes itself).
+		if _, err := o.request(stdin); err != nil {
+			return err
+		}
+	}
+
+	if code, reexeced, err := enterNamespaces(log); reexeced || err != nil {
+		if err != nil {
+			return err
+		}
+		return exitError{code: code}
+	}
+
+	req, err := o.request(stdin)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
+	defer stop()
+
+	fns := newLocalFunctions(o.functionFlags, log, rt, o.insecureReg)
+	defer fns.Close()
+	fn, err := fns.get(ctx, image, "")
+	if err != nil {
+		return err
+	}
+	rsp, err := fn.Run(ctx, req)
+	if err != nil {
+		return fmt.Errorf("the call failed: %w", err)
+	}
+	if err := printResponse(stdout, rsp, o.output); err != nil {
+		return err
+	}
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+			fmt.Fprintf(stderr, "ocifn: the function returned a Fatal result: %s\n", r.GetMessage())
+			return exitError{code: 1}
+		}
+	}
+	return nil
+}
+
+func printResponse(w io.Writer, rsp *fnv1.RunFunctionResponse, format string) error {
+	var (
+		b   []byte
+		err error
+	)
+	if format == "json" {
+		// protojson varies its whitespace on purpose; Indent makes it
+		// stable, for diffs.
+		var compact []byte
+		if compact, err = protojson.Marshal(rsp); err == nil {
+			var buf bytes.Buffer
+			err = json.Indent(&buf, compact, "", "  ")
+			b = append(buf.Bytes(), '\n')
+		}
+	} else {
+		b, err = pipeline.MessageYAML(rsp)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot print the response: %w", err)
+	}
+	_, err = w.Write(b)
+	return err
+}

@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runMake runs make in dir and fails the test if it fails.
+func runMake(t *testing.T, dir string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("make", append([]string{"--no-print-directory"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "TLS_SERVER_CERTS_DIR="), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
+	}
+	return string(out)
+}
+
+// TestInit scaffolds a function of every template, builds it with its own
+// build script (buildah) and checks it on its own examples with its Makefile:
+// `ocifn test` must print example/expected.yaml, `ocifn render`
+// example/rendered.yaml. The jq function then goes all the way: packaged with
+// `ocifn build`, tested as a package, pushed to a registry and run from there
+// by `ocifn test` and `ocifn render`.
+func TestInit(t *testing.T) {
+	// The static yq that hack/testdata.sh staged, so the yq scaffold does
+	// not build its own.
+	yq := filepath.Join(images, "cache", "stage", "yq", "bin", "yq")
+	env := []string{"OCIFN=" + ocifnBin, "YQ=" + yq, "BUILDER=buildah"}
+	for _, tmpl := range []string{"jq", "yq", "sh"} {
+		t.Run(tmpl, func(t *testing.T) {
+			t.Parallel()
+			parent := t.TempDir()
+			name := "function-" + tmpl
+			if out, err := runOcifnIn(parent, "init", name, "--template", tmpl); err != nil {
+				t.Fatalf("ocifn init: %v\n%s", err, out)
+			}
+			dir := filepath.Join(parent, name)
+			out := runMake(t, dir, env, "OCIFN="+ocifnBin, "all")
+			mustContain(t, "make output", out, "test: the response matches example/expected.yaml", "render: the output matches example/rendered.yaml")
+			if _, err := runOcifnIn(parent, "init", name); err == nil {
+				t.Error("ocifn init into a directory that is not empty should fail")
+			}
+			if tmpl != "jq" {
+				return
+			}
+
+			out = runMake(t, dir, env, "OCIFN="+ocifnBin, "RUNTIME_TARBALL="+runtimeImage(t), "package")
+			if _, err := os.Stat(filepath.Join(dir, "function.xpkg")); err != nil {
+				t.Fatalf("make package made no function.xpkg: %v\n%s", err, out)
+			}
+			want, err := os.ReadFile(filepath.Join(dir, "example", "expected.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := runIn(t, dir, nil, "test", "--cache-dir", cacheDir(t), "function.xpkg", "example/request.yaml")
+			if r.exit != 0 || r.stdout != string(want) {
+				t.Errorf("ocifn test function.xpkg: exit %d, stdout differs from example/expected.yaml:\n%s\n%s", r.exit, r.stdout, r.stderr)
+			}
+
+			reg := startRegistry(t)
+			ref := reg.addr + "/acme/" + name + ":v0.1.0"
+			if r := runIn(t, dir, nil, "push", "--insecure-registry", "function.xpkg", ref); r.exit != 0 {
+				t.Fatalf("ocifn push: exit %d\n%s", r.exit, r.stderr)
+			}
+			r = runIn(t, dir, nil, "test", "--cache-dir", cacheDir(t), "--insecure-registry", ref, "example/request.yaml")
+			if r.exit != 0 || r.stdout != string(want) {
+				t.Errorf("ocifn test %s: exit %d, stdout differs from example/expected.yaml:\n%s\n%s", ref, r.exit, r.stdout, r.stderr)
+			}
+
+			// The Function as a cluster would install it: spec.package is
+			// the registry reference, with no local annotation.
+			fns := filepath.Join(dir, "example", "functions-registry.yaml")
+			doc := "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: " + name + "\nspec:\n  package: " + ref + "\n"
+			if err := os.WriteFile(fns, []byte(doc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			rendered, err := os.ReadFile(filepath.Join(dir, "example", "rendered.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = runIn(t, dir, nil, "render", "--cache-dir", cacheDir(t), "--insecure-registry", "example/xr.yaml", "example/composition.yaml", fns)
+			if r.exit != 0 || r.stdout != string(rendered) {
+				t.Errorf("ocifn render from the registry: exit %d, stdout differs from example/rendered.yaml:\n%s\n%s", r.exit, r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+// runOcifnIn runs ocifn in dir and returns its combined output.
+func runOcifnIn(dir string, args ...string) (string, error) {
+	cmd := exec.Command(ocifnBin, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}

@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"sigs.k8s.io/yaml"
+)
+
+// parseYAMLResponse reads what `ocifn test` prints.
+func parseYAMLResponse(t *testing.T, out string) *fnv1.RunFunctionResponse {
+	t.Helper()
+	j, err := yaml.YAMLToJSON([]byte(out))
+	if err != nil {
+		t.Fatalf("ocifn test printed no YAML: %v\n%s", err, out)
+	}
+	rsp := &fnv1.RunFunctionResponse{}
+	if err := protojson.Unmarshal(j, rsp); err != nil {
+		t.Fatalf("ocifn test printed no RunFunctionResponse: %v\n%s", err, out)
+	}
+	return rsp
+}
+
+// TestOcifnTest runs single calls with `ocifn test`, no server involved.
+func TestOcifnTest(t *testing.T) {
+	fnDir := func(fn string) string { return filepath.Join(repoRoot, "testdata", "functions", fn) }
+
+	t.Run("request_file_gives_the_expected_response_as_yaml", func(t *testing.T) {
+		t.Parallel()
+		r := runIn(t, fnDir("labelizer"), nil, "test", "--cache-dir", cacheDir(t), image("labelizer.tar"), "request.json")
+		if r.exit != 0 {
+			t.Fatalf("exit %d\n%s", r.exit, r.stderr)
+		}
+		req := loadRequest(t, "labelizer", "request.json")
+		want := withTag(loadResponse(t, "labelizer", "expected.json"), req)
+		if d := diff(want, parseYAMLResponse(t, r.stdout)); d != "" {
+			t.Errorf("response (-want +got):\n%s", d)
+		}
+		if r.stderr != "" {
+			t.Errorf("stderr should be empty for a quiet function:\n%s", r.stderr)
+		}
+	})
+
+	t.Run("json_output_and_request_on_stdin", func(t *testing.T) {
+		t.Parallel()
+		cmd := exec.Command(ocifnBin, "test", "--cache-dir", cacheDir(t), "-o", "json", image("jq-function.tar"), "-")
+		in, err := os.Open(filepath.Join(fnDir("jq-function"), "request.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		cmd.Stdin = in
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("ocifn test: %v", err)
+		}
+		rsp := &fnv1.RunFunctionResponse{}
+		if err := protojson.Unmarshal(out, rsp); err != nil {
+			t.Fatalf("-o json printed no response: %v\n%s", err, out)
+		}
+		req := loadRequest(t, "jq-function", "request.json")
+		if d := diff(withTag(loadResponse(t, "jq-function", "expected.json"), req), rsp); d != "" {
+			t.Errorf("response (-want +got):\n%s", d)
+		}
+	})
+
+	t.Run("request_assembled_from_files", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		write := func(name, content string) {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write("xr.yaml", "apiVersion: example.org/v1\nkind: XApp\nmetadata:\n  name: demo\nspec:\n  size: 3\n")
+		write("observed.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo-abc\n  annotations:\n    crossplane.io/composition-resource-name: config\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\n")
+		write("desired.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  annotations:\n    crossplane.io/composition-resource-name: config\n")
+		write("input.yaml", `apiVersion: ocifn.dev/v1alpha1
+kind: Input
+filter: |
+  {desired: .desired, context: {
+    xr: .observed.composite.resource.metadata.name,
+    size: .observed.composite.resource.spec.size,
+    observed: (.observed.resources | keys),
+    desired: (.desired.resources | keys),
+    region: .context["example.org/region"]}}
+`)
+		r := runIn(t, dir, nil, "test", "--cache-dir", cacheDir(t), image("jq-function.tar"),
+			"--xr", "xr.yaml", "--observed", "observed.yaml", "--desired", "desired.yaml", "--input", "input.yaml",
+			"--context-values", `example.org/region="eu-west-1"`)
+		if r.exit != 0 {
+			t.Fatalf("exit %d\n%s", r.exit, r.stderr)
+		}
+		got := parseYAMLResponse(t, r.stdout).GetContext().AsMap()
+		want := map[string]any{"xr": "demo", "size": 3.0, "observed": []any{"config", "creds"}, "desired": []any{"config"}, "region": "eu-west-1"}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("what the function saw (-want +got):\n%s", d)
+		}
+	})
+
+	t.Run("fatal_result_exits_1_and_shows_stderr", func(t *testing.T) {
+		t.Parallel()
+		r := runIn(t, fnDir("failing"), nil, "test", "--cache-dir", cacheDir(t), image("failing.tar"), "request.json")
+		if r.exit != 1 {
+			t.Errorf("exit code %d, want 1", r.exit)
+		}
+		mustContain(t, "stderr", r.stderr,
+			"  | boom: the function failed on purpose\n",
+			"ocifn: the function returned a Fatal result: the function exited with code 1")
+		rsp := parseYAMLResponse(t, r.stdout)
+		if n := len(rsp.GetResults()); n != 1 || rsp.GetResults()[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
+			t.Errorf("the response on stdout should hold one Fatal result: %v", rsp.GetResults())
+		}
+	})
+
+	t.Run("state_printed_instead_of_response_is_explained", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		in := filepath.Join(dir, "input.yaml")
+		if err := os.WriteFile(in, []byte("filter: .desired\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := runIn(t, fnDir("jq-function"), nil, "test", "--cache-dir", cacheDir(t), image("jq-function.tar"), "request.json", "--input", in)
+		if r.exit != 1 {
+			t.Errorf("exit code %d, want 1", r.exit)
+		}
+		mustContain(t, "stderr", r.stderr, `unknown field "composite" at $.composite: the output looks like a State`, `under "desired"`)
+	})
+
+	t.Run("mistakes_in_files_are_reported_before_running", func(t *testing.T) {
+		t.Parallel()
+		r := runIn(t, t.TempDir(), nil, "test", image("jq-function.tar"), "--xr", "missing.yaml")
+		if r.exit == 0 || !strings.Contains(r.stderr, "cannot read the composite resource") {
+			t.Errorf("exit %d, stderr:\n%s", r.exit, r.stderr)
+		}
+		r = runIn(t, t.TempDir(), nil, "test", "no-such-file.tar", "--xr", "x.yaml")
+		if r.exit == 0 || !strings.Contains(r.stderr, "no-such-file.tar does not exist") {
+			t.Errorf("exit %d, stderr:\n%s", r.exit, r.stderr)
+		}
+	})
+}

@@ -1,0 +1,250 @@
+package pipeline
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/google/go-cmp/cmp"
+)
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestReadDocuments(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "b.yaml", "---\n# only a comment\n---\napiVersion: v1\nkind: A\nmetadata: {name: a}\n---\napiVersion: v1\nkind: B\n")
+	writeFile(t, dir, "a.json", `{"apiVersion": "v1", "kind": "J"}`)
+	writeFile(t, dir, "notes.txt", "not read")
+	docs, err := ReadDocuments(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds, sources []string
+	for _, d := range docs {
+		kinds = append(kinds, d.Object.Kind())
+		sources = append(sources, filepath.Base(d.Source))
+	}
+	if d := cmp.Diff([]string{"J", "A", "B"}, kinds); d != "" {
+		t.Errorf("kinds in file then document order (-want +got):\n%s", d)
+	}
+	if sources[2] != "b.yaml, document 3" {
+		t.Errorf("source of the last document: %q", sources[2])
+	}
+
+	bad := writeFile(t, dir, "bad.yml", "apiVersion: v1\n---\n- a list\n")
+	if _, err := ReadDocuments(bad); err == nil || !strings.Contains(err.Error(), "document 2: not an object") {
+		t.Errorf("a list document: err = %v", err)
+	}
+}
+
+func TestComposedResources(t *testing.T) {
+	docs, err := ParseDocuments([]byte("kind: A\nmetadata:\n  name: x\n  annotations: {crossplane.io/composition-resource-name: one}\n---\nkind: B\nmetadata: {name: two}\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := ComposedResources(docs, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rs["one"]; !ok {
+		t.Errorf("the annotation names the resource: %v", rs)
+	}
+	if _, ok := rs["two"]; !ok {
+		t.Errorf("metadata.name stands in for a missing annotation: %v", rs)
+	}
+	if _, err := ComposedResources(docs, true); err == nil || !strings.Contains(err.Error(), "f.yaml, document 2 (B/two) has no crossplane.io/composition-resource-name annotation") {
+		t.Errorf("annotation required: err = %v", err)
+	}
+	dup := append(docs, docs[1])
+	if _, err := ComposedResources(dup, false); err == nil || !strings.Contains(err.Error(), `both named "two"`) {
+		t.Errorf("duplicates: err = %v", err)
+	}
+}
+
+func TestBuildRequest(t *testing.T) {
+	dir := t.TempDir()
+	f := RequestFiles{
+		Request:   writeFile(t, dir, "req.yaml", "meta: {tag: t1}\ninput: {old: true}\ncontext: {kept: 1}\n"),
+		Input:     writeFile(t, dir, "in.yaml", "filter: .\n"),
+		XR:        writeFile(t, dir, "xr.yaml", "apiVersion: v1\nkind: X\nmetadata: {name: x}\n"),
+		DesiredXR: writeFile(t, dir, "dxr.yaml", "status: {a: 1}\n"),
+		Observed:  writeFile(t, dir, "obs.yaml", "kind: A\nmetadata: {name: a}\n"),
+		Desired:   writeFile(t, dir, "des.yaml", "kind: B\nmetadata: {name: b}\n"),
+		Context:   map[string]any{"added": "v"},
+	}
+	req, err := BuildRequest(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.GetMeta().GetTag() != "t1" {
+		t.Errorf("tag from the request file: %v", req.GetMeta())
+	}
+	if d := cmp.Diff(map[string]any{"filter": "."}, req.GetInput().AsMap()); d != "" {
+		t.Errorf("--input replaces the input: %s", d)
+	}
+	if req.GetObserved().GetComposite().GetResource().AsMap()["kind"] != "X" || req.GetDesired().GetComposite().GetResource().AsMap()["status"] == nil {
+		t.Errorf("composites: %v %v", req.GetObserved().GetComposite(), req.GetDesired().GetComposite())
+	}
+	if _, ok := req.GetObserved().GetResources()["a"]; !ok {
+		t.Errorf("observed: %v", req.GetObserved())
+	}
+	if _, ok := req.GetDesired().GetResources()["b"]; !ok {
+		t.Errorf("desired: %v", req.GetDesired())
+	}
+	if d := cmp.Diff(map[string]any{"kept": 1.0, "added": "v"}, req.GetContext().AsMap()); d != "" {
+		t.Errorf("context (-want +got):\n%s", d)
+	}
+
+	// JSON with proto field names is a request too; stdin with "-".
+	req, err = BuildRequest(RequestFiles{Request: "-"}, strings.NewReader(`{"meta": {"tag": "j"}, "extra_resources": {}}`))
+	if err != nil || req.GetMeta().GetTag() != "j" {
+		t.Errorf("JSON request on stdin: %v %v", req, err)
+	}
+	if _, err := ParseRequest([]byte("desired_state: {}\n")); err == nil || !strings.Contains(err.Error(), "not a RunFunctionRequest") {
+		t.Errorf("unknown field: err = %v", err)
+	}
+}
+
+func TestParseContext(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "c.json", `{"a": [1, 2]}`)
+	got, err := ParseContext([]string{"k=" + file, "both=" + file}, []string{`both={"from": "value"}`, "yamlish=region: eu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"k": map[string]any{"a": []any{1.0, 2.0}}, "both": map[string]any{"from": "value"}, "yamlish": map[string]any{"region": "eu"}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	if _, err := ParseContext(nil, []string{"novalue"}); err == nil || !strings.Contains(err.Error(), "want KEY=JSON") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestParseComposition(t *testing.T) {
+	ok := mustObject(t, `apiVersion: apiextensions.crossplane.io/v1
+kind: Composition
+metadata: {name: c, labels: {a: b}}
+spec:
+  compositeTypeRef: {apiVersion: example.org/v1, kind: XApp}
+  mode: Pipeline
+  pipeline:
+  - step: one
+    functionRef: {name: fn}
+    input: {kind: Input, x: 1}
+`)
+	c, err := ParseComposition(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Steps[0].FunctionRef.Name != "fn" || c.Steps[0].Input["x"] != 1.0 || c.Labels["a"] != "b" || c.CompositeTypeRef.Kind != "XApp" {
+		t.Errorf("%+v", c)
+	}
+	for name, c := range map[string]struct{ yaml, want string }{
+		"resources_mode":  {"apiVersion: apiextensions.crossplane.io/v1\nkind: Composition\nmetadata: {name: c}\nspec:\n  resources: [{}]\n", "must use spec.mode: Pipeline"},
+		"not_composition": {"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n", "is not a Composition"},
+		"no_steps":        {"apiVersion: apiextensions.crossplane.io/v1\nkind: Composition\nmetadata: {name: c}\nspec: {mode: Pipeline}\n", "has no spec.pipeline steps"},
+		"duplicate_steps": {"apiVersion: apiextensions.crossplane.io/v1\nkind: Composition\nmetadata: {name: c}\nspec:\n  pipeline:\n  - {step: a, functionRef: {name: f}}\n  - {step: a, functionRef: {name: f}}\n", `two pipeline steps are named "a"`},
+		"no_function":     {"apiVersion: apiextensions.crossplane.io/v1\nkind: Composition\nmetadata: {name: c}\nspec:\n  pipeline:\n  - {step: a}\n", "has no functionRef.name"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := ParseComposition(mustObject(t, c.yaml)); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v, want %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestFunctionRuntime(t *testing.T) {
+	dir := t.TempDir()
+	p := writeFile(t, dir, "functions.yaml", `apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: dev
+  annotations: {render.crossplane.io/runtime-development-target: "dns:///fn:9443"}
+spec: {package: xpkg.example.org/fn:v1}
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: dev-default
+  annotations: {render.crossplane.io/runtime: Development}
+spec: {package: xpkg.example.org/fn:v1}
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: tarball
+  annotations: {render.ocifn.dev/tarball: build/fn.tar, render.ocifn.dev/image: "fn:v2"}
+spec: {package: xpkg.example.org/fn:v1}
+---
+apiVersion: pkg.crossplane.io/v1beta1
+kind: Function
+metadata: {name: path}
+spec: {package: ../fn.xpkg}
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata: {name: registry}
+spec: {package: xpkg.example.org/fn:v1}
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata: {name: nothing}
+`)
+	docs, err := ReadDocuments(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fns, err := ParseFunctions(docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Runtime{
+		"dev":         {Kind: RuntimeTarget, Location: "dns:///fn:9443"},
+		"dev-default": {Kind: RuntimeTarget, Location: "localhost:9443"},
+		"tarball":     {Kind: RuntimeTarball, Location: filepath.Join(dir, "build/fn.tar"), Image: "fn:v2"},
+		"path":        {Kind: RuntimeTarball, Location: filepath.Join(dir, "../fn.xpkg")},
+		"registry":    {Kind: RuntimeRegistry, Location: "xpkg.example.org/fn:v1"},
+	}
+	for _, f := range fns {
+		rt, err := f.Runtime()
+		if f.Name == "nothing" {
+			if err == nil || !strings.Contains(err.Error(), "has no spec.package") {
+				t.Errorf("nothing: err = %v", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(want[f.Name], rt); d != "" {
+			t.Errorf("%s (-want +got):\n%s", f.Name, d)
+		}
+	}
+
+	if _, err := ParseFunctions([]Document{{Object: mustObject(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"), Source: "f, document 1"}}); err == nil || !strings.Contains(err.Error(), "is not a Function") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestMessageYAMLIsStable(t *testing.T) {
+	rsp := &fnv1.RunFunctionResponse{Meta: &fnv1.ResponseMeta{Tag: "t"}, Results: []*fnv1.Result{{Severity: fnv1.Severity_SEVERITY_NORMAL, Message: "m"}}}
+	b, err := MessageYAML(rsp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "meta:\n  tag: t\nresults:\n- message: m\n  severity: SEVERITY_NORMAL\n"
+	if string(b) != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b, want)
+	}
+}

@@ -1,0 +1,342 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// scripted is a Function that answers from a Go function; these tests are
+// about the pipeline around the functions (the e2e tests run real ones).
+type scripted func(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse
+
+func (s scripted) Run(_ context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
+	return s(req), nil
+}
+
+func mustObject(t *testing.T, yaml string) Object {
+	t.Helper()
+	o, err := ParseObject([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func mustResource(t *testing.T, yaml string) *fnv1.Resource {
+	t.Helper()
+	s, err := mustObject(t, yaml).Struct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fnv1.Resource{Resource: s}
+}
+
+func composition(steps ...string) *Composition {
+	c := &Composition{Name: "c", CompositeTypeRef: TypeRef{APIVersion: "example.org/v1", Kind: "XApp"}}
+	for _, s := range steps {
+		st := Step{Step: s}
+		st.FunctionRef.Name = "fn-" + s
+		c.Steps = append(c.Steps, st)
+	}
+	return c
+}
+
+const xrYAML = "apiVersion: example.org/v1\nkind: XApp\nmetadata:\n  name: demo\n  namespace: team-a\n  uid: u-1\nspec:\n  size: 2\n"
+
+func TestRenderPassesStateAndContextFromStepToStep(t *testing.T) {
+	var seen []*fnv1.RunFunctionRequest
+	first := scripted(func(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+		seen = append(seen, req)
+		d := &fnv1.State{Resources: map[string]*fnv1.Resource{"a": mustResource(t, "apiVersion: v1\nkind: ConfigMap\n")}}
+		ctx, _ := structpb.NewStruct(map[string]any{"k": "from-first", "given": req.GetContext().AsMap()["given"]})
+		return &fnv1.RunFunctionResponse{Desired: d, Context: ctx, Results: []*fnv1.Result{{Severity: fnv1.Severity_SEVERITY_NORMAL, Message: "one"}}}
+	})
+	second := scripted(func(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+		seen = append(seen, req)
+		d := copyState(t, req.GetDesired())
+		d.Resources["b"] = mustResource(t, "apiVersion: v1\nkind: Secret\nmetadata:\n  name: fixed\n")
+		d.Resources["b"].Ready = fnv1.Ready_READY_TRUE
+		d.Composite = mustResource(t, "status:\n  phase: composed\n")
+		return &fnv1.RunFunctionResponse{Desired: d, Context: req.GetContext(),
+			Conditions: []*fnv1.Condition{{Type: "Custom", Status: fnv1.Status_STATUS_CONDITION_TRUE, Reason: "Done"}, {Type: "Ready", Status: fnv1.Status_STATUS_CONDITION_TRUE, Reason: "Nope"}}}
+	})
+	out, err := Render(context.Background(), Inputs{
+		XR:          mustObject(t, xrYAML),
+		Composition: composition("first", "second"),
+		Functions:   map[string]Function{"fn-first": first, "fn-second": second},
+		Context:     map[string]any{"given": "by-flag"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 {
+		t.Fatalf("%d calls, want 2", len(seen))
+	}
+	if got := seen[0].GetObserved().GetComposite().GetResource().AsMap()["spec"]; cmp.Diff(map[string]any{"size": 2.0}, got) != "" {
+		t.Errorf("first step's observed XR spec: %v", got)
+	}
+	if len(seen[0].GetDesired().GetResources()) != 0 {
+		t.Errorf("the first step must start with empty desired state: %v", seen[0].GetDesired())
+	}
+	if _, ok := seen[1].GetDesired().GetResources()["a"]; !ok {
+		t.Errorf("the second step did not get the first step's desired state: %v", seen[1].GetDesired())
+	}
+	if got := seen[1].GetContext().AsMap(); got["k"] != "from-first" || got["given"] != "by-flag" {
+		t.Errorf("context of the second step: %v", got)
+	}
+	if seen[0].GetMeta().GetTag() == "" || seen[0].GetMeta().GetTag() == seen[1].GetMeta().GetTag() {
+		t.Errorf("each request needs its own tag: %q %q", seen[0].GetMeta().GetTag(), seen[1].GetMeta().GetTag())
+	}
+
+	wantXR := mustObject(t, `apiVersion: example.org/v1
+kind: XApp
+metadata:
+  name: demo
+  namespace: team-a
+status:
+  phase: composed
+  conditions:
+  - {type: Ready, status: "False", reason: Creating, message: "Unready resources: a", lastTransitionTime: "2024-01-01T00:00:00Z"}
+  - {type: Custom, status: "True", reason: Done, lastTransitionTime: "2024-01-01T00:00:00Z"}
+`)
+	if d := cmp.Diff(wantXR, out.XR); d != "" {
+		t.Errorf("XR (-want +got):\n%s", d)
+	}
+	wantA := mustObject(t, `apiVersion: v1
+kind: ConfigMap
+metadata:
+  generateName: demo-
+  namespace: team-a
+  annotations: {crossplane.io/composition-resource-name: a}
+  labels: {crossplane.io/composite: demo}
+  ownerReferences:
+  - {apiVersion: example.org/v1, kind: XApp, name: demo, uid: u-1, controller: true, blockOwnerDeletion: true}
+`)
+	if len(out.Composed) != 2 {
+		t.Fatalf("composed: %v", out.Composed)
+	}
+	if d := cmp.Diff(wantA, out.Composed[0]); d != "" {
+		t.Errorf("composed a (-want +got):\n%s", d)
+	}
+	if n := out.Composed[1].Name(); n != "fixed" || out.Composed[1].metaString("generateName") != "" {
+		t.Errorf("a resource with a name keeps it and gets no generateName: %v", out.Composed[1])
+	}
+	if len(out.Results) != 1 || out.Results[0]["step"] != "first" || out.Results[0]["message"] != "one" {
+		t.Errorf("results: %v", out.Results)
+	}
+	if got := out.Context["fields"].(map[string]any)["k"]; got != "from-first" {
+		t.Errorf("context: %v", out.Context)
+	}
+}
+
+func copyState(t *testing.T, s *fnv1.State) *fnv1.State {
+	t.Helper()
+	b, err := protojson.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &fnv1.State{}
+	if err := protojson.Unmarshal(b, c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Resources == nil {
+		c.Resources = map[string]*fnv1.Resource{}
+	}
+	return c
+}
+
+func TestRenderStopsAtAFatalResult(t *testing.T) {
+	calls := 0
+	fatal := scripted(func(*fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+		calls++
+		return &fnv1.RunFunctionResponse{Results: []*fnv1.Result{
+			{Severity: fnv1.Severity_SEVERITY_WARNING, Message: "hm"},
+			{Severity: fnv1.Severity_SEVERITY_FATAL, Message: "no way"},
+		}}
+	})
+	_, err := Render(context.Background(), Inputs{
+		XR: mustObject(t, xrYAML), Composition: composition("a", "b"),
+		Functions: map[string]Function{"fn-a": fatal, "fn-b": fatal},
+	})
+	var fe *FatalError
+	if !errors.As(err, &fe) || fe.Step != "a" || fe.Message != "no way" || len(fe.Results) != 2 {
+		t.Fatalf("want a FatalError of step a, got %#v", err)
+	}
+	if calls != 1 {
+		t.Errorf("%d calls: the pipeline must stop at the Fatal result", calls)
+	}
+	if !strings.Contains(err.Error(), `pipeline step "a" returned a fatal result: no way`) {
+		t.Errorf("message: %v", err)
+	}
+}
+
+func TestRenderObservedResourcesKeepTheirIdentity(t *testing.T) {
+	obs := []Document{{Source: "observed.yaml, document 1", Object: mustObject(t,
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo-x1\n  namespace: other\n  annotations:\n    crossplane.io/composition-resource-name: a\n")}}
+	var seen *fnv1.RunFunctionRequest
+	fn := scripted(func(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+		seen = req
+		return &fnv1.RunFunctionResponse{Desired: &fnv1.State{Resources: map[string]*fnv1.Resource{
+			"a": {Resource: mustResource(t, "apiVersion: v1\nkind: ConfigMap\n").Resource, Ready: fnv1.Ready_READY_TRUE},
+		}}}
+	})
+	xr := mustObject(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata:\n  name: demo\n")
+	out, err := Render(context.Background(), Inputs{XR: xr, Composition: composition("s"), Functions: map[string]Function{"fn-s": fn}, Observed: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := seen.GetObserved().GetResources()["a"]; !ok {
+		t.Errorf("the observed resource did not reach the function: %v", seen.GetObserved())
+	}
+	cd := out.Composed[0]
+	if cd.Name() != "demo-x1" || cd.Namespace() != "other" || cd.metaString("generateName") != "" {
+		t.Errorf("the observed name and namespace must be kept: %v", cd)
+	}
+	cond := out.XR["status"].(map[string]any)["conditions"].([]any)[0].(map[string]any)
+	if cond["status"] != "True" || cond["reason"] != "Available" {
+		t.Errorf("all resources ready: the XR should be Available: %v", cond)
+	}
+}
+
+func TestRenderFetchesRequiredResourcesUntilStable(t *testing.T) {
+	required := []Object{
+		mustObject(t, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n  labels: {env: prod}\n"),
+		mustObject(t, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: {env: prod}\n"),
+		mustObject(t, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  labels: {env: dev}\n"),
+		mustObject(t, "apiVersion: v1\nkind: Secret\nmetadata:\n  name: one\n  namespace: ns\n"),
+	}
+	var calls []*fnv1.RunFunctionRequest
+	fn := scripted(func(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+		calls = append(calls, req)
+		return &fnv1.RunFunctionResponse{Desired: req.GetDesired(), Requirements: &fnv1.Requirements{
+			ExtraResources: map[string]*fnv1.ResourceSelector{"prod": {ApiVersion: "v1", Kind: "ConfigMap",
+				Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"env": "prod"}}}}},
+			Resources: map[string]*fnv1.ResourceSelector{"secret": {ApiVersion: "v1", Kind: "Secret", Namespace: ptr("ns"),
+				Match: &fnv1.ResourceSelector_MatchName{MatchName: "one"}}},
+		}}
+	})
+	_, err := Render(context.Background(), Inputs{XR: mustObject(t, xrYAML), Composition: composition("s"),
+		Functions: map[string]Function{"fn-s": fn}, Required: required})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 {
+		t.Fatalf("%d calls, want 2: one to learn the requirements, one with the resources", len(calls))
+	}
+	var names []string
+	for _, r := range calls[1].GetExtraResources()["prod"].GetItems() {
+		names = append(names, r.GetResource().AsMap()["metadata"].(map[string]any)["name"].(string))
+	}
+	if cmp.Diff([]string{"a", "b"}, names) != "" {
+		t.Errorf("extra resources, sorted by name: %v", names)
+	}
+	if n := len(calls[1].GetRequiredResources()["secret"].GetItems()); n != 1 {
+		t.Errorf("required resources: %d items", n)
+	}
+}
+
+func TestRenderGivesUpOnRequirementsThatNeverSettle(t *testing.T) {
+	n := 0
+	fn := scripted(func(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+		n++
+		return &fnv1.RunFunctionResponse{Requirements: &fnv1.Requirements{ExtraResources: map[string]*fnv1.ResourceSelector{
+			"x": {ApiVersion: "v1", Kind: "ConfigMap", Match: &fnv1.ResourceSelector_MatchName{MatchName: strings.Repeat("x", n)}}}}}
+	})
+	_, err := Render(context.Background(), Inputs{XR: mustObject(t, xrYAML), Composition: composition("s"), Functions: map[string]Function{"fn-s": fn}})
+	if err == nil || !strings.Contains(err.Error(), "gave up after 6 calls") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestRenderCredentials(t *testing.T) {
+	var seen *fnv1.RunFunctionRequest
+	fn := scripted(func(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+		seen = req
+		return &fnv1.RunFunctionResponse{}
+	})
+	c := composition("s")
+	c.Steps[0].Credentials = []StepCredentials{{Name: "db", Source: "Secret"}}
+	c.Steps[0].Credentials[0].SecretRef = &struct {
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	}{"ns", "db-creds"}
+	secret := mustObject(t, "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db-creds\n  namespace: ns\ndata:\n  password: c2VjcmV0\nstringData:\n  user: admin\n")
+	_, err := Render(context.Background(), Inputs{XR: mustObject(t, xrYAML), Composition: c, Functions: map[string]Function{"fn-s": fn}, Credentials: []Object{secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{"password": []byte("secret"), "user": []byte("admin")}
+	if d := cmp.Diff(want, seen.GetCredentials()["db"].GetCredentialData().GetData()); d != "" {
+		t.Errorf("credentials (-want +got):\n%s", d)
+	}
+	_, err = Render(context.Background(), Inputs{XR: mustObject(t, xrYAML), Composition: c, Functions: map[string]Function{"fn-s": fn}})
+	if err == nil || !strings.Contains(err.Error(), "no Secret ns/db-creds") {
+		t.Errorf("a missing Secret: err = %v", err)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	comp := composition("s")
+	comp.Labels = map[string]string{"provider": "aws"}
+	cases := []struct {
+		name, xr string
+		fns      []string
+		want     string
+	}{
+		{"ok", xrYAML, []string{"fn-s"}, ""},
+		{"wrong_kind", "apiVersion: example.org/v1\nkind: XDB\nmetadata: {name: x}\n", []string{"fn-s"}, "is for kind XApp"},
+		{"wrong_version", "apiVersion: example.org/v2\nkind: XApp\nmetadata: {name: x}\n", []string{"fn-s"}, "is for apiVersion example.org/v1"},
+		{"no_name", "apiVersion: example.org/v1\nkind: XApp\n", []string{"fn-s"}, "needs apiVersion, kind and metadata.name"},
+		{"selector_label_missing", "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: x}\nspec:\n  compositionSelector:\n    matchLabels: {region: eu}\n", []string{"fn-s"}, "lacks the label region"},
+		{"selector_label_differs", "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: x}\nspec:\n  crossplane:\n    compositionSelector:\n      matchLabels: {provider: gcp}\n", []string{"fn-s"}, `has the label provider="aws"`},
+		{"undeclared_function", xrYAML, []string{"other"}, `uses the Function "fn-s", which the functions file does not declare`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := Check(mustObject(t, c.xr), comp, c.fns)
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v, want %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestFirstNAndMore(t *testing.T) {
+	if got := firstNAndMore(3, []string{"d", "b", "a", "c", "e"}); got != "a, b, c, and 2 more" {
+		t.Errorf("got %q", got)
+	}
+	if got := firstNAndMore(3, []string{"b", "a"}); got != "a, b" {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestTagIgnoresMetaAndFollowsContent(t *testing.T) {
+	a := &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "x"}, Desired: &fnv1.State{}}
+	b := &fnv1.RunFunctionRequest{Desired: &fnv1.State{}}
+	if tag(a) != tag(b) {
+		t.Error("the tag must not depend on meta")
+	}
+	b.Input, _ = structpb.NewStruct(map[string]any{"k": 1})
+	if tag(a) == tag(b) {
+		t.Error("different requests need different tags")
+	}
+	if d := cmp.Diff(&fnv1.RequestMeta{Tag: "x"}, a.GetMeta(), protocmp.Transform()); d != "" {
+		t.Errorf("tag changed the request: %s", d)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

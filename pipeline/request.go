@@ -1,0 +1,230 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"sigs.k8s.io/yaml"
+)
+
+// RequestFiles are the files an author assembles a RunFunctionRequest from.
+// Each is optional; what a file gives replaces that part of Request.
+type RequestFiles struct {
+	// Request is a whole RunFunctionRequest in YAML or JSON, "-" for
+	// standard input.
+	Request string
+	// Input is the pipeline step's input (an object).
+	Input string
+	// XR is the observed composite resource.
+	XR string
+	// DesiredXR is the desired composite resource, as earlier steps left it.
+	DesiredXR string
+	// Observed and Desired are YAML streams (or directories) of composed
+	// resources, each named by its crossplane.io/composition-resource-name
+	// annotation, or else by metadata.name.
+	Observed, Desired string
+	// Context holds context values by key (see ParseContext).
+	Context map[string]any
+}
+
+// BuildRequest assembles a RunFunctionRequest from files; stdin is read when
+// Request is "-".
+func BuildRequest(f RequestFiles, stdin io.Reader) (*fnv1.RunFunctionRequest, error) {
+	req := &fnv1.RunFunctionRequest{}
+	if f.Request != "" {
+		var (
+			data []byte
+			err  error
+		)
+		if f.Request == "-" {
+			data, err = io.ReadAll(stdin)
+		} else {
+			data, err = os.ReadFile(f.Request)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the request: %w", err)
+		}
+		if req, err = ParseRequest(data); err != nil {
+			return nil, fmt.Errorf("%s: %w", sourceName(f.Request), err)
+		}
+	}
+	if f.Input != "" {
+		in, err := readStruct(f.Input)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the step input: %w", err)
+		}
+		req.Input = in
+	}
+	if req.Observed == nil {
+		req.Observed = &fnv1.State{}
+	}
+	if req.Desired == nil {
+		req.Desired = &fnv1.State{}
+	}
+	if f.XR != "" {
+		s, err := readStruct(f.XR)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the composite resource: %w", err)
+		}
+		req.Observed.Composite = &fnv1.Resource{Resource: s}
+	}
+	if f.DesiredXR != "" {
+		s, err := readStruct(f.DesiredXR)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the desired composite resource: %w", err)
+		}
+		req.Desired.Composite = &fnv1.Resource{Resource: s}
+	}
+	for _, st := range []struct {
+		path  string
+		state *fnv1.State
+		what  string
+	}{{f.Observed, req.Observed, "observed"}, {f.Desired, req.Desired, "desired"}} {
+		if st.path == "" {
+			continue
+		}
+		docs, err := ReadDocuments(st.path)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the %s composed resources: %w", st.what, err)
+		}
+		rs, err := ComposedResources(docs, false)
+		if err != nil {
+			return nil, fmt.Errorf("%s composed resources: %w", st.what, err)
+		}
+		st.state.Resources = rs
+	}
+	if len(f.Context) > 0 {
+		if req.Context == nil {
+			req.Context = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		}
+		for _, k := range sortedKeys(f.Context) {
+			v, err := structpb.NewValue(f.Context[k])
+			if err != nil {
+				return nil, fmt.Errorf("context key %q: %w", k, err)
+			}
+			req.Context.Fields[k] = v
+		}
+	}
+	return req, nil
+}
+
+func sourceName(p string) string {
+	if p == "-" {
+		return "standard input"
+	}
+	return p
+}
+
+// ParseRequest parses a RunFunctionRequest written in YAML or in JSON
+// (protojson field names: lowerCamelCase or the proto names).
+func ParseRequest(data []byte) (*fnv1.RunFunctionRequest, error) {
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+	}
+	req := &fnv1.RunFunctionRequest{}
+	if err := protojson.Unmarshal(j, req); err != nil {
+		return nil, fmt.Errorf("not a RunFunctionRequest: %v (want fields such as meta, observed, desired, input, context)", err)
+	}
+	return req, nil
+}
+
+func readStruct(path string) (*structpb.Struct, error) {
+	o, err := ReadObject(path)
+	if err != nil {
+		return nil, err
+	}
+	return o.Struct()
+}
+
+// ComposedResources keys composed resources by their
+// crossplane.io/composition-resource-name annotation. Without
+// requireAnnotation, metadata.name stands in for a missing annotation.
+func ComposedResources(docs []Document, requireAnnotation bool) (map[string]*fnv1.Resource, error) {
+	out := make(map[string]*fnv1.Resource, len(docs))
+	from := map[string]string{}
+	for _, d := range docs {
+		name := ResourceName(d.Object)
+		if name == "" && !requireAnnotation {
+			name = d.Object.Name()
+		}
+		if name == "" {
+			return nil, fmt.Errorf("%s (%s) has no %s annotation, which names it in the pipeline's state", d.Source, d.Object.Describe(), AnnotationCompositionResourceName)
+		}
+		if prev, ok := from[name]; ok {
+			return nil, fmt.Errorf("%s and %s are both named %q; composed resource names must be unique", prev, d.Source, name)
+		}
+		from[name] = d.Source
+		s, err := d.Object.Struct()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", d.Source, err)
+		}
+		out[name] = &fnv1.Resource{Resource: s}
+	}
+	return out, nil
+}
+
+// ParseContext reads context values the way `crossplane render` takes them:
+// files are KEY=FILE, values are KEY=JSON (YAML is accepted too); a key
+// given as a value wins over the same key given as a file.
+func ParseContext(files, values []string) (map[string]any, error) {
+	out := map[string]any{}
+	parse := func(flag, kv string, load func(string) ([]byte, error)) error {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("%s %q: want KEY=%s", flag, kv, map[bool]string{true: "FILE", false: "JSON"}[flag == "--context-files"])
+		}
+		data, err := load(v)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", flag, k, err)
+		}
+		j, err := yaml.YAMLToJSON(data)
+		if err != nil {
+			return fmt.Errorf("%s %s: not JSON or YAML: %w", flag, k, err)
+		}
+		var val any
+		if err := json.Unmarshal(j, &val); err != nil {
+			return fmt.Errorf("%s %s: %w", flag, k, err)
+		}
+		out[k] = val
+		return nil
+	}
+	for _, kv := range files {
+		if err := parse("--context-files", kv, os.ReadFile); err != nil {
+			return nil, err
+		}
+	}
+	for _, kv := range values {
+		if err := parse("--context-values", kv, func(s string) ([]byte, error) { return []byte(s), nil }); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// MessageYAML renders a protobuf message (a response) as YAML with sorted
+// keys, through its protojson form.
+func MessageYAML(m proto.Message) ([]byte, error) {
+	j, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return yaml.JSONToYAML(j)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

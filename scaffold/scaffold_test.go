@@ -1,0 +1,74 @@
+package scaffold
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestWrite(t *testing.T) {
+	for _, tmpl := range TemplateNames() {
+		t.Run(tmpl, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "fn")
+			files, err := Write(dir, "function-greeting", tmpl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{".gitignore", "Dockerfile", "Makefile", "README.md", "build.sh", "crossplane.yaml",
+				"example/composition.yaml", "example/expected.yaml", "example/functions.yaml", "example/rendered.yaml",
+				"example/request.yaml", "example/xr.yaml", Templates[tmpl].FunctionFile}
+			for _, w := range want {
+				if !contains(files, w) {
+					t.Errorf("no %s in %v", w, files)
+				}
+			}
+			for _, f := range files {
+				b, err := os.ReadFile(filepath.Join(dir, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ph := range []string{"__NAME__", "__LANGUAGE__", "__FUNCTION_FILE__"} {
+					if strings.Contains(string(b), ph) {
+						t.Errorf("%s keeps the placeholder %s", f, ph)
+					}
+				}
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir, "crossplane.yaml")); !strings.Contains(string(b), "name: function-greeting") {
+				t.Errorf("crossplane.yaml does not name the function:\n%s", b)
+			}
+			if fi, err := os.Stat(filepath.Join(dir, "build.sh")); err != nil || fi.Mode()&0o111 == 0 {
+				t.Errorf("build.sh must be executable: %v", err)
+			}
+			df, _ := os.ReadFile(filepath.Join(dir, "Dockerfile"))
+			if !strings.Contains(string(df), "FROM scratch") || !strings.Contains(string(df), Templates[tmpl].FunctionFile) {
+				t.Errorf("Dockerfile:\n%s", df)
+			}
+		})
+	}
+}
+
+func TestWriteRefuses(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Write(filepath.Join(dir, "a"), "Bad_Name", "jq"); err == nil || !strings.Contains(err.Error(), "DNS label") {
+		t.Errorf("bad name: err = %v", err)
+	}
+	if _, err := Write(filepath.Join(dir, "a"), "fn", "python"); err == nil || !strings.Contains(err.Error(), "want one of jq, sh, yq") {
+		t.Errorf("unknown template: err = %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Write(dir, "fn", "jq"); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("non-empty directory: err = %v", err)
+	}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
