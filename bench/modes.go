@@ -61,7 +61,12 @@ func (f *floor) call(ctx context.Context, _ int) error {
 	cmd := exec.CommandContext(ctx, f.args[0], f.args[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: f.rootfs}
 	cmd.Dir, cmd.Env = f.dir, f.env
-	cmd.Stdin = bytes.NewReader(f.input)
+	return runWithInput(cmd, f.input)
+}
+
+// runWithInput runs cmd with input on stdin and wants some output.
+func runWithInput(cmd *exec.Cmd, input []byte) error {
+	cmd.Stdin = bytes.NewReader(input)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -262,15 +267,5 @@ func (p *podman) load(tarball string, input []byte) (*podman, error) {
 func (p *podman) call(ctx context.Context, _ int) error {
 	args := append(append([]string{}, p.base...), "run", "--rm", "-i", "--network", "none",
 		"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", p.image)
-	cmd := exec.CommandContext(ctx, "podman", args...)
-	cmd.Stdin = bytes.NewReader(p.input)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%v: %s", err, errb.String())
-	}
-	if out.Len() == 0 {
-		return fmt.Errorf("no output")
-	}
-	return nil
+	return runWithInput(exec.CommandContext(ctx, "podman", args...), p.input)
 }
