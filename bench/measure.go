@@ -131,7 +131,7 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) 
 	maxClients := slices.Max(c.clients)
 
 	var rows []row
-	var rss [][2]int64 // idle, peak per server
+	var idle []memory
 	modes := []struct {
 		name  string
 		extra []string
@@ -148,9 +148,8 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) 
 			return err
 		}
 		servers[i] = s
-		time.Sleep(200 * time.Millisecond)
-		idle, _ := s.rss()
-		rss = append(rss, [2]int64{idle, 0})
+		time.Sleep(500 * time.Millisecond)
+		idle = append(idle, s.memory())
 	}
 	var podFn *podman
 	if pod != nil {
@@ -167,9 +166,6 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) 
 			// podman is slow: fewer calls keep the run short.
 			rows = append(rows, row{"podman run --rm -i", n, measure(ctx, podFn.call, n, c.duration, max(n*4, 20), childrenCPU)})
 		}
-	}
-	for i := range servers {
-		_, rss[i][1] = servers[i].rss()
 	}
 
 	fmt.Printf("## %s\n\n", fn)
@@ -203,7 +199,9 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) 
 	}
 	fmt.Println()
 	for i, m := range modes {
-		fmt.Printf("- %s: idle RSS %s, peak RSS %s (both ocifn processes)\n", m.name, mb(rss[i][0]), mb(rss[i][1]))
+		after := servers[i].memory()
+		fmt.Printf("- %s: idle: RSS %s of the serving process, PSS %s of both ocifn processes; after the runs: peak RSS %s, PSS %s\n",
+			m.name, mb(idle[i].rss), mb(idle[i].pss), mb(after.peak), mb(after.pss))
 	}
 	fmt.Println()
 	return nil

@@ -189,14 +189,19 @@ func (s *server) cpu() time.Duration {
 	return time.Duration(ticks) * time.Second / 100
 }
 
-// rss returns the resident and peak memory of both ocifn processes.
-func (s *server) rss() (now, peak int64) {
+// memory is what the ocifn processes hold: the serving process's resident
+// and peak resident memory, and the proportional set size of both processes
+// (the re-executed child and the parent that waits for it), which counts
+// the binary's pages they share once.
+type memory struct{ rss, peak, pss int64 }
+
+func (s *server) memory() memory {
+	var m memory
+	m.rss, m.peak = procStatus(s.pid())
 	for _, pid := range uniq(s.cmd.Process.Pid, s.pid()) {
-		n, p := procMemory(pid)
-		now += n
-		peak += p
+		m.pss += procPss(pid)
 	}
-	return now, peak
+	return m
 }
 
 func uniq(a, b int) []int {
@@ -206,7 +211,8 @@ func uniq(a, b int) []int {
 	return []int{a, b}
 }
 
-func procMemory(pid int) (rss, hwm int64) {
+// procStatus reads VmRSS and VmHWM of a process.
+func procStatus(pid int) (rss, hwm int64) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, 0
@@ -225,6 +231,21 @@ func procMemory(pid int) (rss, hwm int64) {
 		}
 	}
 	return rss, hwm
+}
+
+// procPss reads the proportional set size of a process.
+func procPss(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v << 10
+		}
+	}
+	return 0
 }
 
 func (s *server) stop() {
