@@ -149,12 +149,23 @@ func decodeResponse(out []byte) (*fnv1.RunFunctionResponse, error) {
 // complete applies the contract to a valid response: the tag is filled in,
 // and what the function left out of desired and context is carried over from
 // the request rather than silently deleted.
+//
+// A response always carries the request's tag: Crossplane matches responses
+// to requests, and caches them, by tag. A function that prints another tag
+// gets it replaced and a Warning result that names both, rather than a
+// Fatal one: the response is still the function's answer to this request.
 func complete(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) {
-	if rsp.GetMeta().GetTag() == "" && req.GetMeta().GetTag() != "" {
+	if got, want := rsp.GetMeta().GetTag(), req.GetMeta().GetTag(); got != want {
 		if rsp.Meta == nil {
 			rsp.Meta = &fnv1.ResponseMeta{}
 		}
-		rsp.Meta.Tag = req.GetMeta().GetTag()
+		rsp.Meta.Tag = want
+		if got != "" {
+			rsp.Results = append(rsp.Results, &fnv1.Result{
+				Severity: fnv1.Severity_SEVERITY_WARNING,
+				Message:  fmt.Sprintf("the function's response carried meta.tag %s, not the request's %q; the request's tag was kept", quoteTag(got), want),
+			})
+		}
 	}
 	if rsp.Desired == nil {
 		rsp.Desired = desiredOf(req)
@@ -195,6 +206,14 @@ func withStderr(msg string, tail []byte) string {
 		return msg + " (stderr was empty)"
 	}
 	return msg + "; stderr: " + t
+}
+
+// quoteTag quotes a tag a function printed, bounded.
+func quoteTag(tag string) string {
+	if len(tag) > 64 {
+		return fmt.Sprintf("%q…", strings.ToValidUTF8(tag[:64], "\uFFFD"))
+	}
+	return fmt.Sprintf("%q", tag)
 }
 
 func quoteHead(b []byte) string {

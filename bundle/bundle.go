@@ -51,6 +51,8 @@ type Options struct {
 	Network string
 	// MaxRootfsBytes caps the unpacked size of the image (0: no cap).
 	MaxRootfsBytes int64
+	// Limits cap each call's memory and processes (see PrepareLimits).
+	Limits spec.Limits
 	// Warm is how many containers to keep created ahead of calls (0: none).
 	Warm int
 }
@@ -162,6 +164,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 		GIDMappings: gids,
 		Network:     o.Network,
 		HostRlimits: hostLimits,
+		Limits:      o.Limits,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot derive the runtime config from the image config: %w", err)
@@ -289,7 +292,7 @@ func readInRoot(root, name string) ([]byte, error) {
 // hardLimits reads the hard rlimits of this process that the spec clamps to.
 func hardLimits() (map[string]uint64, error) {
 	out := map[string]uint64{}
-	for name, res := range map[string]int{"RLIMIT_NOFILE": unix.RLIMIT_NOFILE, "RLIMIT_NPROC": unix.RLIMIT_NPROC, "RLIMIT_CORE": unix.RLIMIT_CORE} {
+	for name, res := range map[string]int{"RLIMIT_NOFILE": unix.RLIMIT_NOFILE, "RLIMIT_NPROC": unix.RLIMIT_NPROC, "RLIMIT_CORE": unix.RLIMIT_CORE, "RLIMIT_DATA": unix.RLIMIT_DATA} {
 		var l unix.Rlimit
 		if err := unix.Getrlimit(res, &l); err != nil {
 			return nil, fmt.Errorf("cannot read the host's %s: %w", strings.ToLower(name), err)

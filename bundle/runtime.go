@@ -342,9 +342,10 @@ func (l *runtimeLog) wait() string {
 }
 
 func (r *Runtime) args(a ...string) []string {
-	// The cgroup manager is disabled: the host's cgroups are not ours to
-	// change, and a hybrid host has no usable cgroup2 hierarchy for crun.
-	base := []string{"--cgroup-manager=disabled"}
+	// The cgroup manager is disabled unless PrepareLimits found a cgroup v2
+	// tree delegated to ocifn: the host's cgroups are not ours to change,
+	// and a hybrid host has no usable cgroup2 hierarchy for crun.
+	base := []string{cgroupManagerFlag()}
 	if r.stateDir != "" {
 		base = append(base, "--root="+r.stateDir)
 	}

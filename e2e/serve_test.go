@@ -156,12 +156,17 @@ func TestContract(t *testing.T) {
 			},
 		},
 		{
-			name:    "function_tag_is_kept_when_it_sets_one",
+			// A response always carries the request's tag (Crossplane
+			// matches and caches responses by it); the function's TTL stays.
+			name:    "function_tag_other_than_the_request_is_replaced_with_a_warning",
 			tarball: "jq-function.tar",
 			request: `{"meta": {"tag": "t-own"}, "input": {"filter": "{meta: {tag: \"chosen\", ttl: \"60s\"}, desired: .desired}"}, ` + desired + `}`,
 			check: func(t *testing.T, req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) {
-				if rsp.GetMeta().GetTag() != "chosen" || rsp.GetMeta().GetTtl().AsDuration() != time.Minute {
+				if rsp.GetMeta().GetTag() != "t-own" || rsp.GetMeta().GetTtl().AsDuration() != time.Minute {
 					t.Errorf("meta: got %v", rsp.GetMeta())
+				}
+				if rs := rsp.GetResults(); len(rs) != 1 || rs[0].GetSeverity() != fnv1.Severity_SEVERITY_WARNING || !strings.Contains(rs[0].GetMessage(), `"chosen"`) {
+					t.Errorf("results %v, want one Warning naming the function's tag", rs)
 				}
 			},
 		},

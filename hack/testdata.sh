@@ -2,7 +2,8 @@
 # Builds the test function images in testdata/functions/ with buildah, from
 # their Dockerfiles, without pulling anything: every image is FROM scratch and
 # copies pieces staged here from Debian packages (busybox-static, jq and its
-# libraries) and from the Go module proxy (yq, built static).
+# libraries), from the Go module proxy (yq, built static) and from this
+# repository (the probe function's Go program, built static).
 #
 #   hack/testdata.sh [--check] [OUTDIR]        (OUTDIR defaults to testdata/build)
 #
@@ -171,10 +172,28 @@ stage_yq() {
 		'BEGIN { printf "testdata: staged yq %s, built static (%.1fs)\n", v, b - a }'
 }
 
+# The probe function's program: static Go, built from the function's
+# directory (testdata/functions/probe/probe.go).
+stage_probe() {
+	local src=$FUNCTIONS/probe
+	# shellcheck disable=SC2046 # one path a word
+	fresh probe $(find "$src" -name '*.go') "$REPO_ROOT/go.mod" && return 0
+	local d=$stage/probe.new log=$logs/probe.log
+	rm -rf "$d"
+	mkdir -p "$d/bin"
+	if ! (cd "$REPO_ROOT" && GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 \
+		go build -trimpath -ldflags='-s -w' -o "$d/bin/probe" ./testdata/functions/probe) >"$log" 2>&1; then
+		cat "$log" >&2
+		die "building the probe failed"
+	fi
+	finish probe
+}
+
 stage_base
 stage_busybox
 stage_jq
 stage_yq
+stage_probe
 
 # ---------------------------------------------------------------- images
 # A private store: nothing read from or written to the host's containers

@@ -75,8 +75,11 @@ func WithMaxBytes(n int64) UnpackOption {
 // if missing, expected empty) and verifies each layer while it streams it:
 // the blob against the layer digest and the uncompressed tar against the
 // config's rootfs.diff_ids. Whiteouts are applied, hard links and symlinks kept,
-// device nodes skipped. Every layer is extracted by a re-executed child
-// that pivot_roots into dest, so no entry can reach outside it; the
+// device nodes and fifos skipped, setuid and setgid bits and extended
+// attributes other than user.* stripped, and whiteouts that aim at a
+// directory or its parent refused (see sanitize). Every layer is
+// extracted by a re-executed child that pivot_roots into dest, so no entry
+// can reach outside it; the
 // program must call reexec.Init() (containers/storage/pkg/reexec) first
 // thing in main, and must run as root or inside a user namespace.
 //
@@ -134,6 +137,8 @@ func unpack(ctx context.Context, img v1.Image, dest string, o unpackOptions) err
 	}
 
 	budget := &byteBudget{limit: o.maxBytes}
+	// Names of the entries of the layers applied so far (see sanitize).
+	seen := map[string]struct{}{}
 	for i, l := range layers {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -142,7 +147,7 @@ func unpack(ctx context.Context, img v1.Image, dest string, o unpackOptions) err
 		if err != nil {
 			return fmt.Errorf(errFmtLayer, i+1, len(layers), "?", err)
 		}
-		if err := applyLayer(ctx, l, digest, cfg.RootFS.DiffIDs[i], dest, tarOpts, budget); err != nil {
+		if err := applyLayer(ctx, l, digest, cfg.RootFS.DiffIDs[i], dest, tarOpts, budget, seen); err != nil {
 			return fmt.Errorf(errFmtLayer, i+1, len(layers), digest, err)
 		}
 	}
@@ -164,7 +169,7 @@ func (o unpackOptions) rootOwner() (idtools.IDPair, error) {
 // applyLayer streams one layer into dest in a single pass: the blob is
 // hashed as it is read, decompressed, the tar hashed again as it comes out
 // of the decompressor, and fed to the extracting child.
-func applyLayer(ctx context.Context, l v1.Layer, digest, diffID v1.Hash, dest string, opts *archive.TarOptions, budget *byteBudget) error {
+func applyLayer(ctx context.Context, l v1.Layer, digest, diffID v1.Hash, dest string, opts *archive.TarOptions, budget *byteBudget, seen map[string]struct{}) error {
 	rc, err := l.Compressed()
 	if err != nil {
 		return fmt.Errorf("cannot open blob: %w", err)
@@ -181,7 +186,19 @@ func applyLayer(ctx context.Context, l v1.Layer, digest, diffID v1.Hash, dest st
 
 	tarHash := sha256.New()
 	stream := &guardedReader{ctx: ctx, r: io.TeeReader(dec, tarHash), budget: budget}
-	_, applyErr := chrootarchive.ApplyUncompressedLayer(dest, stream, opts)
+	// The extractor reads the layer through sanitize (see sanitize.go).
+	pr, pw := io.Pipe()
+	var sanitizeErr error
+	sanitized := make(chan struct{})
+	go func() {
+		defer close(sanitized)
+		sanitizeErr = sanitize(stream, pw, seen)
+	}()
+	_, applyErr := chrootarchive.ApplyUncompressedLayer(dest, pr, opts)
+	// The extractor may stop early; stop the copy and wait for it before
+	// the rest of stream is read below.
+	pr.CloseWithError(io.ErrClosedPipe)
+	<-sanitized
 	if stream.err != nil {
 		// Cancelled or over the limit: the child's error only echoes ours.
 		return stream.err
@@ -215,6 +232,8 @@ func applyLayer(ctx context.Context, l v1.Layer, digest, diffID v1.Hash, dest st
 		return fmt.Errorf("cannot read blob: %w", blobTailErr)
 	case tarTailErr != nil:
 		return fmt.Errorf("cannot decompress: %w", tarTailErr)
+	case sanitizeErr != nil && !errors.Is(sanitizeErr, io.ErrClosedPipe):
+		return fmt.Errorf("cannot apply: %w", sanitizeErr)
 	case applyErr != nil:
 		return fmt.Errorf("cannot apply: %w", applyErr)
 	}

@@ -89,6 +89,8 @@ type Options struct {
 	// HostRlimits are the hard limits of the host process, by rlimit type.
 	// Every rlimit of the container is clamped to them.
 	HostRlimits map[string]uint64
+	// Limits bound each call's memory and processes.
+	Limits Limits
 }
 
 // Errors returned by Generate.
@@ -151,7 +153,7 @@ func Generate(img imgspec.ImageConfig, user User, o Options) (*rspec.Spec, error
 				Permitted: Capabilities,
 			},
 			NoNewPrivileges: true,
-			Rlimits:         rlimits(o.HostRlimits),
+			Rlimits:         rlimits(o.Limits.fallbackRlimits(defaultRlimits), o.HostRlimits),
 		},
 		Mounts: mounts(network, tmpSize),
 		Linux: &rspec.Linux{
@@ -160,6 +162,8 @@ func Generate(img imgspec.ImageConfig, user User, o Options) (*rspec.Spec, error
 			Namespaces:    namespaces(network),
 			MaskedPaths:   maskedPaths,
 			ReadonlyPaths: readonlyPaths,
+			Seccomp:       Seccomp(),
+			Resources:     o.Limits.resources(),
 		},
 	}
 	return s, nil
@@ -191,10 +195,10 @@ func hasVar(env []string, name string) bool {
 	return false
 }
 
-// rlimits clamps the defaults to the host's hard limits.
-func rlimits(host map[string]uint64) []rspec.POSIXRlimit {
-	out := make([]rspec.POSIXRlimit, 0, len(defaultRlimits))
-	for _, l := range defaultRlimits {
+// rlimits clamps the rlimits to the host's hard limits.
+func rlimits(in []rspec.POSIXRlimit, host map[string]uint64) []rspec.POSIXRlimit {
+	out := make([]rspec.POSIXRlimit, 0, len(in))
+	for _, l := range in {
 		if max, ok := host[l.Type]; ok {
 			l.Hard = min(l.Hard, max)
 			l.Soft = min(l.Soft, max)

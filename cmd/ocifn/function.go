@@ -30,6 +30,9 @@ type functionFlags struct {
 	maxOutputBytes int
 	idMapStart     uint32
 	idMapSize      uint32
+	memoryLimit    byteSize
+	pidsLimit      int64
+	maxRootfsBytes byteSize
 	warm           int
 }
 
@@ -42,6 +45,10 @@ func (o *functionFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&o.maxOutputBytes, "max-output-bytes", adaptor.DefaultMaxOutputBytes, "largest response a function may print on stdout")
 	f.Uint32Var(&o.idMapStart, "id-map-start", 100000, "when run as root: first host uid/gid that container ids map to")
 	f.Uint32Var(&o.idMapSize, "id-map-size", 65536, "when run as root: how many container uids/gids are mapped")
+	o.memoryLimit, o.maxRootfsBytes = bundle.DefaultMemoryLimit, DefaultMaxRootfsBytes
+	f.Var(&o.memoryLimit, "memory-limit", "memory of one call (e.g. 512Mi; 0: no limit): a cgroup limit where cgroup v2 is delegated, else RLIMIT_DATA per process")
+	f.Int64Var(&o.pidsLimit, "pids-limit", bundle.DefaultPidsLimit, "processes and threads of one call: a cgroup limit where cgroup v2 is delegated, else RLIMIT_NPROC")
+	f.Var(&o.maxRootfsBytes, "max-rootfs-bytes", "largest unpacked size of the function image (e.g. 4Gi; 0: no limit)")
 	f.IntVar(&o.warm, "warm", 0, "containers to keep created ahead of calls, so a call only starts one (0: off)")
 }
 
@@ -69,6 +76,9 @@ func (o *functionFlags) check() (*bundle.Runtime, error) {
 	}
 	if o.warm < 0 {
 		return nil, fmt.Errorf("--warm %d: must not be negative", o.warm)
+	}
+	if o.pidsLimit <= 0 {
+		return nil, fmt.Errorf("--pids-limit %d: must be positive", o.pidsLimit)
 	}
 	if o.maxOutputBytes <= 0 {
 		return nil, fmt.Errorf("--max-output-bytes %d: must be positive", o.maxOutputBytes)
@@ -99,6 +109,7 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 	}
 	b, err := bundle.Create(ctx, rt, img.Image(), o.cacheDir, bundle.Options{
 		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network, Warm: o.warm,
+		MaxRootfsBytes: int64(o.maxRootfsBytes), Limits: o.limits(log),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot prepare the function image %s: %w", tarball, err)

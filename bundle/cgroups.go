@@ -1,0 +1,155 @@
+package bundle
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ocifn/ocifn/host"
+	"github.com/ocifn/ocifn/spec"
+)
+
+// Per-call limit defaults.
+const (
+	// DefaultMemoryLimit caps the memory of one call: enough for jq or yq
+	// on the largest requests ocifn accepts (64 MiB of JSON).
+	DefaultMemoryLimit = 1 << 30
+	// DefaultPidsLimit caps the processes and threads of one call.
+	DefaultPidsLimit = 1024
+)
+
+// cgroupControllers are the controllers a delegated cgroup v2 tree must
+// offer for calls to run in cgroups of their own.
+var cgroupControllers = []string{"memory", "pids"}
+
+// supervisorCgroup is the leaf cgroup ocifn moves itself into, so that the
+// cgroup above it may hand controllers to the calls' cgroups (cgroup v2
+// lets only cgroups without processes of their own do that).
+const supervisorCgroup = "ocifn"
+
+// cgroupManager is crun's --cgroup-manager for every container of this
+// process: "disabled" until PrepareLimits finds a delegated cgroup v2 tree.
+// It is process-wide because the host's cgroup layout is.
+var cgroupManager atomic.Value
+
+func cgroupManagerFlag() string {
+	if m, ok := cgroupManager.Load().(string); ok {
+		return "--cgroup-manager=" + m
+	}
+	return "--cgroup-manager=disabled"
+}
+
+// PrepareLimits decides how the per-call caps (0: none) are enforced on this
+// host, and prepares the cgroups when it can. With a delegated cgroup v2
+// tree — ocifn at the root of its own cgroup namespace, /sys/fs/cgroup
+// writable, memory and pids controllers available, as in a pod with a
+// private cgroup namespace and a writable cgroupfs — every call gets a
+// cgroup of its own from crun (cgroupfs manager) with memory.max,
+// memory.swap.max and pids.max. Otherwise the caps fall back to rlimits
+// (see spec.Limits) and the second result says why; the host's cgroups are
+// never changed. Call it once, before Create, in ocifn's own namespaces.
+func PrepareLimits(memoryBytes, pids int64) (spec.Limits, string) {
+	l := spec.Limits{MemoryBytes: memoryBytes, Pids: pids}
+	cg, err := host.DetectCgroups()
+	// In ocifn's own namespaces on a hybrid host the cgroup2 mount is
+	// masked, so its controllers cannot be read: the layout is enough.
+	if err != nil && cg.Layout != host.CgroupHybrid {
+		return l, err.Error()
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return l, fmt.Sprintf("cannot read /proc/self/cgroup: %v", err)
+	}
+	root, why := delegatedRoot(cg, self)
+	if why != "" {
+		return l, why
+	}
+	if err := takeOver(root); err != nil {
+		return l, err.Error()
+	}
+	cgroupManager.Store("cgroupfs")
+	l.Cgroups = true
+	return l, ""
+}
+
+// delegatedRoot returns the cgroup v2 directory ocifn may hand out to its
+// calls, or why there is none. selfCgroup is /proc/self/cgroup.
+func delegatedRoot(cg host.Cgroups, selfCgroup []byte) (string, string) {
+	switch cg.Layout {
+	case host.CgroupHybrid:
+		return "", fmt.Sprintf("the host mounts cgroups in hybrid mode (v1 controllers, cgroup2 at %s): crun cannot use them and ocifn does not change the host's cgroups", cg.Unified)
+	case host.CgroupLegacy:
+		return "", "the host has cgroup v1 only, which ocifn does not manage"
+	}
+	path := ""
+	sc := bufio.NewScanner(bytes.NewReader(selfCgroup))
+	for sc.Scan() {
+		if p, ok := strings.CutPrefix(sc.Text(), "0::"); ok {
+			path = p
+		}
+	}
+	if path != "/" {
+		return "", fmt.Sprintf("ocifn's cgroup %q is not the root of its own cgroup namespace (run it in a container with a private cgroup namespace)", path)
+	}
+	root := cg.Unified
+	b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	if err != nil {
+		return "", fmt.Sprintf("cannot read the controllers of %s: %v", root, err)
+	}
+	have := strings.Fields(string(b))
+	var missing []string
+	for _, c := range cgroupControllers {
+		if !slices.Contains(have, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return "", fmt.Sprintf("the cgroup at %s does not offer the %s controller(s)", root, strings.Join(missing, ", "))
+	}
+	for _, f := range []string{"cgroup.procs", "cgroup.subtree_control"} {
+		if err := unix.Access(filepath.Join(root, f), unix.W_OK); err != nil {
+			return "", fmt.Sprintf("the cgroup at %s is not writable (%s: %v); mount /sys/fs/cgroup read-write to delegate it", root, f, err)
+		}
+	}
+	return root, ""
+}
+
+// takeOver moves ocifn (and the ocifn process that re-executed it, if it
+// shares the cgroup) into a leaf cgroup and enables the controllers for the
+// calls' cgroups. Processes that are not ocifn are never moved: if any is
+// left, enabling the controllers fails and the caps fall back to rlimits.
+func takeOver(root string) error {
+	leaf := filepath.Join(root, supervisorCgroup)
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("cannot create the cgroup %s: %w", leaf, err)
+	}
+	pids := []int{os.Getpid()}
+	// The ocifn that re-executed this one into its namespaces waits in the
+	// same cgroup.
+	self, _ := os.Readlink("/proc/self/exe")
+	if parent, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", os.Getppid())); err == nil && parent == self {
+		pids = append(pids, os.Getppid())
+	}
+	for _, pid := range pids {
+		if pid <= 1 {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("cannot move process %d into the cgroup %s: %w", pid, leaf, err)
+		}
+	}
+	enable := "+" + strings.Join(cgroupControllers, " +")
+	if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte(enable), 0); err != nil {
+		return fmt.Errorf("cannot enable %s in %s (processes other than ocifn's in that cgroup?): %w", enable, root, err)
+	}
+	return nil
+}

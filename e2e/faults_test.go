@@ -1,0 +1,240 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+)
+
+// privateTmp gives the server a TMPDIR of its own, so a test can check that
+// it leaves no temp files, whatever else runs on the machine.
+func privateTmp(dir string) serverOption {
+	return func(c *exec.Cmd) { c.Env = append(c.Env, "TMPDIR="+dir) }
+}
+
+// descendants returns the pids of every process below pid.
+func descendants(t *testing.T, pid int) []int {
+	t.Helper()
+	children := map[int][]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		self, _ := strconv.Atoi(strings.Fields(s)[0])
+		ppid, _ := strconv.Atoi(f[1])
+		children[ppid] = append(children[ppid], self)
+	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for _, c := range children[p] {
+			out = append(out, c)
+			walk(c)
+		}
+	}
+	walk(pid)
+	return out
+}
+
+// assertNoLeaks checks, once calls are answered, that the server keeps no
+// process but itself (and its re-executed self), no container state, no
+// file in the cache directory but its bundle, no temp file, and no mount
+// that the host can see.
+func assertNoLeaks(t *testing.T, s *server, cache, tmp string) {
+	t.Helper()
+	eventually(t, 5*time.Second, "no function process left", func() bool { return len(descendants(t, s.cmd.Process.Pid)) <= 1 })
+	eventually(t, 5*time.Second, "no container state left", func() bool { return len(containerStates(t, cache)) == 0 })
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("temp files left in the server's TMPDIR: %v", left)
+	}
+	entries, _ := os.ReadDir(cache)
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "bundle-") {
+			t.Errorf("left in the cache directory: %s", e.Name())
+		}
+	}
+	bundles, _ := filepath.Glob(filepath.Join(cache, "bundle-*", "*"))
+	for _, b := range bundles {
+		switch filepath.Base(b) {
+		case "rootfs", "config.json", "state", "lock":
+		default:
+			t.Errorf("unexpected file in the bundle: %s", b)
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), cache) {
+		t.Errorf("the host sees mounts under %s:\n%s", cache, mounts)
+	}
+}
+
+// TestFaultyFunctions: each way a function can misbehave gets the
+// contract's answer, the server keeps answering, and nothing is left
+// behind. (TestMisbehavingFunctionsNeverTakeTheServerDown runs crashes,
+// stderr floods and half-written JSON next to good calls.)
+func TestFaultyFunctions(t *testing.T) {
+	cache, tmp := cacheDir(t), t.TempDir()
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--timeout", "3s"}, privateTmp(tmp))
+	marker := "7373" + strconv.Itoa(os.Getpid())
+
+	// A request far larger than a pipe's buffer, for the function that
+	// never reads it.
+	big := shRequest(t, "t-no-read", "exit 0")
+	big.Input.Fields["padding"] = structString(strings.Repeat("p", 4<<20))
+
+	cases := []struct {
+		name     string
+		req      *fnv1.RunFunctionRequest
+		fatal    []string // want a Fatal result containing these
+		warning  string   // want a Warning result containing this
+		maxTime  time.Duration
+		noResult bool
+	}{
+		{name: "exits_without_reading_stdin", req: big, fatal: []string{"printed nothing on stdout"}},
+		{name: "leaves_a_background_child_running", req: shRequest(t, "t-bg", "sleep "+marker+"1 >/dev/null 2>&1 & "+okScript), noResult: true},
+		{name: "loops_forever", req: shRequest(t, "t-loop", "while :; do :; done"), fatal: []string{"ran longer than the limit of 3s"}, maxTime: 6 * time.Second},
+		{name: "writes_1GiB_to_stdout", req: shRequest(t, "t-gib", "head -c 1073741824 /dev/zero"), fatal: []string{"more than the limit of 67108864 bytes"}, maxTime: 10 * time.Second},
+		{name: "floods_stderr", req: shRequest(t, "t-err", "head -c 100000000 /dev/zero | tr '\\0' e >&2; "+okScript), noResult: true},
+		{name: "exits_0_with_empty_output", req: shRequest(t, "t-empty", "exit 0"), fatal: []string{"printed nothing on stdout"}},
+		{name: "prints_invalid_utf8", req: shRequest(t, "t-utf8", `printf '{"desired": {}, "results": [{"message": "\377\376"}]}'`), fatal: []string{"not valid UTF-8"}},
+		{name: "prints_invalid_json", req: shRequest(t, "t-json", `echo '{"desired": {]'`), fatal: []string{"not a valid RunFunctionResponse"}},
+		{name: "prints_the_wrong_tag", req: shRequest(t, "t-tag", `jq -c '{meta: {tag: "someone-else"}, desired: .desired}'`), warning: `meta.tag "someone-else", not the request's "t-tag"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			rsp := s.call(t, tc.req)
+			took := time.Since(start)
+			if rsp.GetMeta().GetTag() != tc.req.GetMeta().GetTag() {
+				t.Errorf("tag %q, want the request's %q", rsp.GetMeta().GetTag(), tc.req.GetMeta().GetTag())
+			}
+			switch {
+			case len(tc.fatal) > 0:
+				wantFatal(t, tc.req, rsp, tc.fatal...)
+			case tc.warning != "":
+				rs := rsp.GetResults()
+				if len(rs) != 1 || rs[0].GetSeverity() != fnv1.Severity_SEVERITY_WARNING || !strings.Contains(rs[0].GetMessage(), tc.warning) {
+					t.Errorf("results %v, want one Warning with %q", rs, tc.warning)
+				}
+				if rsp.GetDesired().GetResources()["a"] == nil {
+					t.Errorf("desired lost: %v", rsp.GetDesired())
+				}
+			case tc.noResult:
+				if len(rsp.GetResults()) != 0 || rsp.GetDesired().GetResources()["a"] == nil {
+					t.Errorf("got %v, want the function's own answer", rsp)
+				}
+			}
+			if tc.maxTime > 0 && took > tc.maxTime {
+				t.Errorf("the call took %s, want at most %s", took, tc.maxTime)
+			}
+			t.Logf("answered in %s", took.Round(time.Millisecond))
+		})
+	}
+	if pids := processesWith(t, marker); len(pids) != 0 {
+		t.Errorf("the background child survived its call: %v", pids)
+	}
+	// The server never held the 1 GiB: its peak memory stays far below.
+	if hwm := peakRSS(t, s); hwm > 512<<20 {
+		t.Errorf("the server's peak RSS is %d MiB", hwm>>20)
+	}
+	s.call(t, shRequest(t, "t-after", okScript))
+	assertNoLeaks(t, s, cache, tmp)
+}
+
+// peakRSS is the largest VmHWM of the server and its re-executed self.
+func peakRSS(t *testing.T, s *server) int64 {
+	t.Helper()
+	var peak int64
+	for _, pid := range append([]int{s.cmd.Process.Pid}, descendants(t, s.cmd.Process.Pid)...) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				peak = max(peak, kb<<10)
+			}
+		}
+	}
+	return peak
+}
+
+// TestResourceLimitsWithoutCgroups: on a host that does not delegate cgroup
+// v2 (this one mounts cgroups in hybrid mode), the server says once at
+// startup that per-call limits fall back to rlimits; a fork bomb and a
+// memory hog are contained by them, and the server keeps answering other
+// calls meanwhile.
+func TestResourceLimitsWithoutCgroups(t *testing.T) {
+	cache, tmp := cacheDir(t), t.TempDir()
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--timeout", "5s",
+		"--memory-limit", "256Mi", "--pids-limit", "64"}, privateTmp(tmp))
+	const fallback = "per-call limits fall back to rlimits"
+	mustContain(t, "startup log", s.stderr.String(), fallback, "hybrid")
+
+	var wg sync.WaitGroup
+	results := map[string]*fnv1.RunFunctionResponse{}
+	var mu sync.Mutex
+	run := func(name, script string) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rsp, err := s.callErr(context.Background(), shRequest(t, name, script))
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				return
+			}
+			mu.Lock()
+			results[name] = rsp
+			mu.Unlock()
+		}()
+	}
+	// A bounded fork bomb: each shell forks two more until fork fails; the
+	// call ends at its timeout, if not before.
+	run("fork-bomb", `b() { b | b & }; b; sleep 10`)
+	// A memory hog: awk doubles a string up to 4 GiB.
+	run("memory-hog", `awk 'BEGIN { s = "x"; for (i = 0; i < 32; i++) s = s s; print "survived" > "/dev/stderr" }'; exit 9`)
+	// Meanwhile, other calls are answered.
+	time.Sleep(500 * time.Millisecond)
+	for i := range 5 {
+		tag := fmt.Sprintf("bystander-%d", i)
+		rsp, err := s.callErr(context.Background(), shRequest(t, tag, okScript))
+		if err != nil || len(rsp.GetResults()) != 0 || rsp.GetMeta().GetTag() != tag {
+			t.Errorf("%s during the bomb: %v %v", tag, err, rsp.GetResults())
+		}
+	}
+	wg.Wait()
+
+	// The fork bomb ran into RLIMIT_NPROC (64 processes for its call) and
+	// was stopped at the timeout.
+	if r := results["fork-bomb"]; r == nil || len(r.GetResults()) != 1 || r.GetResults()[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
+		t.Errorf("fork bomb: %v, want a Fatal result", r)
+	}
+	// The memory hog's tail could not grow past RLIMIT_DATA.
+	if r := results["memory-hog"]; r == nil || len(r.GetResults()) != 1 || strings.Contains(r.GetResults()[0].GetMessage(), "survived") {
+		t.Errorf("memory hog: %v, want a Fatal result without \"survived\"", r)
+	} else {
+		t.Logf("memory hog: %s", r.GetResults()[0].GetMessage())
+	}
+	if n := strings.Count(s.stderr.String(), fallback); n != 1 {
+		t.Errorf("the fallback was logged %d times, want once", n)
+	}
+	assertNoLeaks(t, s, cache, tmp)
+}

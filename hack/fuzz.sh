@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs every fuzz target of ocifn for a bounded time each (FUZZTIME, default
+# 10s; `make fuzz FUZZTIME=5m` for a longer run). Seeds live in each
+# package's testdata/fuzz/<Target>/; an input that fails is written there by
+# `go test` and this script fails: fix the bug and keep the file as a
+# regression seed (plain `go test` runs every seed).
+#
+#   hack/fuzz.sh [PACKAGE:TARGET...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOFLAGS=${GOFLAGS:--mod=mod}
+FUZZTIME=${FUZZTIME:-10s}
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(
+	./adaptor:FuzzEncodeRequest
+	./adaptor:FuzzResponse
+	./oci:FuzzOpen
+	./oci:FuzzUnpack
+)
+for t in "${targets[@]}"; do
+	pkg=${t%%:*} name=${t#*:}
+	echo "fuzz: $pkg $name for $FUZZTIME"
+	if ! out=$(go test -run '^$' -fuzz "^$name\$" -fuzztime "$FUZZTIME" "$pkg" 2>&1); then
+		echo "$out" >&2
+		echo "fuzz: $pkg $name FAILED; the failing input is in $pkg/testdata/fuzz/$name/" >&2
+		exit 1
+	fi
+	echo "$out" | grep -E '^fuzz: elapsed' | tail -1
+done

@@ -1,0 +1,145 @@
+package oci
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+)
+
+// What sanitize changes or refuses in a layer before the extractor sees it.
+// The extractor (containers/storage, chrooted into the rootfs) already keeps
+// every entry inside the rootfs and skips device nodes; these rules stop
+// what would be harmless inside a container but is not in a directory of
+// the host, where the rootfs lives and where host users and processes may
+// reach it.
+const (
+	// setuid and setgid bits are stripped: functions run with
+	// noNewPrivileges, so the bits mean nothing there, but on the host a
+	// setuid file owned by (mapped) root in a cache directory is a way up.
+	modeSetuidSetgid = 0o6000
+
+	errFmtEntry       = "entry %q: %w"
+	errWhiteoutTarget = "a whiteout must name an entry of its own directory"
+	errTarHeader      = "cannot copy its header: %w"
+	errSparse         = "sparse files expand past the size of the layer"
+)
+
+// errRefused marks an entry sanitize will not unpack at all.
+var errRefused = errors.New("refused")
+
+// keptXattrPrefix is the only extended attribute namespace kept. The others
+// carry privilege (security.capability gives file capabilities to whoever
+// runs the file on the host), policy (security.selinux, system ACLs) or are
+// reserved to root (trusted.*).
+const keptXattrPrefix = "user."
+
+// sanitize copies the layer tar from r to w, entry by entry:
+//   - setuid and setgid bits are cleared;
+//   - extended attributes other than user.* are dropped;
+//   - fifos, device nodes and PAX global headers are dropped (the extractor
+//     would create fifos; nothing in a read-only rootfs needs one);
+//   - a whiteout whose target is not a plain name (".wh.." aims at the
+//     directory itself, ".wh..." at its parent) is refused;
+//   - a hard link to a name that no entry of this or an earlier layer had
+//     (a host file such as /etc/shadow, or a path through a symlink) is
+//     refused: the extractor would fail on it too, without saying which
+//     entry it was.
+//
+// seen holds the names of the entries of the earlier layers, and gets this
+// layer's. An error names the entry. w is closed with the error (nil at
+// the end of the archive), so the extractor reading it stops too.
+func sanitize(r io.Reader, w *io.PipeWriter, seen map[string]struct{}) error {
+	err := copySanitized(r, w, seen)
+	w.CloseWithError(err)
+	return err
+}
+
+func copySanitized(r io.Reader, w io.Writer, seen map[string]struct{}) error {
+	tr := tar.NewReader(r)
+	tw := tar.NewWriter(w)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return tw.Close()
+		}
+		if err != nil {
+			return err
+		}
+		keep, err := sanitizeHeader(hdr)
+		if err == nil && keep && hdr.Typeflag == tar.TypeLink {
+			if _, ok := seen[rootedName(hdr.Linkname)]; !ok {
+				err = fmt.Errorf("%w: hard link to %q: no such file or directory in the image", errRefused, hdr.Linkname)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf(errFmtEntry, hdr.Name, err)
+		}
+		if !keep {
+			continue
+		}
+		seen[rootedName(hdr.Name)] = struct{}{}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf(errFmtEntry, hdr.Name, fmt.Errorf(errTarHeader, err))
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return fmt.Errorf(errFmtEntry, hdr.Name, err)
+		}
+	}
+}
+
+// isSparse reports whether the reader expands hdr's entry from a sparse
+// map (old GNU or PAX GNU.sparse format).
+func isSparse(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
+}
+
+// rootedName is where the extractor, chrooted into the rootfs, puts name.
+func rootedName(name string) string { return path.Clean("/" + name) }
+
+// sanitizeHeader changes hdr in place and reports whether to keep the entry.
+func sanitizeHeader(hdr *tar.Header) (bool, error) {
+	switch hdr.Typeflag {
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo, tar.TypeXGlobalHeader:
+		return false, nil
+	}
+	// A sparse entry reads as its full size, holes as zeros: a few bytes
+	// of layer could become terabytes on disk, past --max-rootfs-bytes,
+	// which counts the bytes of the layer. Image builders never write them.
+	if isSparse(hdr) {
+		return false, fmt.Errorf("%w: %s", errRefused, errSparse)
+	}
+	if target, ok := strings.CutPrefix(path.Base(hdr.Name), ".wh."); ok && !strings.HasPrefix(target, ".wh.") {
+		if target == "" || target == "." || target == ".." {
+			return false, fmt.Errorf("%w: %s", errRefused, errWhiteoutTarget)
+		}
+	}
+	hdr.Mode &^= modeSetuidSetgid
+	for k := range hdr.PAXRecords {
+		name, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		if !ok {
+			continue
+		}
+		if !strings.HasPrefix(name, keptXattrPrefix) {
+			delete(hdr.PAXRecords, k)
+		}
+	}
+	for k := range hdr.Xattrs {
+		if !strings.HasPrefix(k, keptXattrPrefix) {
+			delete(hdr.Xattrs, k)
+		}
+	}
+	// Let the writer choose a format that can hold what is left.
+	hdr.Format = tar.FormatUnknown
+	return true, nil
+}

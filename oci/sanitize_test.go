@@ -1,0 +1,311 @@
+package oci
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestUnpackNeutralisesHostileEntries covers what the extractor alone would
+// let through to the host's cache directory: setuid and setgid files,
+// file capabilities, fifos, and whiteouts aimed at a directory, its parent
+// or ../. Each is stripped, skipped or refused with an error naming the
+// entry, and nothing outside the rootfs changes.
+func TestUnpackNeutralisesHostileEntries(t *testing.T) {
+	mode := func(e tentry, m int64) tentry { e.mode = m; return e }
+	cases := []struct {
+		name    string
+		layers  func(s *sandbox) [][]byte
+		wantErr []string
+		check   func(t *testing.T, s *sandbox)
+	}{
+		{
+			name: "setuid_and_setgid_bits_are_stripped",
+			layers: func(s *sandbox) [][]byte {
+				d := entDir("sgid-dir/")
+				d.mode = 0o2775
+				return [][]byte{makeTar(t, mode(entFile("suid", "x"), 0o4755), mode(entFile("sgid", "x"), 0o2711), d, mode(entFile("sticky", "x"), 0o1755))}
+			},
+			check: func(t *testing.T, s *sandbox) {
+				for name, want := range map[string]uint32{"suid": 0o755, "sgid": 0o711, "sgid-dir": 0o775, "sticky": 0o1755} {
+					if got := statT(t, filepath.Join(s.dest, name)).Mode & 0o7777; got != want {
+						t.Errorf("%s has mode %04o, want %04o", name, got, want)
+					}
+				}
+			},
+		},
+		{
+			name: "file_capabilities_and_other_privileged_xattrs_are_dropped",
+			layers: func(s *sandbox) [][]byte {
+				return [][]byte{paxTar(t, "capped", map[string]string{
+					"SCHILY.xattr.security.capability":    "\x01\x00\x00\x02\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00",
+					"SCHILY.xattr.trusted.overlay.opaque": "y",
+				})}
+			},
+			check: func(t *testing.T, s *sandbox) {
+				for _, x := range []string{"security.capability", "trusted.overlay.opaque"} {
+					if _, err := unix.Lgetxattr(filepath.Join(s.dest, "capped"), x, make([]byte, 64)); !errors.Is(err, unix.ENODATA) {
+						t.Errorf("xattr %s: %v, want it absent (ENODATA)", x, err)
+					}
+				}
+			},
+		},
+		{
+			name: "fifos_are_skipped",
+			layers: func(s *sandbox) [][]byte {
+				return [][]byte{makeTar(t, entDir("run/"), tentry{name: "run/ctl", typ: tar.TypeFifo, mode: 0o666}, entFile("ok", "ok"))}
+			},
+			check: func(t *testing.T, s *sandbox) {
+				assertAbsent(t, filepath.Join(s.dest, "run/ctl"))
+				if got := readFileT(t, filepath.Join(s.dest, "ok")); got != "ok" {
+					t.Errorf("ok = %q", got)
+				}
+			},
+		},
+		{
+			name: "whiteout_through_dotdot_stays_inside",
+			layers: func(s *sandbox) [][]byte {
+				return [][]byte{
+					makeTar(t, entFile("sibling.txt", "inside"), entFile("keep", "k")),
+					makeTar(t, entFile("../.wh.sibling.txt", ""), entFile(strings.Repeat("../", 8)+".wh.outside", "")),
+				}
+			},
+			check: func(t *testing.T, s *sandbox) {
+				assertAbsent(t, filepath.Join(s.dest, "sibling.txt"))
+				if got := readFileT(t, filepath.Join(s.dest, "keep")); got != "k" {
+					t.Errorf("keep = %q", got)
+				}
+			},
+		},
+		{
+			name: "whiteout_of_the_parent_directory_is_refused",
+			layers: func(s *sandbox) [][]byte {
+				return [][]byte{makeTar(t, entFile("keep", "k")), makeTar(t, entFile("sub/.wh...", ""))}
+			},
+			wantErr: []string{`layer 2/2`, `entry "sub/.wh..."`, errWhiteoutTarget},
+		},
+		{
+			name: "whiteout_of_the_directory_itself_is_refused",
+			layers: func(s *sandbox) [][]byte {
+				return [][]byte{makeTar(t, entFile(".wh..", ""))}
+			},
+			wantErr: []string{`entry ".wh.."`, errWhiteoutTarget},
+		},
+		{
+			name: "sparse_file_bomb_is_refused",
+			layers: func(s *sandbox) [][]byte {
+				return [][]byte{sparseTar(t, "holes", 4<<30)}
+			},
+			wantErr: []string{`entry "holes"`, errSparse},
+		},
+		{
+			name: "opaque_whiteout_still_works",
+			layers: func(s *sandbox) [][]byte {
+				return [][]byte{
+					makeTar(t, entDir("d/"), entFile("d/old", "old")),
+					makeTar(t, entDir("d/"), entFile("d/.wh..wh..opq", ""), entFile("d/new", "new")),
+				}
+			},
+			check: func(t *testing.T, s *sandbox) {
+				assertAbsent(t, filepath.Join(s.dest, "d/old"))
+				if got := readFileT(t, filepath.Join(s.dest, "d/new")); got != "new" {
+					t.Errorf("d/new = %q", got)
+				}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSandbox(t)
+			err := unpackLayers(t, s.dest, tc.layers(s))
+			if err != nil {
+				t.Logf("error: %v", err)
+			}
+			switch {
+			case len(tc.wantErr) == 0 && err != nil:
+				t.Errorf("Unpack: %v", err)
+			case len(tc.wantErr) > 0 && err == nil:
+				t.Errorf("Unpack succeeded, want an error with %q", tc.wantErr)
+			case err != nil:
+				for _, w := range tc.wantErr {
+					if !strings.Contains(errText(err, s.dest), w) {
+						t.Errorf("error %q does not contain %q", err, w)
+					}
+				}
+			}
+			s.assertContained(t)
+			if err == nil && tc.check != nil {
+				tc.check(t, s)
+			}
+		})
+	}
+}
+
+// TestUnpackDecompressionBomb: a gzip layer of a few kilobytes that
+// inflates to 256 MiB stops at the byte limit, quickly, with an error
+// naming the layer and the limit, and leaves the disk unfilled.
+func TestUnpackDecompressionBomb(t *testing.T) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	const size = 256 << 20
+	if err := tw.WriteHeader(&tar.Header{Name: "bomb", Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(tw, zeros{}, size); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	img := newImage(t, gzipLayer, buf.Bytes())
+	layers, _ := img.Layers()
+	compressed, _ := layers[0].Size()
+	t.Logf("layer: %d bytes compressed, %d uncompressed", compressed, buf.Len())
+	s := newSandbox(t)
+	start := time.Now()
+	err := Unpack(t.Context(), img, s.dest, WithMaxBytes(1<<20))
+	if err == nil || !strings.Contains(err.Error(), "layer 1/1") || !strings.Contains(err.Error(), "larger than the limit of 1048576 uncompressed bytes") {
+		t.Fatalf("error %v, want the limit named for layer 1", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("stopping the bomb took %s", took)
+	}
+	if fi, err := os.Stat(filepath.Join(s.dest, "bomb")); err == nil && fi.Size() > 2<<20 {
+		t.Errorf("the bomb wrote %d bytes before it was stopped", fi.Size())
+	}
+	s.assertContained(t)
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// paxTar is a layer with one file carrying the given PAX records.
+func paxTar(t testing.TB, name string, records map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Typeflag: tar.TypeReg, Size: 1, PAXRecords: records, Format: tar.FormatPAX}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// FuzzUnpack applies arbitrary bytes as a layer: Unpack may refuse them, but
+// must never panic and never change anything outside the rootfs, and what it
+// unpacks carries no setuid or setgid bit. Seeds are hostile layers like the
+// ones above, plus testdata/fuzz/FuzzUnpack.
+//
+// While fuzzing, each input is unpacked by a fresh run of this test binary
+// (TestUnpackFuzzInput): extraction re-executes the binary once more to
+// chroot, and a fuzzing worker that starts that child itself stalls
+// (observed with Go 1.26: the worker waits on a child that is gone).
+func FuzzUnpack(f *testing.F) {
+	up := strings.Repeat("../", 8)
+	for _, l := range [][]byte{
+		makeTar(f, entFile("a", "a"), entDir("d/"), entSymlink("d/l", "../a"), entHardlink("h", "a")),
+		makeTar(f, entFile("../escape", "x"), entFile("/abs", "x"), entSymlink("evil", "/"), entFile("evil/through", "x")),
+		makeTar(f, entSymlink("up", up+"outside"), entHardlink("stolen", up+"outside/secret"), entFile(".wh..", "")),
+		makeTar(f, entDevice("dev/null", tar.TypeChar, 1, 3), tentry{name: "fifo", typ: tar.TypeFifo, mode: 0o666}, entFile("d/.wh..wh..opq", "")),
+		makeTar(f, tentry{name: "suid", typ: tar.TypeReg, mode: 0o6755}),
+		paxTar(f, "capped", map[string]string{"SCHILY.xattr.security.capability": "x"}),
+		sparseTar(f, "holes", 4<<30),
+	} {
+		f.Add(l)
+	}
+	fuzzing := flag.Lookup("test.fuzz").Value.String() != ""
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !fuzzing {
+			unpackAndCheck(t, data)
+			return
+		}
+		// In process too, so that coverage guides the fuzzer through the
+		// sanitizer.
+		_ = copySanitized(bytes.NewReader(data), io.Discard, map[string]struct{}{})
+		p := filepath.Join(t.TempDir(), "layer")
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("/proc/self/exe", "-test.run=^TestUnpackFuzzInput$", "-test.count=1")
+		cmd.Env = append(os.Environ(), fuzzInputEnv+"="+p)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("unpacking the input failed its checks: %v\n%s", err, out)
+		}
+	})
+}
+
+// fuzzInputEnv names the layer file TestUnpackFuzzInput checks.
+const fuzzInputEnv = "OCIFN_FUZZ_LAYER"
+
+// TestUnpackFuzzInput is FuzzUnpack's check of one input, run in a process
+// of its own while fuzzing; without OCIFN_FUZZ_LAYER it does nothing.
+func TestUnpackFuzzInput(t *testing.T) {
+	p := os.Getenv(fuzzInputEnv)
+	if p == "" {
+		return
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unpackAndCheck(t, data)
+}
+
+func unpackAndCheck(t *testing.T, data []byte) {
+	s := newSandbox(t)
+	_ = Unpack(t.Context(), newImage(t, plainLayer, data), s.dest)
+	s.assertContained(t)
+	_ = filepath.WalkDir(s.dest, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("%s has mode %v", p, fi.Mode())
+		}
+		return nil
+	})
+}
+
+// sparseTar is a layer of one old-GNU sparse entry that is all hole: a few
+// hundred bytes that a tar reader expands to size bytes of zeros. Go's tar
+// writer does not write sparse entries, so the header is built by hand.
+func sparseTar(t testing.TB, name string, size int64) []byte {
+	t.Helper()
+	var h [512]byte
+	octal := func(off, n int, v int64) { copy(h[off:off+n], fmt.Sprintf("%0*o\x00", n-1, v)) }
+	copy(h[0:100], name)
+	octal(100, 8, 0o644)
+	octal(108, 8, 0)
+	octal(116, 8, 0)
+	octal(124, 12, 0) // no data stored
+	octal(136, 12, 0)
+	h[156] = tar.TypeGNUSparse
+	copy(h[257:265], "ustar  \x00")
+	octal(483, 12, size) // real size; the sparse map (386-481) is empty
+	for i := 148; i < 156; i++ {
+		h[i] = ' '
+	}
+	var sum int64
+	for _, c := range h {
+		sum += int64(c)
+	}
+	copy(h[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	return append(h[:], make([]byte, 1024)...)
+}

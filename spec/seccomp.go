@@ -1,0 +1,125 @@
+package spec
+
+import (
+	"runtime"
+
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// The default seccomp profile is a denylist: every syscall is allowed except
+// the ones below, which fail with an errno instead of running.
+//
+// Why a denylist and not an allowlist (Docker's profile): a function is any
+// image — jq, yq, a shell, Python, Node, a JVM, a static Go binary — and an
+// allowlist that misses a syscall a runtime needs (new ones appear every
+// kernel release; crun 1.8.1 links libseccomp 2.5.4, whose tables stop at
+// Linux 6.0) breaks that runtime in ways its author cannot diagnose. What an
+// allowlist would add is small here: the process already holds no
+// capability in any user namespace but its own, has noNewPrivileges, a
+// read-only root and no network. The syscalls that remain dangerous under
+// those conditions are the ones that reach kernel code an unprivileged
+// process may still use — keyrings, eBPF, perf events, userfaultfd,
+// io_uring — and the ones that create a new user namespace, in which the
+// process would hold every capability again (mount, netfilter, …: where
+// most container escapes of recent years started). Those are denied. The
+// privileged ones (mount, modules, clock, reboot, swap, …) fail without a
+// capability anyway; they are denied too, so that a kernel bug in a
+// capability check is not enough.
+//
+// Denied syscalls fail with EPERM, which every libc and language runtime
+// treats as "not allowed here". Two fail with ENOSYS instead, because their
+// callers fall back to an older syscall only on ENOSYS: clone3 (glibc
+// retries with clone, whose flags the filter can inspect; clone3 passes
+// them in memory, where seccomp cannot look) and io_uring (libuv and
+// others fall back to thread pools).
+var (
+	// deniedSyscalls fail with EPERM.
+	deniedSyscalls = []string{
+		// kernel keyrings: not namespaced, a source of exploits
+		"add_key", "keyctl", "request_key",
+		// eBPF and perf events: large attack surface, tracing of others
+		"bpf", "perf_event_open",
+		// userfaultfd: used to win the races of kernel exploits
+		"userfaultfd",
+		// mounts, old and new API
+		"mount", "umount", "umount2", "pivot_root", "chroot",
+		"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
+		// kernel modules
+		"init_module", "finit_module", "delete_module", "create_module",
+		// clocks
+		"clock_settime", "clock_adjtime", "settimeofday", "adjtimex", "stime",
+		// the machine itself
+		"kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff",
+		"acct", "quotactl", "quotactl_fd", "syslog", "vhangup",
+		"iopl", "ioperm", "lookup_dcookie", "nfsservctl", "uselib", "ustat", "sysfs", "_sysctl",
+		// other processes and namespaces: a function has no business
+		// debugging or entering anything
+		"ptrace", "process_vm_readv", "process_vm_writev", "setns",
+		// file handles bypass path checks (the "shocker" escape)
+		"open_by_handle_at", "name_to_handle_at",
+		"fanotify_init",
+	}
+	// enosysSyscalls fail with ENOSYS, so that callers fall back.
+	enosysSyscalls = []string{"clone3", "io_uring_setup", "io_uring_enter", "io_uring_register"}
+	// newUserNSSyscalls are denied with EPERM only when their flags ask for
+	// a new user namespace (first argument on the architectures below).
+	newUserNSSyscalls = []string{"unshare", "clone"}
+)
+
+// SeccompErrno is the errno a denied syscall fails with, and SeccompENOSYS
+// the one the fallback-friendly ones fail with.
+const (
+	SeccompErrno  = uint(unix.EPERM)
+	SeccompENOSYS = uint(unix.ENOSYS)
+)
+
+// Seccomp returns the default seccomp profile of every function container
+// for the architecture ocifn runs on.
+func Seccomp() *rspec.LinuxSeccomp {
+	return seccompFor(runtime.GOARCH)
+}
+
+func seccompFor(goarch string) *rspec.LinuxSeccomp {
+	eperm, enosys := SeccompErrno, SeccompENOSYS
+	s := &rspec.LinuxSeccomp{
+		DefaultAction: rspec.ActAllow,
+		// Every ABI the CPU can run: a denylist that covered only the
+		// native one would let a 32-bit syscall through. Syscalls of an
+		// architecture not listed kill the process.
+		Architectures: architectures(goarch),
+		Syscalls: []rspec.LinuxSyscall{
+			{Names: deniedSyscalls, Action: rspec.ActErrno, ErrnoRet: &eperm},
+			{Names: enosysSyscalls, Action: rspec.ActErrno, ErrnoRet: &enosys},
+		},
+	}
+	// s390x passes clone's flags second; unshare alone is filtered there.
+	names := newUserNSSyscalls
+	if goarch == "s390x" {
+		names = []string{"unshare"}
+	}
+	s.Syscalls = append(s.Syscalls, rspec.LinuxSyscall{
+		Names: names, Action: rspec.ActErrno, ErrnoRet: &eperm,
+		Args: []rspec.LinuxSeccompArg{{Index: 0, Value: unix.CLONE_NEWUSER, ValueTwo: unix.CLONE_NEWUSER, Op: rspec.OpMaskedEqual}},
+	})
+	return s
+}
+
+func architectures(goarch string) []rspec.Arch {
+	switch goarch {
+	case "amd64":
+		return []rspec.Arch{rspec.ArchX86_64, rspec.ArchX86, rspec.ArchX32}
+	case "arm64":
+		return []rspec.Arch{rspec.ArchAARCH64, rspec.ArchARM}
+	case "386":
+		return []rspec.Arch{rspec.ArchX86}
+	case "arm":
+		return []rspec.Arch{rspec.ArchARM}
+	case "ppc64le":
+		return []rspec.Arch{rspec.ArchPPC64LE}
+	case "riscv64":
+		return []rspec.Arch{rspec.ArchRISCV64}
+	}
+	// Unknown: the native architecture only.
+	return nil
+}
