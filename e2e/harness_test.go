@@ -71,7 +71,30 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: cannot build the test images: %v\n", err)
 		return 1
 	}
-	return m.Run()
+	before := hostDevices()
+	code := m.Run()
+	// Containers get host device nodes bound into their /dev; nothing any
+	// test did may have changed the nodes themselves (their owner, say).
+	if after := hostDevices(); after != before {
+		fmt.Fprintf(os.Stderr, "e2e: the host's device nodes changed during the tests:\nbefore: %s\nafter:  %s\n", before, after)
+		return 1
+	}
+	return code
+}
+
+// hostDevices describes the owner and mode of the device nodes every
+// container gets from the host.
+func hostDevices() string {
+	var b strings.Builder
+	for _, name := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		var st syscall.Stat_t
+		if err := syscall.Stat("/dev/"+name, &st); err != nil {
+			fmt.Fprintf(&b, "%s: %v; ", name, err)
+			continue
+		}
+		fmt.Fprintf(&b, "%s %d:%d %o; ", name, st.Uid, st.Gid, st.Mode)
+	}
+	return b.String()
 }
 
 // image returns the path of a test image tarball.

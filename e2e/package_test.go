@@ -445,6 +445,10 @@ func startPodProcess(t *testing.T, rootfs string, cf *v1.ConfigFile, s podSettin
 	}
 	p.cmd = exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", p.state, bundle, id, cg.Unified)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	// A pipe, not /dev/null: crun hands the container its standard streams
+	// and chowns them to the container's user, which for the host's
+	// /dev/null would change the host (exec's default for a nil Stdin).
+	p.cmd.Stdin = strings.NewReader("")
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
