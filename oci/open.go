@@ -17,6 +17,16 @@ const (
 	errSeveralMatches = "several images are named %q: %s"
 )
 
+// ErrSeveralImages is wrapped by the error of Open when the archive holds
+// several images and no name chose one.
+var ErrSeveralImages = errors.New("several images")
+
+// severalImages is the error that lists the images to choose from.
+type severalImages struct{ msg string }
+
+func (e severalImages) Error() string        { return e.msg }
+func (e severalImages) Is(target error) bool { return target == ErrSeveralImages }
+
 // OpenOption changes how Open reads an image tarball.
 type OpenOption func(*openOptions)
 
@@ -163,7 +173,7 @@ func chooseCandidates(cs []candidate, want string) ([]int, error) {
 		if len(cs) == 1 {
 			return []int{0}, nil
 		}
-		return nil, fmt.Errorf(errNeedName, len(cs), listNames(cs))
+		return nil, severalImages{fmt.Sprintf(errNeedName, len(cs), listNames(cs))}
 	}
 	if len(cs) == 1 && len(cs[0].names) == 0 {
 		// A lone unnamed image (e.g. `buildah push NAME oci-archive:f.tar`)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -96,7 +97,7 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 	start := time.Now()
 	img, err := oci.OpenFunction(tarball, oci.WithImageName(o.image), oci.WithScratchDir(o.cacheDir))
 	if err != nil {
-		if o.image == "" {
+		if errors.Is(err, oci.ErrSeveralImages) {
 			return nil, fmt.Errorf("%w (choose with --image NAME)", err)
 		}
 		return nil, err
