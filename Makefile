@@ -3,6 +3,9 @@
 #   make run       build, start `ocifn serve` on the labelizer example, call it
 #   make test      unit and end-to-end tests (installs what is missing)
 #   make testdata  build the test function images with buildah
+#   make fuzz      every fuzz target for a bounded time (FUZZTIME, default 10s)
+#   make soak      5,000 calls from 16 clients over good and faulty functions
+#   make bench     what a call costs: ocifn next to the bare program and podman
 #   make build     the static ocifn binary in bin/
 #   make golden    rewrite the expected outputs of the render and example tests
 #   make image     the runtime image build/ocifn-runtime.tar (buildah, no daemon)
@@ -16,7 +19,7 @@ GOTESTFLAGS ?=
 
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all build deps testdata test unit e2e run vet fmt clean image golden
+.PHONY: all build deps testdata test unit e2e run vet fmt clean image golden fuzz soak bench
 
 all: build
 
@@ -36,6 +39,21 @@ testdata: deps
 
 test: deps testdata vet
 	$(GO) test $(GOTESTFLAGS) -count=1 ./...
+	@FUZZTIME=10s hack/fuzz.sh
+
+# Every fuzz target for FUZZTIME each (default 10s).
+fuzz:
+	@hack/fuzz.sh
+
+# The soak test at full size: 5,000 calls from 16 clients (CI runs 300).
+soak: deps testdata
+	OCIFN_SOAK_CALLS=5000 $(GO) test $(GOTESTFLAGS) -count=1 -v -run '^TestSoak$$' -timeout 30m ./e2e/
+
+# A benchmark, not a test: prints Markdown tables (BENCHFLAGS, e.g.
+# "-functions trivial -clients 1"; go run ./bench -h lists them).
+bench: deps build testdata
+	@hack/deps.sh podman runc
+	$(GO) run ./bench -ocifn $(BIN) $(BENCHFLAGS)
 
 unit:
 	$(GO) test $(GOTESTFLAGS) -count=1 $$($(GO) list ./... | grep -v /e2e)
