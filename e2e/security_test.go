@@ -74,10 +74,12 @@ func TestIsolationFromInside(t *testing.T) {
 		t.Cleanup(func() { os.Remove(p) })
 	}
 	sleeper := exec.Command("/bin/sh", "-c", "sleep 300; : "+marker)
+	// Its own process group, so that the cleanup kills the sleep too.
+	sleeper.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	t.Cleanup(func() { _ = syscall.Kill(-sleeper.Process.Pid, syscall.SIGKILL); _ = sleeper.Wait() })
 
 	got := probeReport(t, s, probeRequest(t, "probe-1", []string{beside, inTmp, "/etc/shadow"}, marker, "call-1"))
 
