@@ -159,14 +159,20 @@ func (s *server) call(ctx context.Context, worker int) error {
 }
 
 // pid returns the pid of the process that runs the calls: ocifn re-executes
-// itself in its own namespaces where the host needs it.
+// itself in its own namespaces where the host needs it, from whichever of
+// its threads, and the parent then has that one child.
 func (s *server) pid() int {
 	pid := s.cmd.Process.Pid
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 1 {
-			if child, err := strconv.Atoi(f[0]); err == nil {
-				return child
-			}
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var children []string
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil {
+			children = append(children, strings.Fields(string(b))...)
+		}
+	}
+	if len(children) == 1 {
+		if child, err := strconv.Atoi(children[0]); err == nil {
+			return child
 		}
 	}
 	return pid
