@@ -135,7 +135,7 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) 
 	modes := []struct {
 		name  string
 		extra []string
-	}{{"ocifn", nil}, {fmt.Sprintf("ocifn --warm %d", c.warm), []string{"--warm", fmt.Sprint(c.warm)}}}
+	}{{"ocifn --warm 0", []string{"--warm", "0"}}, {fmt.Sprintf("ocifn --warm %d", c.warm), []string{"--warm", fmt.Sprint(c.warm)}}}
 	servers := make([]*server, len(modes))
 	for i, m := range modes {
 		cache := filepath.Join(dir, fmt.Sprintf("cache-%d", i))
@@ -179,17 +179,17 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) 
 			fmt.Printf("first error of %s with %d clients: %s\n\n", r.mode, r.clients, oneLine(r.r.firstError))
 		}
 	}
-	fmt.Printf("| clients | ocifn p50 − floor p50 | warm p50 − floor p50 | ocifn/floor throughput | warm/floor throughput | podman/ocifn p50 | podman/warm p50 |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Printf("| clients | cold p50 − floor p50 | warm p50 − floor p50 | cold/floor throughput | warm/floor throughput | podman/cold p50 | podman/warm p50 |\n|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, n := range c.clients {
 		get := func(prefix string) result {
 			for _, r := range rows {
-				if r.clients == n && strings.HasPrefix(r.mode, prefix) {
+				if r.clients == n && (r.mode == prefix || strings.HasPrefix(r.mode, prefix+" ")) {
 					return r.r
 				}
 			}
 			return result{}
 		}
-		f, o, w, p := get("floor"), get("ocifn"), get("ocifn --warm"), get("podman")
+		f, o, w, p := get("floor"), get(modes[0].name), get(modes[1].name), get("podman")
 		podCold, podWarm := "–", "–"
 		if p.calls > 0 {
 			podCold, podWarm = ratio(p.p50.Seconds(), o.p50.Seconds()), ratio(p.p50.Seconds(), w.p50.Seconds())

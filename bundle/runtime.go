@@ -260,19 +260,22 @@ func (c *container) start() error {
 	return nil
 }
 
-// release removes a container that ran. Once its process has been reaped,
-// and with no cgroup or hooks of ours, `crun delete` would only remove its
-// state directory, so that is done here; otherwise crun deletes it, off the
-// call's path, and Close waits for that.
+// release removes a container that ran, off the call's path; Close waits
+// for every release. Once its process has been reaped, with no hooks and no
+// cgroup of its own, `crun delete` would only remove its state directory, so
+// that is done here; otherwise (a cgroup to remove, a process that may still
+// run) crun deletes it.
 func (b *Bundle) release(c *container) {
-	if c.reaped {
-		if err := os.RemoveAll(filepath.Join(c.rt.stateDir, c.id)); err == nil {
-			return
-		}
-	}
 	b.pending.Add(1)
 	go func() {
 		defer b.pending.Done()
+		if b.pool != nil {
+			defer b.pool.poke()
+		}
+		if c.reaped && cgroupManagerFlag() == "--cgroup-manager=disabled" &&
+			os.RemoveAll(filepath.Join(c.rt.stateDir, c.id)) == nil {
+			return
+		}
 		// A failure leaves state that Close sweeps away.
 		c.rt.forceDelete(c.id)
 	}()

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -126,6 +127,23 @@ type server struct {
 	conn   *grpc.ClientConn
 	stderr *syncBuffer
 	exited chan struct{}
+	// warm is the server's --warm: how many created containers it keeps
+	// besides those of running calls.
+	warm int
+}
+
+// defaultWarm mirrors the default of ocifn serve --warm.
+const defaultWarm = 2
+
+// warmOf returns the --warm value in args.
+func warmOf(args []string) int {
+	for i, a := range args {
+		if a == "--warm" && i+1 < len(args) {
+			n, _ := strconv.Atoi(args[i+1])
+			return n
+		}
+	}
+	return defaultWarm
 }
 
 var (
@@ -212,7 +230,7 @@ func startProcess(t *testing.T, args []string, opts ...serverOption) *server {
 	for _, o := range opts {
 		o(cmd)
 	}
-	s := &server{t: t, cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	s := &server{t: t, cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{}), warm: warmOf(args)}
 	cmd.Stdout, cmd.Stderr = s.stderr, s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -30,22 +30,20 @@ func childrenOf(t *testing.T, pid int) []int {
 }
 
 // TestWarmContainers: with --warm, containers are created ahead of calls,
-// but every call still gets a fresh container of its own (new namespaces,
-// a clean /tmp), and shutdown removes the containers that never ran.
+// but every call still gets a fresh container of its own (an empty /tmp, no
+// process but its own), and shutdown removes the containers that never ran.
+// (Namespace inode numbers are no proof: the kernel reuses those of
+// namespaces that are gone.)
 func TestWarmContainers(t *testing.T) {
 	cache := cacheDir(t)
-	s := startServer(t, []string{"--tarball", image("nsprobe.tar"), "--cache-dir", cache, "--warm", "3"})
-	seen := map[string]bool{}
+	s := startServer(t, []string{"--tarball", image("probe.tar"), "--cache-dir", cache, "--warm", "3"})
 	for i := range 5 {
-		got := probe(t, s)
-		ns := got["ns"].(map[string]any)
-		key := fmt.Sprint(ns["pid"], ns["mnt"], ns["user"])
-		if seen[key] {
-			t.Errorf("call %d ran in namespaces an earlier call used: %s", i, key)
+		got := probeReport(t, s, probeRequest(t, fmt.Sprintf("warm-%d", i), nil, "no-marker", fmt.Sprintf("call-%d", i)))
+		if tmp := sub(got, "tmp"); tmp["before"] != nil || tmp["write"] != "ok" {
+			t.Errorf("call %d: /tmp %v, want empty and writable: a container serves one call only", i, tmp)
 		}
-		seen[key] = true
-		if got["tmp_write"] != "ok" || got["pid"] != "1" {
-			t.Errorf("call %d: tmp_write %v, pid %v", i, got["tmp_write"], got["pid"])
+		if procs := sub(got, "processes"); procs["count"] != 1.0 || procs["self"] != "1" {
+			t.Errorf("call %d: processes %v, want only itself, as pid 1", i, procs)
 		}
 	}
 
@@ -58,7 +56,7 @@ func TestWarmContainers(t *testing.T) {
 	var pooled []int
 	eventually(t, 10*time.Second, "three warm containers", func() bool {
 		pooled = childrenOf(t, server)
-		return len(pooled) >= 3
+		return len(pooled) == 3
 	})
 
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)

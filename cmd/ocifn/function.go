@@ -34,7 +34,9 @@ type functionFlags struct {
 	memoryLimit    byteSize
 	pidsLimit      int64
 	maxRootfsBytes byteSize
-	warm           int
+	// warm is set by serve only: a one-off call has no use for containers
+	// created ahead.
+	warm int
 }
 
 func (o *functionFlags) register(f *pflag.FlagSet) {
@@ -50,7 +52,6 @@ func (o *functionFlags) register(f *pflag.FlagSet) {
 	f.Var(&o.memoryLimit, "memory-limit", "memory of one call (e.g. 512Mi; 0: no limit): a cgroup limit where cgroup v2 is delegated, else RLIMIT_DATA per process")
 	f.Int64Var(&o.pidsLimit, "pids-limit", bundle.DefaultPidsLimit, "processes and threads of one call: a cgroup limit where cgroup v2 is delegated, else RLIMIT_NPROC")
 	f.Var(&o.maxRootfsBytes, "max-rootfs-bytes", "largest unpacked size of the function image (e.g. 4Gi; 0: no limit)")
-	f.IntVar(&o.warm, "warm", 0, "containers to keep created ahead of calls, so a call only starts one (0: off)")
 }
 
 // defaultCacheDir is under /var/cache for real root (container ids other

@@ -16,6 +16,10 @@ import (
 	"github.com/ocifn/ocifn/adaptor"
 )
 
+// defaultWarm keeps two containers ready: a call then starts in well under a
+// millisecond instead of ~10 ms, for two idle processes' worth of memory.
+const defaultWarm = 2
+
 // defaultTarball is where `ocifn build` puts the function image inside a
 // package, so the package's entrypoint needs no arguments.
 const defaultTarball = "/ocifn/function.tar"
@@ -59,6 +63,7 @@ as JSON on stdin, the response as JSON on stdout.`,
 	}
 	f := cmd.Flags()
 	o.functionFlags.register(f)
+	f.IntVar(&o.warm, "warm", defaultWarm, "containers to keep created ahead of calls, so that a call only has to start one; each still serves a single call (0: off)")
 	f.StringVar(&o.tarball, "tarball", defaultTarball, "image tarball of the function: docker save output (optionally gzipped) or an OCI archive")
 	f.StringVar(&o.address, "address", ":9443", "address to serve gRPC on")
 	f.BoolVar(&o.insecure, "insecure", false, "serve plaintext gRPC without TLS (local development only)")
