@@ -32,6 +32,7 @@ type config struct {
 	podman    bool
 	startup   bool
 	bigMB     int
+	paced     int
 }
 
 func main() {
@@ -52,6 +53,7 @@ func main() {
 	flag.BoolVar(&c.podman, "podman", true, "also measure podman run --rm -i (skipped if podman is missing)")
 	flag.BoolVar(&c.startup, "startup", true, "also measure startup time")
 	flag.IntVar(&c.bigMB, "big-mb", 100, "size of the large image for the startup measurement, in MB")
+	flag.IntVar(&c.paced, "paced", 20, "also measure one client making this many calls per second (0: off)")
 	flag.Parse()
 	c.functions = strings.Split(functions, ",")
 	for _, s := range strings.Split(clients, ",") {

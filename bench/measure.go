@@ -35,9 +35,9 @@ type result struct {
 }
 
 // measure runs call from clients concurrent workers for d or max calls,
-// whichever ends first. cpu reports the CPU time spent by whatever runs the
-// calls.
-func measure(ctx context.Context, call caller, clients int, d time.Duration, max int, cpu func() time.Duration) result {
+// whichever ends first, each worker as fast as it can or, with pace, one
+// call per pace. cpu reports the CPU time spent by whatever runs the calls.
+func measure(ctx context.Context, call caller, clients int, d time.Duration, max int, pace time.Duration, cpu func() time.Duration) result {
 	// Warm up: caches, connections, the first container.
 	for i := range clients {
 		_ = call(ctx, i)
@@ -54,7 +54,12 @@ func measure(ctx context.Context, call caller, clients int, d time.Duration, max
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			due := time.Now()
 			for time.Now().Before(deadline) && next.Add(1) <= int64(max) {
+				if pace > 0 {
+					time.Sleep(time.Until(due))
+					due = due.Add(pace)
+				}
 				t := time.Now()
 				err := call(ctx, w)
 				lat[w] = append(lat[w], time.Since(t))
@@ -158,13 +163,13 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) 
 		}
 	}
 	for _, n := range c.clients {
-		rows = append(rows, row{"floor (chroot + exec)", n, measure(ctx, fl.call, n, c.duration, c.maxCalls, childrenCPU)})
+		rows = append(rows, row{"floor (chroot + exec)", n, measure(ctx, fl.call, n, c.duration, c.maxCalls, 0, childrenCPU)})
 		for i, m := range modes {
-			rows = append(rows, row{m.name, n, measure(ctx, servers[i].call, n, c.duration, c.maxCalls, servers[i].cpu)})
+			rows = append(rows, row{m.name, n, measure(ctx, servers[i].call, n, c.duration, c.maxCalls, 0, servers[i].cpu)})
 		}
 		if podFn != nil {
 			// podman is slow: fewer calls keep the run short.
-			rows = append(rows, row{"podman run --rm -i", n, measure(ctx, podFn.call, n, c.duration, max(n*4, 20), childrenCPU)})
+			rows = append(rows, row{"podman run --rm -i", n, measure(ctx, podFn.call, n, c.duration, max(n*4, 20), 0, childrenCPU)})
 		}
 	}
 
@@ -198,6 +203,18 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) 
 			pctOf(o.perSecond, f.perSecond), pctOf(w.perSecond, f.perSecond), podCold, podWarm)
 	}
 	fmt.Println()
+	if c.paced > 0 {
+		pace := time.Second / time.Duration(c.paced)
+		fmt.Printf("One client, one call every %s (as calls come from reconciles rather than a closed loop; the warm pool stays full):\n\n", pace)
+		fmt.Printf("| mode | calls | p50 | p90 | p99 | p50 − floor p50 |\n|---|---:|---:|---:|---:|---:|\n")
+		floorRes := measure(ctx, fl.call, 1, c.duration, c.maxCalls, pace, childrenCPU)
+		fmt.Printf("| floor (chroot + exec) | %d | %s | %s | %s | – |\n", floorRes.calls, ms(floorRes.p50), ms(floorRes.p90), ms(floorRes.p99))
+		for i, m := range modes {
+			r := measure(ctx, servers[i].call, 1, c.duration, c.maxCalls, pace, servers[i].cpu)
+			fmt.Printf("| %s | %d | %s | %s | %s | %s |\n", m.name, r.calls, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.p50-floorRes.p50))
+		}
+		fmt.Println()
+	}
 	for i, m := range modes {
 		after := servers[i].memory()
 		fmt.Printf("- %s: idle: RSS %s of the serving process, PSS %s of both ocifn processes; after the runs: peak RSS %s, PSS %s\n",
