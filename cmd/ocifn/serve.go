@@ -38,6 +38,7 @@ type serveOptions struct {
 	cache          bool
 	cacheTTL       time.Duration
 	cacheMaxBytes  int
+	profiling      bool
 	debug          bool
 	logFormat      string
 }
@@ -77,6 +78,7 @@ as JSON on stdin, the response as JSON on stdout.`,
 	f.DurationVar(&o.cacheTTL, "cache-ttl", 0, "cache every response for this long, whatever its meta.ttl (only for deterministic functions)")
 	f.IntVar(&o.cacheMaxBytes, "cache-max-bytes", adaptor.DefaultCacheMaxBytes, "size of the response cache; least recently used responses are dropped beyond it")
 	f.BoolVar(&o.debug, "debug", false, "log more")
+	f.BoolVar(&o.profiling, "profiling", false, "serve Go's pprof profiles at /debug/pprof/ on --metrics-address")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	return cmd
 }
@@ -131,7 +133,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 
 	reg := newRegistry()
 	metrics := adaptor.NewMetrics(reg)
-	stopMetrics, err := serveMetrics(ctx, log, o.metricsAddress, reg)
+	stopMetrics, err := serveMetrics(ctx, log, o.metricsAddress, reg, o.profiling)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -28,9 +29,10 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// serveMetrics serves reg on address at /metrics until ctx ends. An empty
-// address turns metrics off.
-func serveMetrics(ctx context.Context, log *slog.Logger, address string, reg *prometheus.Registry) (stop func(), err error) {
+// serveMetrics serves reg on address at /metrics until ctx ends, and Go's
+// profiles at /debug/pprof/ when profiling is on. An empty address turns
+// both off.
+func serveMetrics(ctx context.Context, log *slog.Logger, address string, reg *prometheus.Registry, profiling bool) (stop func(), err error) {
 	if address == "" {
 		return func() {}, nil
 	}
@@ -40,6 +42,13 @@ func serveMetrics(ctx context.Context, log *slog.Logger, address string, reg *pr
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
