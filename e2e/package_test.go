@@ -866,3 +866,36 @@ func TestBuildRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildWithRuntimeImageFromRegistry builds a package on a runtime image
+// pulled from a registry (--runtime-image), as a user who pushed the runtime
+// once would, and runs the function out of it.
+func TestBuildWithRuntimeImageFromRegistry(t *testing.T) {
+	rt := runtimeImage(t)
+	reg := startRegistry(t)
+	runtimeRef := reg.addr + "/ocifn/runtime:e2e"
+	if out, err := runOcifn(t, "push", "--insecure-registry", rt, runtimeRef); err != nil {
+		t.Fatalf("ocifn push of the runtime image: %v\n%s\nregistry log:\n%s", err, out, reg.log)
+	}
+	xpkg := filepath.Join(t.TempDir(), "labelizer.xpkg")
+	out, err := runOcifn(t, "build", "--from-oci-tarball", image("labelizer.tar"), "--name", "function-labelizer",
+		"--runtime-image", runtimeRef, "--insecure-registry", "-o", xpkg)
+	if err != nil {
+		t.Fatalf("ocifn build --runtime-image: %v\n%s", err, out)
+	}
+	out, err = runOcifn(t, "inspect", "-o", "json", xpkg)
+	if err != nil {
+		t.Fatalf("ocifn inspect: %v\n%s", err, out)
+	}
+	var info struct {
+		Runtime struct{ OcifnVersion, CrunVersion string }
+	}
+	if err := json.Unmarshal([]byte(out), &info); err != nil || info.Runtime.OcifnVersion == "" || !strings.HasPrefix(info.Runtime.CrunVersion, "1.") {
+		t.Errorf("the package does not carry the pulled runtime: %+v %v\n%s", info, err, out)
+	}
+	out, err = runOcifn(t, "test", "-o", "json", "--cache-dir", cacheDir(t), xpkg, filepath.Join(repoRoot, "testdata/functions/labelizer/request.json"))
+	if err != nil {
+		t.Fatalf("ocifn test on the package: %v\n%s", err, out)
+	}
+	mustContain(t, "ocifn test output", out, "ocifn.dev/labelized", "labelized 2 resources")
+}
