@@ -56,8 +56,10 @@ type Function struct {
 	maxQueue int64
 	queued   atomic.Int64
 	// running counts calls between admission and answer, so shutdown can
-	// wait for them.
+	// wait for them; once closed is set under mu, no call is admitted.
 	running sync.WaitGroup
+	mu      sync.Mutex
+	closed  bool
 }
 
 // Option configures a Function.
@@ -108,6 +110,10 @@ func NewFunction(r Runner, opts ...Option) *Function {
 	}
 	return f
 }
+
+// reasonInvalidOutput is what the log says of output that is not a valid
+// response; the details, with the output's first bytes, go to the caller.
+const reasonInvalidOutput = "the function's output is not a valid RunFunctionResponse (the Fatal result says why)"
 
 // errTimeout is the cause of a call's context when the adaptor's own
 // timeout ends it.
@@ -200,8 +206,17 @@ func (f *Function) store(tag string, rsp *fnv1.RunFunctionResponse) {
 	f.cache.put(tag, rsp, ttl)
 }
 
-// Drain waits until every admitted call has been answered.
-func (f *Function) Drain() { f.running.Wait() }
+// Drain refuses new calls and waits until every admitted call has been
+// answered.
+func (f *Function) Drain() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.running.Wait()
+}
+
+// errDraining refuses calls once shutdown has begun.
+var errDraining = status.Error(grpccodes.Unavailable, "ocifn is shutting down; retry on another replica")
 
 // admitAndRun waits for a free slot, unless too many calls already wait.
 func (f *Function) admitAndRun(ctx context.Context, req *fnv1.RunFunctionRequest) (Result, error) {
@@ -224,7 +239,16 @@ func (f *Function) admitAndRun(ctx context.Context, req *fnv1.RunFunctionRequest
 			return Result{}, status.FromContextError(ctx.Err()).Err()
 		}
 	}
+	// A call may have waited for its slot while shutdown began, or while
+	// its caller gave up.
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		<-f.slots
+		return Result{}, errDraining
+	}
 	f.running.Add(1)
+	f.mu.Unlock()
 	if f.metrics != nil {
 		f.metrics.inFlight.Inc()
 	}
@@ -235,6 +259,9 @@ func (f *Function) admitAndRun(ctx context.Context, req *fnv1.RunFunctionRequest
 		}
 		f.running.Done()
 	}()
+	if err := ctx.Err(); err != nil {
+		return Result{}, status.FromContextError(err).Err()
+	}
 	return f.run(ctx, req)
 }
 
@@ -260,9 +287,12 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest) (Resul
 	f.observeContainer(ctx, started, exit, len(in), stdout.buf.Len())
 
 	res := Result{Exit: exit}
-	fail := func(o Outcome, reason string) (Result, error) {
-		res.Outcome, res.Reason = o, reason
-		res.Response = fatal(req, withStderr(reason, stderr.Tail()))
+	// The Fatal result tells the caller everything; the log line's reason
+	// never quotes the function's output, which may hold connection
+	// details.
+	fail := func(o Outcome, message string) (Result, error) {
+		res.Outcome, res.Reason = o, message
+		res.Response = fatal(req, withStderr(message, stderr.Tail()))
 		return res, nil
 	}
 	switch {
@@ -270,7 +300,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest) (Resul
 		// The caller's own deadline passed, or it went away: it gets a
 		// status, not a response it can no longer use.
 		return res, status.FromContextError(ctx.Err()).Err()
-	case errors.Is(context.Cause(callCtx), errTimeout):
+	case runErr != nil && errors.Is(context.Cause(callCtx), errTimeout):
 		return fail(OutcomeTimeout, fmt.Sprintf("the function ran longer than the limit of %s and was stopped", f.timeout))
 	case stdout.overflow:
 		return fail(OutcomeFatal, fmt.Sprintf("the function printed more than the limit of %d bytes on stdout", f.maxOutputBytes))
@@ -283,7 +313,9 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest) (Resul
 	}
 	rsp, err := f.decode(ctx, stdout.Bytes())
 	if err != nil {
-		return fail(OutcomeFatal, err.Error())
+		r, _ := fail(OutcomeFatal, err.Error())
+		r.Reason = reasonInvalidOutput
+		return r, nil
 	}
 	complete(req, rsp)
 	res.Outcome, res.Response = OutcomeOK, rsp

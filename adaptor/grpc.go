@@ -38,7 +38,13 @@ type Server struct {
 // reflection. It reports NOT_SERVING, and refuses calls, until Ready. creds
 // may be nil for plaintext.
 func NewServer(creds credentials.TransportCredentials, maxRecvMsgSize int) *Server {
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxRecvMsgSize), grpc.MaxSendMsgSize(maxRecvMsgSize)}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxRecvMsgSize),
+		grpc.MaxSendMsgSize(maxRecvMsgSize),
+		// Stop waits for handlers to return, so no call is still starting a
+		// container when the bundle is removed.
+		grpc.WaitForHandlers(true),
+	}
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}

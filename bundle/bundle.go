@@ -91,13 +91,8 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	if err := os.MkdirAll(parent, 0o711); err != nil {
 		return nil, fmt.Errorf("cannot create the cache directory %s: %w", parent, err)
 	}
-	dir, err := os.MkdirTemp(parent, bundlePrefix)
+	dir, lock, err := newLockedDir(parent)
 	if err != nil {
-		return nil, fmt.Errorf("cannot create a bundle directory in %s: %w", parent, err)
-	}
-	lock, err := lockDir(dir)
-	if err != nil {
-		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	defer func() {

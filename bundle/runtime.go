@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -71,31 +72,48 @@ type Exit struct {
 // function then gets EPIPE and the error is returned once it exits.
 func (b *Bundle) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
 	start := time.Now()
-	c := b.take()
-	if c == nil {
-		var err error
-		if c, err = b.create(); err != nil {
-			return Exit{Duration: time.Since(start)}, err
-		}
+	c, err := b.started()
+	if err != nil {
+		return Exit{Duration: time.Since(start)}, err
 	}
 	defer b.release(c)
-	exit, err := c.run(ctx, stdin, stdout, stderr)
-	// A warm container was created before the call; only a cold one
-	// counts its creation in the call's start.
-	if c.created.After(start) {
-		exit.Start += c.created.Sub(start)
-	}
+	exit, err := c.wait(ctx, stdin, stdout, stderr)
+	exit.Start = c.running.Sub(start)
 	exit.Duration = time.Since(start)
 	return exit, err
 }
 
-// container is a created, not yet started container, with the host ends of
-// its standard streams.
+// started returns a container whose process runs the entrypoint: a warm
+// one from the pool if there is one that still starts, else a new one.
+func (b *Bundle) started() (*container, error) {
+	if c := b.take(); c != nil {
+		if err := c.start(); err == nil {
+			return c, nil
+		}
+		// Its process died while it waited (the OOM killer, a stray
+		// kill): the call gets a new container instead.
+		c.discard()
+	}
+	c, err := b.create()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.start(); err != nil {
+		c.discard()
+		return nil, &RuntimeError{Op: "start", Message: err.Error()}
+	}
+	return c, nil
+}
+
+// container is a created container, with the host ends of its standard
+// streams.
 type container struct {
 	rt      *Runtime
 	id      string
 	pid     int
 	created time.Time
+	// running is when its process was let go to run the entrypoint.
+	running time.Time
 	stdin   *os.File // write end
 	stdout  *os.File // read end
 	stderr  *os.File // read end
@@ -139,15 +157,18 @@ func (b *Bundle) create() (c *container, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the stderr pipe: %w", err)
 	}
-	logR, logW, err := pipe()
+	logR, logW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the runtime log pipe: %w", err)
 	}
+	files = append(files, logW)
+	// Read the log while crun runs: it must never block on a full pipe.
+	log := readLog(logR)
 
 	pidFile := filepath.Join(b.runtime.stateDir, id+".pid")
-	// crun reports its own failures on a separate pipe (fd 3), so they are
-	// never confused with what the function writes on stderr.
-	cmd := b.runtime.command(context.Background(), "--log=/proc/self/fd/3", "create", "--bundle", b.dir, "--pid-file", pidFile, id)
+	// crun reports its own failures on a separate pipe (fd 3), as JSON, so
+	// they are never confused with what the function writes on stderr.
+	cmd := b.runtime.command(context.Background(), "--log=/proc/self/fd/3", "--log-format=json", "create", "--bundle", b.dir, "--pid-file", pidFile, id)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.ExtraFiles = []*os.File{logW}
 	runErr := cmd.Run()
@@ -155,28 +176,36 @@ func (b *Bundle) create() (c *container, err error) {
 	for _, f := range []*os.File{inR, outW, errW, logW} {
 		f.Close()
 	}
-	files = []*os.File{inW, outR, errR, logR}
-	log := readLog(logR)
-	if runErr != nil {
-		msg := log.wait()
-		_ = os.Remove(pidFile)
+	files = []*os.File{inW, outR, errR}
+	pid, pidErr := readPid(pidFile)
+	_ = os.Remove(pidFile)
+	if runErr != nil || pidErr != nil {
+		// Kill first: a process of the container holds the log pipe open
+		// until it is gone.
 		b.runtime.forceDelete(id)
-		if msg == "" {
+		if pid > 0 {
+			_, _ = waitPid(pid)
+		}
+		msg := log.wait()
+		switch {
+		case msg != "":
+		case runErr != nil:
 			msg = runErr.Error()
+		default:
+			msg = pidErr.Error()
 		}
 		return nil, &RuntimeError{Op: "create", Message: msg}
-	}
-	pid, err := readPid(pidFile)
-	_ = os.Remove(pidFile)
-	if err != nil {
-		b.runtime.forceDelete(id)
-		return nil, err
 	}
 	return &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log}, nil
 }
 
-// run starts the created container and waits for its process to exit.
-func (c *container) run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
+// wait feeds the running container its input, copies its output, and waits
+// for its process to exit.
+func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
+	// Kill the container when the call is cancelled. Killing its init
+	// ends its pid namespace, and with it every process it started.
+	stopKill := context.AfterFunc(ctx, func() { c.rt.kill(c.id) })
+
 	var wg sync.WaitGroup
 	var outErr error
 	wg.Add(3)
@@ -198,32 +227,20 @@ func (c *container) run(ctx context.Context, stdin io.Reader, stdout, stderr io.
 		c.stderr.Close()
 	}()
 
-	// Kill the container when the call is cancelled. Killing its init
-	// ends its pid namespace, and with it every process it started.
-	stopKill := context.AfterFunc(ctx, func() { c.rt.kill(c.id) })
-	defer stopKill()
-
 	var exit Exit
-	startedAt := time.Now()
-	if err := c.start(); err != nil {
-		// The process will not run: make sure it is gone so the wait
-		// below returns.
-		c.rt.kill(c.id)
-		exit.RuntimeError = err.Error()
-	}
-	exit.Start = time.Since(startedAt)
-
 	code, werr := waitPid(c.pid)
+	// Whether the function ended by itself or was killed is decided here,
+	// not from ctx afterwards: a deadline that passes just after a
+	// function finished must not turn its answer into a timeout.
+	killed := !stopKill()
 	exit.Code = code
 	c.reaped = werr == nil
 	wg.Wait()
-	if msg := c.log.wait(); msg != "" {
-		exit.RuntimeError = msg
-	}
+	exit.RuntimeError = c.log.wait()
 	switch {
 	case werr != nil:
 		return exit, fmt.Errorf("cannot wait for the function's process %d: %w", c.pid, werr)
-	case ctx.Err() != nil:
+	case killed:
 		return exit, fmt.Errorf("the function was stopped: %w", context.Cause(ctx))
 	case outErr != nil:
 		// An output copy failed (e.g. stdout over its cap).
@@ -248,6 +265,7 @@ func (c *container) start() error {
 		if out, err := c.rt.command(context.Background(), "start", c.id).CombinedOutput(); err != nil {
 			return fmt.Errorf("crun start: %v: %s", err, bytes.TrimSpace(out))
 		}
+		c.running = time.Now()
 		return nil
 	}
 	defer f.Close()
@@ -257,6 +275,7 @@ func (c *container) start() error {
 	if _, err := f.Write([]byte{0}); err != nil {
 		return fmt.Errorf("cannot start the container: %w", err)
 	}
+	c.running = time.Now()
 	return nil
 }
 
@@ -321,7 +340,7 @@ type RuntimeError struct {
 
 func (e *RuntimeError) Error() string { return "crun " + e.Op + ": " + e.Message }
 
-// runtimeLog collects what crun writes on its log pipe, bounded.
+// runtimeLog collects the errors crun writes on its log pipe, bounded.
 type runtimeLog struct {
 	buf  bytes.Buffer
 	done chan struct{}
@@ -338,10 +357,27 @@ func readLog(r *os.File) *runtimeLog {
 	return l
 }
 
-// wait returns the log once every writer has closed it.
+// wait returns, once every writer has closed the log, the messages of its
+// error entries: crun also logs warnings (an unknown syscall name in the
+// seccomp profile, say), which must not fail a call.
 func (l *runtimeLog) wait() string {
 	<-l.done
-	return strings.TrimSpace(l.buf.String())
+	var msgs []string
+	for _, line := range strings.Split(l.buf.String(), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		var e struct{ Msg, Level string }
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			msgs = append(msgs, line) // not JSON: keep it as it is
+			continue
+		}
+		if e.Level == "error" || e.Level == "fatal" || e.Level == "" {
+			msgs = append(msgs, e.Msg)
+		}
+	}
+	return strings.Join(msgs, "; ")
 }
 
 func (r *Runtime) args(a ...string) []string {

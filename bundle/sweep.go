@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,6 +14,35 @@ import (
 // bundlePrefix starts the name of every bundle directory in a cache
 // directory.
 const bundlePrefix = "bundle-"
+
+// newPrefix starts the name of a bundle directory until it is locked; Sweep
+// leaves such a directory alone while it is young.
+const newPrefix = ".new-"
+
+// newLockedDir creates a bundle directory that is locked from the moment
+// Sweep can see it: it is made and locked under another name, then renamed.
+func newLockedDir(parent string) (string, *os.File, error) {
+	tmp, err := os.MkdirTemp(parent, newPrefix+bundlePrefix)
+	if err != nil {
+		return "", nil, fmt.Errorf("cannot create a bundle directory in %s: %w", parent, err)
+	}
+	lock, err := lockDir(tmp)
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return "", nil, err
+	}
+	dir := filepath.Join(parent, strings.TrimPrefix(filepath.Base(tmp), newPrefix))
+	if err := os.Rename(tmp, dir); err != nil {
+		lock.Close()
+		_ = os.RemoveAll(tmp)
+		return "", nil, fmt.Errorf("cannot create a bundle directory in %s: %w", parent, err)
+	}
+	return dir, lock, nil
+}
+
+// newDirGrace is how old an unlocked directory being created must be before
+// Sweep takes it for the remains of a process that died making it.
+const newDirGrace = time.Minute
 
 // lockDir creates and locks the lock file of a bundle directory.
 func lockDir(dir string) (*os.File, error) {
@@ -42,7 +72,14 @@ func Sweep(rt *Runtime, parent string) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, e := range entries {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), bundlePrefix) {
+		if !e.IsDir() {
+			continue
+		}
+		if strings.HasPrefix(e.Name(), newPrefix+bundlePrefix) {
+			if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < newDirGrace {
+				continue
+			}
+		} else if !strings.HasPrefix(e.Name(), bundlePrefix) {
 			continue
 		}
 		dir := filepath.Join(parent, e.Name())

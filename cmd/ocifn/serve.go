@@ -160,11 +160,6 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := b.Close(); err != nil {
-			log.Error("cleanup failed", "error", err)
-		}
-	}()
 	opts := []adaptor.Option{adaptor.WithMetrics(metrics), adaptor.WithConcurrency(o.maxConcurrency, o.maxQueue)}
 	if o.cache {
 		opts = append(opts, adaptor.WithCache(o.cacheMaxBytes, o.cacheTTL))
@@ -173,6 +168,17 @@ func (o *serveOptions) run(ctx context.Context) error {
 		opts = append(opts, adaptor.WithTracer(tracer))
 	}
 	fn := o.function(log, b, opts...)
+	// However serving ends, no call may still run when the bundle goes:
+	// stop the server (it waits for its handlers), refuse and wait out
+	// calls, then remove the containers and the unpacked image. Deferred
+	// calls run last first, so this runs before the srv.Stop above.
+	defer func() {
+		srv.Stop()
+		fn.Drain()
+		if err := b.Close(); err != nil {
+			log.Error("cleanup failed", "error", err)
+		}
+	}()
 	srv.Ready(fn)
 	log.Info("serving", "address", lis.Addr().String(), "tls", creds != nil, "max_concurrency", o.maxConcurrency, "max_queue", o.maxQueue, "tracing", tracer != nil)
 
@@ -192,7 +198,6 @@ func (o *serveOptions) run(ctx context.Context) error {
 		// Cancels every running call; each kills its container.
 		srv.Stop()
 	}
-	fn.Drain()
 	log.Info("stopped")
 	return nil
 }
