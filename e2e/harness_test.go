@@ -268,22 +268,35 @@ func (s *server) stop() {
 // wait waits for the process to exit by itself and returns its stderr.
 func (s *server) wait(t *testing.T) string {
 	t.Helper()
-	select {
-	case <-s.exited:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("ocifn serve still running after 60s\n%s", s.stderr)
-	}
+	awaitExit(t, s.exited, "ocifn serve", s.stderr)
 	return s.stderr.String()
 }
 
 // call sends a v1 RunFunction request.
 func (s *server) call(t *testing.T, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
 	t.Helper()
+	return callOver(t, s.conn, req, s.stderr)
+}
+
+// awaitExit waits up to a minute for a process to exit by itself.
+func awaitExit(t *testing.T, exited <-chan struct{}, what string, log fmt.Stringer) {
+	t.Helper()
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s still running after 60s\nlog:\n%s", what, log)
+	}
+}
+
+// callOver sends a v1 RunFunction request over conn; log is shown if it
+// fails.
+func callOver(t *testing.T, conn *grpc.ClientConn, req *fnv1.RunFunctionRequest, log fmt.Stringer) *fnv1.RunFunctionResponse {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rsp, err := fnv1.NewFunctionRunnerServiceClient(s.conn).RunFunction(ctx, req)
+	rsp, err := fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(ctx, req)
 	if err != nil {
-		t.Fatalf("RunFunction: %v\nserver log:\n%s", err, s.stderr)
+		t.Fatalf("RunFunction: %v\nlog:\n%s", err, log)
 	}
 	return rsp
 }

@@ -560,24 +560,14 @@ func (p *pod) pid(t *testing.T) int {
 // wait waits for the pod to exit by itself and returns its log.
 func (p *pod) wait(t *testing.T) string {
 	t.Helper()
-	select {
-	case <-p.exited:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the pod still runs after 60s:\n%s", p.log)
-	}
+	awaitExit(t, p.exited, "the pod", p.log)
 	return p.log.String()
 }
 
 // call sends a v1 RunFunction request over the pod's mTLS connection.
 func (p *pod) call(t *testing.T, req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	rsp, err := fnv1.NewFunctionRunnerServiceClient(p.conn).RunFunction(ctx, req)
-	if err != nil {
-		t.Fatalf("RunFunction: %v\npod log:\n%s", err, p.log)
-	}
-	return rsp
+	return callOver(t, p.conn, req, p.log)
 }
 
 // stop sends SIGTERM to the pod, as the kubelet does, and removes it.
