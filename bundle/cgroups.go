@@ -139,10 +139,9 @@ func takeOver(root string) error {
 	if parent, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", os.Getppid())); err == nil && parent == self {
 		pids = append(pids, os.Getppid())
 	}
+	// In a pod ocifn is usually pid 1 of its own pid namespace; it is
+	// moved like any ocifn process (the host's init is never ocifn).
 	for _, pid := range pids {
-		if pid <= 1 {
-			continue
-		}
 		if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 			return fmt.Errorf("cannot move process %d into the cgroup %s: %w", pid, leaf, err)
 		}
