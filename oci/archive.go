@@ -41,7 +41,7 @@ type tarIndex struct {
 // openArchive opens path, decompresses it into an unlinked file under
 // scratchDir when it is compressed, and indexes the tar inside. The returned
 // file must be closed by the caller; it backs every reader of the index.
-func openArchive(p, scratchDir string) (*os.File, *tarIndex, error) {
+func openArchive(p, scratchDir string, limit int64) (*os.File, *tarIndex, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, nil, err
@@ -63,7 +63,7 @@ func openArchive(p, scratchDir string) (*os.File, *tarIndex, error) {
 		return nil, nil, err
 	}
 	if c := detectCompression(magic[:n]); c != uncompressed {
-		plain, err := decompressToScratch(f, scratchDir)
+		plain, err := decompressToScratch(f, scratchDir, limit)
 		_ = f.Close()
 		if err != nil {
 			return nil, nil, fmt.Errorf("cannot decompress (%s): %w", c, err)
@@ -82,7 +82,7 @@ func openArchive(p, scratchDir string) (*os.File, *tarIndex, error) {
 // decompressToScratch writes the decompressed content of f to a new file in
 // dir. The file is unlinked at once, so nothing is left behind even if the
 // process dies: it lives as long as the returned descriptor.
-func decompressToScratch(f *os.File, dir string) (*os.File, error) {
+func decompressToScratch(f *os.File, dir string, limit int64) (*os.File, error) {
 	if dir == "" {
 		dir = os.TempDir()
 	}
@@ -103,9 +103,12 @@ func decompressToScratch(f *os.File, dir string) (*os.File, error) {
 		_ = out.Close()
 		return nil, err
 	}
-	_, err = io.Copy(out, dec)
+	n, err := io.Copy(out, io.LimitReader(dec, limit+1))
 	if cerr := dec.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && n > limit {
+		err = fmt.Errorf("the tarball decompresses to more than %d bytes", limit)
 	}
 	if err != nil {
 		_ = out.Close()

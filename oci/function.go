@@ -36,7 +36,7 @@ func OpenFunction(path string, opts ...OpenOption) (*Image, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	fn, err := FunctionFromPackage(img.Image(), o.scratchDir)
+	fn, err := FunctionFromPackage(img.Image(), o.scratchDir, o.limit())
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the function image of package %q: %w", path, err)
 	}
@@ -49,11 +49,12 @@ func IsPackage(cf *v1.ConfigFile) bool {
 }
 
 // FunctionFromPackage reads the function image embedded in an ocifn
-// package image (from a tarball or a registry). The embedded tarball is
-// copied into an unlinked file in scratchDir (default os.TempDir()), which
-// the returned Image's Close frees. The layer it comes from is checked
-// against its digest and diff_id.
-func FunctionFromPackage(pkg v1.Image, scratchDir string) (*Image, error) {
+// package image (from a tarball or a registry). The embedded tarball, at
+// most limit bytes (also once decompressed), is copied into an unlinked
+// file in scratchDir (default os.TempDir()), which the returned Image's
+// Close frees. The layer it comes from is checked against its digest and
+// diff_id.
+func FunctionFromPackage(pkg v1.Image, scratchDir string, limit int64) (*Image, error) {
 	cf, err := pkg.ConfigFile()
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the package config: %w", err)
@@ -74,14 +75,14 @@ func FunctionFromPackage(pkg v1.Image, scratchDir string) (*Image, error) {
 	}
 	// The topmost layer that has the file is the one that counts.
 	for i := len(layers) - 1; i >= 0; i-- {
-		f, found, err := extractFromLayer(layers[i], cf.RootFS.DiffIDs[i], want, scratchDir)
+		f, found, err := extractFromLayer(layers[i], cf.RootFS.DiffIDs[i], want, scratchDir, limit)
 		if err != nil {
 			return nil, fmt.Errorf("layer %d/%d: %w", i+1, len(layers), err)
 		}
 		if !found {
 			continue
 		}
-		img, err := openScratch(f)
+		img, err := openScratch(f, scratchDir, limit)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", "/"+want, err)
 		}
@@ -92,11 +93,11 @@ func FunctionFromPackage(pkg v1.Image, scratchDir string) (*Image, error) {
 
 // openScratch opens the image tarball in an (unlinked) file, decompressing
 // it to another one if needed.
-func openScratch(f *os.File) (*Image, error) {
+func openScratch(f *os.File, dir string, limit int64) (*Image, error) {
 	magic := make([]byte, magicLen)
 	n, _ := f.ReadAt(magic, 0)
 	if detectCompression(magic[:n]) != uncompressed {
-		plain, err := decompressToScratch(f, "")
+		plain, err := decompressToScratch(f, dir, limit)
 		_ = f.Close()
 		if err != nil {
 			return nil, err
@@ -120,11 +121,14 @@ func openScratch(f *os.File) (*Image, error) {
 // extractFromLayer looks for the regular file name in a layer and copies
 // it into a new unlinked file in dir. The whole layer is read either way,
 // so that its digests can be checked.
-func extractFromLayer(l v1.Layer, diffID v1.Hash, name, dir string) (*os.File, bool, error) {
+func extractFromLayer(l v1.Layer, diffID v1.Hash, name, dir string, limit int64) (*os.File, bool, error) {
 	var out *os.File
 	found, err := scanLayer(l, diffID, func(hdr *tar.Header, r io.Reader) (bool, error) {
 		if cleanName(hdr.Name) != name || (hdr.Typeflag != tar.TypeReg) {
 			return false, nil
+		}
+		if hdr.Size > limit {
+			return false, fmt.Errorf("%s is "+errTooBig, name, limit)
 		}
 		f, err := os.CreateTemp(dir, "ocifn-function-*.tar")
 		if err != nil {
@@ -134,7 +138,7 @@ func extractFromLayer(l v1.Layer, diffID v1.Hash, name, dir string) (*os.File, b
 			_ = f.Close()
 			return false, err
 		}
-		if _, err := io.Copy(f, r); err != nil {
+		if _, err := io.Copy(f, io.LimitReader(r, limit)); err != nil {
 			_ = f.Close()
 			return false, fmt.Errorf("cannot copy %s: %w", name, err)
 		}

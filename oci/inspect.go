@@ -89,7 +89,7 @@ func InspectPackage(img v1.Image, scratchDir string) (*PackageInfo, error) {
 	if !IsPackage(cf) {
 		return info, nil
 	}
-	fn, err := FunctionFromPackage(img, scratchDir)
+	fn, err := FunctionFromPackage(img, scratchDir, DefaultMaxScratchBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,26 @@ type OpenOption func(*openOptions)
 type openOptions struct {
 	name       string
 	scratchDir string
+	// maxBytes caps what is written to the scratch directory: a
+	// decompressed tarball, or the image a package embeds.
+	maxBytes int64
+}
+
+// DefaultMaxScratchBytes caps the decompressed size of an image tarball,
+// and of the image tarball a package embeds, by default.
+const DefaultMaxScratchBytes = 8 << 30
+
+// WithMaxScratchBytes caps what Open and OpenFunction write to the scratch
+// directory: a compressed tarball's decompressed size, and the size of the
+// image tarball a package embeds (0: DefaultMaxScratchBytes). A hostile
+// package pulled from a registry cannot fill the disk with it.
+func WithMaxScratchBytes(n int64) OpenOption { return func(o *openOptions) { o.maxBytes = n } }
+
+func (o openOptions) limit() int64 {
+	if o.maxBytes > 0 {
+		return o.maxBytes
+	}
+	return DefaultMaxScratchBytes
 }
 
 // WithImageName selects the image of that name (docker RepoTags or OCI
@@ -66,7 +86,7 @@ func Open(path string, opts ...OpenOption) (*Image, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	f, idx, err := openArchive(path, o.scratchDir)
+	f, idx, err := openArchive(path, o.scratchDir, o.limit())
 	if err != nil {
 		return nil, fmt.Errorf(errFmtRead, path, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -175,6 +176,11 @@ func TestPackageLayout(t *testing.T) {
 	}
 	defer got.Close()
 	img := got.Image()
+	// A package cannot make ocifn write more than the limit: the embedded
+	// image is refused before it is copied.
+	if _, err := FunctionFromPackage(img, t.TempDir(), 100); err == nil || !strings.Contains(err.Error(), "larger than the limit of 100 bytes") {
+		t.Errorf("an embedded image over the limit: got %v", err)
+	}
 	layers, err := img.Layers()
 	if err != nil {
 		t.Fatal(err)

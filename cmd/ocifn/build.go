@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/ocifn/ocifn/host"
 	"github.com/ocifn/ocifn/oci"
@@ -128,13 +130,18 @@ func (o *buildOptions) run(ctx context.Context) error {
 		return exitError{code: code}
 	}
 
+	// Interrupted, the build stops where it can and always removes its
+	// scratch files and half-written output.
+	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
+	defer stop()
+
 	status := newStatusLine(os.Stderr)
 	defer status.done()
 
 	status.step("reading the function image " + o.from)
 	fn, err := oci.Open(o.from, oci.WithImageName(o.image))
 	if err != nil {
-		if o.image == "" {
+		if errors.Is(err, oci.ErrSeveralImages) {
 			return fmt.Errorf("%w (choose with --image NAME)", err)
 		}
 		return err

@@ -96,7 +96,11 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		mode = bundle.IDRange
 	}
 	start := time.Now()
-	img, err := oci.OpenFunction(tarball, oci.WithImageName(o.image), oci.WithScratchDir(o.cacheDir))
+	// A compressed tarball is decompressed into the cache directory.
+	if err := os.MkdirAll(o.cacheDir, 0o711); err != nil {
+		return nil, fmt.Errorf("cannot create the cache directory %s: %w", o.cacheDir, err)
+	}
+	img, err := oci.OpenFunction(tarball, oci.WithImageName(o.image), oci.WithScratchDir(o.cacheDir), oci.WithMaxScratchBytes(int64(o.maxRootfsBytes)))
 	if err != nil {
 		if errors.Is(err, oci.ErrSeveralImages) {
 			return nil, fmt.Errorf("%w (choose with --image NAME)", err)
