@@ -3,6 +3,7 @@ module github.com/ocifn/ocifn
 go 1.26.8
 
 require (
+	github.com/Masterminds/semver/v3 v3.3.1
 	github.com/containers/storage v1.59.1
 	github.com/crossplane/function-sdk-go v0.5.0
 	github.com/cyphar/filepath-securejoin v0.4.1

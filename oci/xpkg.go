@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/Masterminds/semver/v3"
 	"io"
 	"regexp"
 	"slices"
@@ -184,6 +185,16 @@ func ParsePackageMeta(data []byte) (*PackageMeta, error) {
 			for i, d := range fs.Spec.DependsOn {
 				if d.Provider == "" && d.Configuration == "" && d.Function == "" && d.Package == "" {
 					return nil, fmt.Errorf("%s: spec.dependsOn[%d] names no package (provider, configuration, function or package)", what, i)
+				}
+				// Crossplane refuses a package whose constraints do not
+				// parse; refuse it here, before it is pushed.
+				if _, err := semver.NewConstraint(d.Version); err != nil {
+					return nil, fmt.Errorf("%s: spec.dependsOn[%d].version %q is not a semantic version constraint: %v", what, i, d.Version, err)
+				}
+			}
+			if fs.Spec.Crossplane != nil {
+				if _, err := semver.NewConstraint(fs.Spec.Crossplane.Version); err != nil {
+					return nil, fmt.Errorf("%s: spec.crossplane.version %q is not a semantic version constraint: %v", what, fs.Spec.Crossplane.Version, err)
 				}
 			}
 			fnDoc = idx

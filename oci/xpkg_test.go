@@ -107,6 +107,14 @@ func TestParsePackageMeta(t *testing.T) {
 			yaml:    strings.Replace(testFunction, "provider: xpkg.upbound.io/upbound/provider-aws-s3", "provider: \"\"", 1),
 			wantErr: []string{"spec.dependsOn[0] names no package"},
 		},
+		"crossplane_version_not_a_constraint": {
+			yaml:    strings.Replace(testFunction, `version: ">=v1.17.0"`, `version: "one point seventeen"`, 1),
+			wantErr: []string{`spec.crossplane.version "one point seventeen" is not a semantic version constraint`},
+		},
+		"dependency_version_not_a_constraint": {
+			yaml:    strings.Replace(testFunction, `version: ">=v1.0.0"`, `version: "latest"`, 1),
+			wantErr: []string{`spec.dependsOn[0].version "latest" is not a semantic version constraint`},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
