@@ -197,13 +197,20 @@ func startServer(t *testing.T, args []string, opts ...serverOption) *server {
 		t.Fatal(err)
 	}
 	s.conn = conn
+	mustBeServing(t, conn, s.stderr)
+	return s
+}
+
+// mustBeServing fails unless the standard health service over conn says
+// SERVING; log is shown if not.
+func mustBeServing(t *testing.T, conn *grpc.ClientConn, log fmt.Stringer) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rsp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil || rsp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health check: %v %v\n%s", rsp.GetStatus(), err, s.stderr)
+		t.Fatalf("health check: %v %v\nlog:\n%s", rsp.GetStatus(), err, log)
 	}
-	return s
 }
 
 // cacheDir returns a new cache directory that the containers' unprivileged

@@ -39,7 +39,6 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ocifn/ocifn/host"
@@ -405,12 +404,7 @@ func startPod(t *testing.T, rootfs string, cf *v1.ConfigFile, s podSettings) *po
 		t.Fatal(err)
 	}
 	p.conn = conn
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rsp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil || rsp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health check over mTLS: %v %v\n%s", rsp.GetStatus(), err, p.log)
-	}
+	mustBeServing(t, conn, p.log)
 	return p
 }
 
