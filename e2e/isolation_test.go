@@ -156,24 +156,9 @@ func TestUnprivileged(t *testing.T) {
 // childOf returns the only child process of pid.
 func childOf(t *testing.T, pid int) int {
 	t.Helper()
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var children []string
-	for _, f := range tasks {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		children = append(children, strings.Fields(string(b))...)
-	}
+	children := childrenOf(t, pid)
 	if len(children) != 1 {
 		t.Fatalf("process %d has children %v, want exactly one (the re-executed ocifn)", pid, children)
 	}
-	child, err := strconv.Atoi(children[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return child
+	return children[0]
 }
