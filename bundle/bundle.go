@@ -181,9 +181,6 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 // Spec returns the runtime config every call runs with.
 func (b *Bundle) Spec() *rspec.Spec { return b.spec }
 
-// Dir returns the bundle directory.
-func (b *Bundle) Dir() string { return b.dir }
-
 // Close removes the bundle and every container of it from disk. Calls
 // must have finished.
 func (b *Bundle) Close() error {
