@@ -238,6 +238,11 @@ func TestLogs(t *testing.T) {
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--log-format", "json"})
 	s.call(t, shRequest(t, "t-log-ok", `echo "hello from the function" >&2; `+okScript))
 	s.call(t, shRequest(t, "t-log-fail", `echo "about to fail" >&2; exit 7`))
+	// The server logs a call before it answers, but its stderr reaches
+	// this test through a pipe that may not be read yet.
+	eventually(t, 5*time.Second, "both call lines logged", func() bool {
+		return strings.Count(s.stderr.String(), `"msg":"call"`) >= 2
+	})
 
 	var calls, stderrLines []map[string]any
 	for _, line := range strings.Split(s.stderr.String(), "\n") {

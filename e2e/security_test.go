@@ -407,6 +407,11 @@ func TestHostileImageTarballs(t *testing.T) {
 				if len(rsp.GetResults()) != 0 {
 					t.Fatalf("results %v\n%s", rsp.GetResults(), s.stderr)
 				}
+				// The call's log lines may still be in the pipe from the
+				// server.
+				eventually(t, 5*time.Second, "the call logged", func() bool {
+					return strings.Contains(s.stderr.String(), "msg=call tag=t-"+tc.name)
+				})
 				log := s.stderr.String()
 				// Inside: the escapes landed in the rootfs or nowhere, the
 				// setuid bit is gone, no device node, no fifo.

@@ -303,6 +303,8 @@ func TestCredentialsNeverLogged(t *testing.T) {
 	req := jsonRequest(t, `{"meta": {"tag": "t-creds"}, "credentials": {"aws-creds": {"credentialData": {"data": {"secretKey": "c3VwZXJzZWNyZXQ="}}}}}`)
 	rsp := s.call(t, req)
 	wantFatal(t, req, rsp, "exited with code 1")
+	// The call's log line may still be in the pipe from the server.
+	eventually(t, 5*time.Second, "the call logged", func() bool { return strings.Contains(s.stderr.String(), "msg=call tag=t-creds") })
 	log := s.stderr.String()
 	for _, secret := range []string{"supersecret", "c3VwZXJzZWNyZXQ=", "aws-creds", "secretKey"} {
 		if strings.Contains(log, secret) {
