@@ -86,6 +86,7 @@ func TestIOModeFromImage(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve", "--insecure", "--io", "yaml", "--tarball", image("echo.tar")},
 		{"test", "--io", "yaml", image("echo.tar"), filepath.Join(repoRoot, "testdata", "functions", "echo", "request.json")},
+		{"render", "--io", "yaml", filepath.Join(repoRoot, "examples", "buckets", "xr.yaml"), filepath.Join(repoRoot, "examples", "buckets", "composition.yaml"), filepath.Join(repoRoot, "examples", "buckets", "functions.yaml")},
 	} {
 		out, err := runOcifn(t, args...)
 		if err == nil {
@@ -93,6 +94,13 @@ func TestIOModeFromImage(t *testing.T) {
 		}
 		mustContain(t, args[0]+"'s error", out, `--io: unknown I/O mode "yaml"; valid modes are json`)
 	}
+	// An explicit --io json renders the example as without it.
+	ex := filepath.Join(repoRoot, "examples", "buckets")
+	out, err = runOcifn(t, "render", "--io", "json", "--cache-dir", cacheDir(t), filepath.Join(ex, "xr.yaml"), filepath.Join(ex, "composition.yaml"), filepath.Join(ex, "functions.yaml"))
+	if err != nil {
+		t.Fatalf("render --io json: %v\n%s", err, out)
+	}
+	mustContain(t, "render's output", out, "kind: XBucketSet")
 	t.Setenv(oci.EnvIO, "yaml")
 	out, err = runOcifn(t, "serve", "--insecure", "--tarball", image("echo.tar"))
 	if err == nil || !strings.Contains(out, `unknown I/O mode "yaml"`) {
