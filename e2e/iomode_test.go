@@ -24,8 +24,10 @@ func TestIOModeMismatch(t *testing.T) {
 	}{
 		{"resource_list_names_krm", `printf 'apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\n'`,
 			[]string{"a KRM ResourceList", "--io krm"}},
-		{"function_io_names_functionio", `printf 'desired:\n  composite:\n    resource: {}\nresults: []\n'`,
+		{"function_io_names_functionio", `printf 'desired:\n  resources:\n  - name: a\n    resource: {apiVersion: v1, kind: ConfigMap}\nresults:\n- severity: Normal\n  message: hi\n'`,
 			[]string{"a FunctionIO document", "--io functionio"}},
+		{"yaml_response_says_print_json", `printf 'desired:\n  resources:\n    a:\n      resource: {kind: A}\n'`,
+			[]string{"a RunFunctionResponse in YAML", "print it as JSON"}},
 		{"json_resource_list_names_krm", `echo '{"apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList", "items": []}'`,
 			[]string{"a KRM ResourceList", "--io krm"}},
 	}
