@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/bundle"
+	"github.com/ocifn/ocifn/front"
+	"github.com/ocifn/ocifn/front/openwhisk"
+	"github.com/ocifn/ocifn/hook"
+)
+
+// kubelessTimeout takes the call timeout from FUNC_TIMEOUT (seconds), which
+// Kubeless sets for its runtimes, when --timeout is not given.
+func (o *serveOptions) kubelessTimeout() error {
+	v := os.Getenv("FUNC_TIMEOUT")
+	if v == "" {
+		return nil
+	}
+	secs, err := strconv.ParseFloat(v, 64)
+	if err != nil || secs <= 0 {
+		return fmt.Errorf("FUNC_TIMEOUT %q: want a positive number of seconds", v)
+	}
+	o.timeout = time.Duration(secs * float64(time.Second))
+	return nil
+}
+
+// closer is a front that holds files until it is closed.
+type closer interface{ Close() error }
+
+// serveHTTP serves an HTTP front: it listens first (health checks fail
+// until the image is unpacked), then serves calls until ctx ends, then
+// drains for the grace period.
+func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bundle.Runtime, reg *prometheus.Registry, chain *hook.Chain, gate *admit.Gate) error {
+	srv := front.NewServer(reg)
+	lis, err := net.Listen("tcp", o.address)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", o.address, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(lis) }()
+	defer hs.Close()
+	log.Info("listening", "api", o.api, "address", lis.Addr().String())
+
+	b, err := o.prepare(ctx, log, rt, o.tarball)
+	if err != nil {
+		return err
+	}
+	cfg := &front.Config{
+		Runner: runner{b}, Hooks: chain, Gate: gate, Log: log,
+		Timeout: o.timeout, MaxOutputBytes: o.maxOutputBytes, MaxRequestBytes: o.maxRequestBytes, WorkDir: o.cacheDir,
+	}
+	var h http.Handler
+	var files closer
+	switch o.api {
+	case apiOpenWhisk:
+		p := openwhisk.New(cfg, os.Getenv("__OW_API_HOST"), os.Stdout, os.Stderr)
+		h, files = p, p
+	default:
+		return fmt.Errorf("--api %s is not served by this build", o.api)
+	}
+	// However serving ends, no call may still run when the bundle goes.
+	defer func() {
+		_ = hs.Close()
+		gate.Drain()
+		if err := files.Close(); err != nil {
+			log.Error("cleanup failed", "error", err)
+		}
+		if err := b.Close(); err != nil {
+			log.Error("cleanup failed", "error", err)
+		}
+	}()
+	srv.Ready(h)
+	log.Info("serving", "address", lis.Addr().String(), "api", o.api, "max_concurrency", o.maxConcurrency, "max_queue", o.maxQueue, "timeout", o.timeout)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("HTTP server stopped: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace_period", o.gracePeriod)
+	srv.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), o.gracePeriod)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("grace period over; stopping calls still running")
+		// Closing the connections cancels the calls; each kills its
+		// container.
+		_ = hs.Close()
+	}
+	log.Info("stopped")
+	return nil
+}
