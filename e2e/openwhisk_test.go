@@ -450,6 +450,11 @@ echo "{\"seen\": \"$seen\"}"`, "main"))
 	if code, out := f.post(t, "/run", "{}"); code != http.StatusOK {
 		t.Errorf("after bad requests: %d %s", code, out)
 	}
+	// Asynchronous invocations work on this front too.
+	loc := f.asyncStart(t, http.MethodPost, "/run")
+	if code, out := f.asyncResult(t, loc); code != http.StatusOK || !strings.Contains(out, `"seen": "no"`) {
+		t.Errorf("asynchronous activation: %d %s", code, out)
+	}
 	code, metrics := f.get(t, "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d", code)

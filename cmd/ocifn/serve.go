@@ -48,6 +48,8 @@ type serveOptions struct {
 	functionFlags
 	api             string
 	maxRequestBytes int64
+	resultTTL       time.Duration
+	resultsMaxBytes byteSize
 	tarball         string
 	address         string
 	insecure        bool
@@ -114,6 +116,9 @@ as JSON on stdin, the response as JSON on stdout.`,
 	}
 	f.StringVar(&o.api, "api", api, "what calls speak: crossplane (gRPC), openwhisk (OpenWhisk's action proxy on HTTP) or http (CGI functions on HTTP) (env "+apiEnv+")")
 	f.Int64Var(&o.maxRequestBytes, "max-request-bytes", defaultMaxRequestBytes, "largest request body the HTTP fronts accept, in bytes")
+	f.DurationVar(&o.resultTTL, "result-ttl", time.Hour, "HTTP fronts: how long the result of an asynchronous invocation (Prefer: respond-async) is kept")
+	o.resultsMaxBytes = 256 << 20
+	f.Var(&o.resultsMaxBytes, "results-max-bytes", "HTTP fronts: the most the results of asynchronous invocations take on disk (e.g. 256Mi); the oldest go first")
 	o.functionFlags.register(f)
 	f.IntVar(&o.warm, "warm", defaultWarm, "containers to keep created ahead of calls, so that a call only has to start one; each still serves a single call (0: off)")
 	f.StringVar(&o.tarball, "tarball", defaultTarball, "image tarball of the function: docker save output (optionally gzipped) or an OCI archive")
@@ -148,6 +153,9 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	if o.maxRequestBytes <= 0 {
 		return fmt.Errorf("--max-request-bytes %d: must be positive", o.maxRequestBytes)
+	}
+	if o.resultTTL <= 0 || o.resultsMaxBytes <= 0 {
+		return fmt.Errorf("--result-ttl %s, --results-max-bytes %d: both must be positive", o.resultTTL, o.resultsMaxBytes)
 	}
 	var creds credentials.TransportCredentials
 	switch {

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -16,6 +16,7 @@ import (
 	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/bundle"
 	"github.com/ocifn/ocifn/front"
+	"github.com/ocifn/ocifn/front/cgi"
 	"github.com/ocifn/ocifn/front/openwhisk"
 	"github.com/ocifn/ocifn/hook"
 )
@@ -37,6 +38,11 @@ func (o *serveOptions) kubelessTimeout() error {
 
 // closer is a front that holds files until it is closed.
 type closer interface{ Close() error }
+
+// noFiles is a front that holds none.
+type noFiles struct{}
+
+func (noFiles) Close() error { return nil }
 
 // serveHTTP serves an HTTP front: it listens first (health checks fail
 // until the image is unpacked), then serves calls until ctx ends, then
@@ -62,17 +68,24 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 		Timeout: o.timeout, MaxOutputBytes: o.maxOutputBytes, MaxRequestBytes: o.maxRequestBytes, WorkDir: o.cacheDir,
 	}
 	var h http.Handler
-	var files closer
+	var files closer = noFiles{}
 	switch o.api {
 	case apiOpenWhisk:
 		p := openwhisk.New(cfg, os.Getenv("__OW_API_HOST"), os.Stdout, os.Stderr)
 		h, files = p, p
 	default:
-		return fmt.Errorf("--api %s is not served by this build", o.api)
+		h = cgi.New(cfg)
+	}
+	// Results of asynchronous invocations outlive a restart in the cache
+	// directory.
+	inv, err := front.OpenInvocations(filepath.Join(o.cacheDir, "invocations-"+o.api), o.resultTTL, int64(o.resultsMaxBytes), o.maxRequestBytes, log)
+	if err != nil {
+		return err
 	}
 	// However serving ends, no call may still run when the bundle goes.
 	defer func() {
 		_ = hs.Close()
+		inv.Close()
 		gate.Drain()
 		if err := files.Close(); err != nil {
 			log.Error("cleanup failed", "error", err)
@@ -81,7 +94,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 			log.Error("cleanup failed", "error", err)
 		}
 	}()
-	srv.Ready(h)
+	srv.Ready(inv.Wrap(h))
 	log.Info("serving", "address", lis.Addr().String(), "api", o.api, "max_concurrency", o.maxConcurrency, "max_queue", o.maxQueue, "timeout", o.timeout)
 
 	select {
@@ -93,11 +106,14 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	srv.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), o.gracePeriod)
 	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	err = hs.Shutdown(sctx)
+	inv.Wait(sctx)
+	if err != nil || sctx.Err() != nil {
 		log.Warn("grace period over; stopping calls still running")
 		// Closing the connections cancels the calls; each kills its
-		// container.
+		// container. Asynchronous calls end with a failed result.
 		_ = hs.Close()
+		inv.Close()
 	}
 	log.Info("stopped")
 	return nil
