@@ -2,23 +2,33 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // httpFront is a running `ocifn serve --api openwhisk|http` process, with
 // its stdout and stderr apart: OpenWhisk reads activation logs from both.
 type httpFront struct {
-	t              *testing.T
-	cmd            *exec.Cmd
-	url            string
+	t   *testing.T
+	cmd *exec.Cmd
+	url string
+	// client, when set, reaches the server (a pod in its own network
+	// namespace); else http.DefaultClient.
+	client         *http.Client
 	stdout, stderr *syncBuffer
 	exited         chan struct{}
 }
@@ -97,7 +107,11 @@ func (f *httpFront) do(t *testing.T, method, path string, body []byte, header ht
 	for k, vs := range header {
 		req.Header[k] = vs
 	}
-	rsp, err := http.DefaultClient.Do(req)
+	client := f.client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	rsp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v\nlog:\n%s", method, path, err, f.stderr)
 	}
@@ -130,4 +144,60 @@ func countOf(s, line string) int {
 		}
 	}
 	return n
+}
+
+// startFrontPod builds a package of fnTar with ocifn build --api api and
+// runs it the way its platform runs an image: crun, the image's own
+// entrypoint with no arguments, the platform's environment variables, and
+// HTTP to port 8080 in the pod's network namespace.
+func startFrontPod(t *testing.T, api, fnTar string, env ...string) *httpFront {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test starts the pod's container with crun and must run as root (CI does)")
+	}
+	rt := runtimeImage(t)
+	xpkg := filepath.Join(t.TempDir(), "fn.tar")
+	out, err := runOcifn(t, "build", "--from-oci-tarball", image(fnTar), "--name", "function-"+api, "--api", api,
+		"--runtime-image-tarball", rt, "-o", xpkg)
+	if err != nil {
+		t.Fatalf("ocifn build --api %s: %v\n%s", api, err, out)
+	}
+	img, err := tarball.ImageFromPath(xpkg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.Config.Labels["io.ocifn.api"] != api || !slices.Contains(cf.Config.Env, "OCIFN_API="+api) {
+		t.Errorf("the image config does not record --api %s: labels %v env %v", api, cf.Config.Labels, cf.Config.Env)
+	}
+	if _, ok := cf.Config.ExposedPorts["8080/tcp"]; !ok {
+		t.Errorf("the image does not expose 8080/tcp: %v", cf.Config.ExposedPorts)
+	}
+	rootfs := unpackPackage(t, img)
+	cf = cf.DeepCopy()
+	cf.Config.Env = append(cf.Config.Env, env...)
+	p := startPodProcess(t, rootfs, cf, podSettings{})
+	deadline := time.After(60 * time.Second)
+	for !podServing.MatchString(p.log.String()) {
+		select {
+		case <-p.exited:
+			t.Fatalf("the pod exited before serving:\n%s", p.log)
+		case <-deadline:
+			t.Fatalf("the pod did not serve within 60s:\n%s", p.log)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	mustContain(t, "pod log", p.log.String(), "address=[::]:8080 api="+api)
+	dial := dialInNetns(fmt.Sprintf("/proc/%d/ns/net", p.pid(t)))
+	f := &httpFront{t: t, url: "http://127.0.0.1:8080", stdout: p.log, stderr: p.log,
+		client: &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) },
+		}}}
+	if code, body := f.get(t, "/healthz"); code != http.StatusOK {
+		t.Fatalf("GET /healthz: %d %s", code, body)
+	}
+	return f
 }

@@ -267,3 +267,31 @@ func TestAsyncInvocationLimits(t *testing.T) {
 		t.Errorf("a result past --result-ttl: %d, want 404", code)
 	}
 }
+
+// TestHTTPPackage: an image built with ocifn build --api http works as a
+// Kubeless custom runtime or a Knative Service: run as its platform runs
+// it, with Kubeless' FUNC_TIMEOUT, it serves the function on 8080.
+func TestHTTPPackage(t *testing.T) {
+	f := startFrontPod(t, "http", "cgi.tar", "FUNC_TIMEOUT=2", "FUNC_PORT=8080", "FUNC_HANDLER=cgi", "MOD_NAME=cgi", "PORT=8080")
+	code, _, body := f.do(t, http.MethodPost, "/env?a=b", []byte("payload"), http.Header{"Event-Id": {"k1"}})
+	if code != http.StatusOK {
+		t.Fatalf("/env: %d %s", code, body)
+	}
+	mustContain(t, "the CGI environment", string(body), "QUERY_STRING=a=b\n", "EVENT_ID=k1\n", "---\npayload")
+	if code, body := f.get(t, "/status"); code != 418 || body != `{"tea": true}` {
+		t.Errorf("/status: %d %q", code, body)
+	}
+	if code, body := f.get(t, "/fail"); code != http.StatusInternalServerError || !strings.Contains(body, "oops: the thing broke") {
+		t.Errorf("/fail: %d %q", code, body)
+	}
+	if code, body := f.get(t, "/sleep?30"); code != http.StatusRequestTimeout || !strings.Contains(body, "limit of 2s") {
+		t.Errorf("past FUNC_TIMEOUT: %d %q", code, body)
+	}
+	loc := f.asyncStart(t, http.MethodGet, "/plain")
+	if code, body := f.asyncResult(t, loc); code != http.StatusOK || body != "no header block, just a body\n" {
+		t.Errorf("asynchronous invocation: %d %q", code, body)
+	}
+	if code, metrics := f.get(t, "/metrics"); code != http.StatusOK || !strings.Contains(metrics, `function_calls_total{method="GET"}`) {
+		t.Errorf("/metrics: %d", code)
+	}
+}

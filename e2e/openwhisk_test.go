@@ -461,3 +461,34 @@ echo "{\"seen\": \"$seen\"}"`, "main"))
 	}
 	mustContain(t, "/metrics", metrics, `function_calls_total{method="POST"}`, `function_failures_total{method="POST"} 1`, `function_duration_seconds_bucket{method="POST"`, `ocifn_calls_total{outcome="timeout"} 1`)
 }
+
+// TestOpenWhiskPackage: an image built with ocifn build --api openwhisk
+// works as an OpenWhisk Docker action: run as its platform runs it, it
+// serves /init and /run on 8080 and passes the canonical cases.
+func TestOpenWhiskPackage(t *testing.T) {
+	f := startFrontPod(t, "openwhisk", "owskeleton.tar", "__OW_API_HOST=https://whisk.example")
+	if code, out := f.post(t, "/run", "{}"); code != http.StatusOK || !strings.Contains(out, owStub) {
+		t.Errorf("/run before /init: %d %s", code, out)
+	}
+	f.mustInit(t, initPayload(owEcho, "main"))
+	arg := map[string]any{"string": "❄ ☃ ❄"}
+	code, out := f.post(t, "/run", runPayload(arg, nil))
+	if code != http.StatusOK {
+		t.Fatalf("/run: %d %s", code, out)
+	}
+	jsonEqual(t, "result", out, arg)
+	if code, out := f.post(t, "/init", initPayload(owEcho, "main")); code != http.StatusForbidden {
+		t.Errorf("second /init: %d %s", code, out)
+	}
+	eventually(t, 5*time.Second, "the activations' logs and sentinels", func() bool {
+		log := f.stderr.String()
+		return strings.Contains(log, "hello stdout") && strings.Contains(log, "hello stderr") && countOf(log, owSentinel) == 4
+	})
+
+	g := startFrontPod(t, "openwhisk", "owskeleton.tar", "__OW_API_HOST=https://whisk.example")
+	g.mustInit(t, initPayload(owEnv, "main"))
+	code, out = g.post(t, "/run", runPayload(map[string]any{}, map[string]any{"namespace": "zzz", "activation_id": "iii"}))
+	if code != http.StatusOK || !strings.Contains(out, `"api_host": "https://whisk.example"`) || !strings.Contains(out, `"namespace": "zzz"`) {
+		t.Errorf("activation context: %d %s", code, out)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/containers/storage/pkg/unshare"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
@@ -28,6 +29,7 @@ type buildOptions struct {
 	runtimeImage   string
 	runtimeTarball string
 	insecure       bool
+	api            string
 }
 
 func newBuildCommand() *cobra.Command {
@@ -64,6 +66,7 @@ what "crossplane xpkg build" writes; push it with "ocifn push".`,
 	f.StringVar(&o.runtimeImage, "runtime-image", "", "the ocifn runtime image to build on, from a registry")
 	f.StringVar(&o.runtimeTarball, "runtime-image-tarball", "", "the ocifn runtime image to build on, as an image tarball (make image)")
 	f.BoolVar(&o.insecure, "insecure-registry", false, "allow plain HTTP to the registry of --runtime-image")
+	f.StringVar(&o.api, "api", apiCrossplane, "what the package serves: crossplane (a Function package), openwhisk (an OpenWhisk Docker action) or http (a Kubeless custom runtime or Knative Service); the image's entrypoint then serves it on :8080")
 	return cmd
 }
 
@@ -73,6 +76,8 @@ func (o *buildOptions) check() error {
 		return errors.New("--from-oci-tarball is required: the function image tarball (docker save IMAGE | gzip > function.tgz)")
 	case (o.packageFile == "") == (o.name == ""):
 		return errors.New("pass exactly one of --package-file (Function metadata, e.g. crossplane.yaml) and --name (generate minimal metadata)")
+	case o.api != apiCrossplane && o.api != apiOpenWhisk && o.api != apiHTTP:
+		return fmt.Errorf("--api %q: want %s, %s or %s", o.api, apiCrossplane, apiOpenWhisk, apiHTTP)
 	case (o.runtimeImage == "") == (o.runtimeTarball == ""):
 		return errors.New("pass exactly one of --runtime-image REF and --runtime-image-tarball FILE: the ocifn runtime image the package runs (make image builds build/ocifn-runtime.tar)")
 	}
@@ -184,6 +189,9 @@ func (o *buildOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if pkg, err = withAPI(pkg, o.api); err != nil {
+		return err
+	}
 	var tag name.Reference
 	if t, err := name.NewTag(meta.Function.Name + ":latest"); err == nil {
 		tag = t
@@ -264,4 +272,43 @@ func insecureHint(err error, ref string) error {
 		return fmt.Errorf("%w (a plain-HTTP registry needs --insecure-registry)", err)
 	}
 	return err
+}
+
+// LabelAPI records in an image's config what `ocifn build --api` made it
+// serve.
+const LabelAPI = "io.ocifn.api"
+
+// withAPI records api in the image's config: the label for people and
+// tools, and OCIFN_API, which `ocifn serve` reads, so that the entrypoint
+// serves it without flags; the HTTP fronts' port is exposed. A Crossplane
+// package is left as it is.
+func withAPI(img v1.Image, api string) (v1.Image, error) {
+	if api == apiCrossplane {
+		return img, nil
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the package's image config: %w", err)
+	}
+	c := *cf.Config.DeepCopy()
+	if c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+	c.Labels[LabelAPI] = api
+	env := c.Env[:0:0]
+	for _, kv := range c.Env {
+		if !strings.HasPrefix(kv, apiEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	c.Env = append(env, apiEnv+"="+api)
+	if c.ExposedPorts == nil {
+		c.ExposedPorts = map[string]struct{}{}
+	}
+	c.ExposedPorts["8080/tcp"] = struct{}{}
+	out, err := mutate.Config(img, c)
+	if err != nil {
+		return nil, fmt.Errorf("cannot record --api %s in the image config: %w", api, err)
+	}
+	return out, nil
 }
