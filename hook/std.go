@@ -27,7 +27,7 @@ func (l Log) Before(ctx context.Context, _ *Call) (context.Context, error) { ret
 
 // After logs the call.
 func (l Log) After(_ context.Context, c *Call) error {
-	attrs := []any{"front", c.Front, "tag", c.Tag, "outcome", c.Outcome}
+	attrs := []any{"tag", c.Tag, "front", c.Front, "outcome", c.Outcome}
 	attrs = append(attrs, c.LogAttrs...)
 	if c.Cached != nil {
 		attrs = append(attrs, "cached", true)
