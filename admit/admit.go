@@ -27,6 +27,7 @@ type Gate struct {
 	queued   atomic.Int64
 	inFlight atomic.Int64
 	gauge    func(inFlight, queued int64)
+	reportMu sync.Mutex
 	// running counts admitted calls, so Drain can wait for them; once
 	// closed is set under mu, no call is admitted.
 	running sync.WaitGroup
@@ -93,7 +94,14 @@ func (g *Gate) Enter(ctx context.Context) (leave func(), err error) {
 	return leave, nil
 }
 
-func (g *Gate) report() { g.gauge(g.inFlight.Load(), g.queued.Load()) }
+// report tells the gauge the counts. It loads them under a lock: of
+// reports racing, the last to run reads the latest counts, so the gauge
+// never keeps a stale value.
+func (g *Gate) report() {
+	g.reportMu.Lock()
+	defer g.reportMu.Unlock()
+	g.gauge(g.inFlight.Load(), g.queued.Load())
+}
 
 // Drain refuses new calls and waits until every admitted call has left.
 func (g *Gate) Drain() {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -293,5 +294,34 @@ func TestHTTPPackage(t *testing.T) {
 	}
 	if code, metrics := f.get(t, "/metrics"); code != http.StatusOK || !strings.Contains(metrics, `function_calls_total{method="GET"}`) {
 		t.Errorf("/metrics: %d", code)
+	}
+}
+
+// TestHTTPGracefulShutdown: on SIGTERM, /healthz fails, a running call
+// finishes and is answered, and the server exits 0.
+func TestHTTPGracefulShutdown(t *testing.T) {
+	f := startCGI(t, []string{"--grace-period", "20s"})
+	type answer struct {
+		code int
+		body string
+	}
+	done := make(chan answer, 1)
+	go func() {
+		code, body := f.get(t, "/sleep?2")
+		done <- answer{code, body}
+	}()
+	eventually(t, 5*time.Second, "the call running", func() bool {
+		_, metrics := f.get(t, "/metrics")
+		return strings.Contains(metrics, "ocifn_calls_in_flight 1")
+	})
+	_ = f.cmd.Process.Signal(syscall.SIGTERM)
+	eventually(t, 5*time.Second, "draining", func() bool { return strings.Contains(f.stderr.String(), "shutting down") })
+	a := <-done
+	if a.code != http.StatusOK || a.body != "slept 2\n" {
+		t.Errorf("the call running at SIGTERM: %d %q", a.code, a.body)
+	}
+	awaitExit(t, f.exited, "ocifn serve", f.stderr)
+	if !f.cmd.ProcessState.Success() {
+		t.Errorf("exit: %v\n%s", f.cmd.ProcessState, f.stderr)
 	}
 }

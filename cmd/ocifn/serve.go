@@ -100,6 +100,11 @@ as JSON on stdin, the response as JSON on stdout.`,
 				if !f.Changed("metrics-address") {
 					o.metricsAddress = ""
 				}
+				// Their calls set arguments and environment per call, which
+				// a container created ahead cannot take: each gets its own.
+				if !f.Changed("warm") {
+					o.warm = 0
+				}
 			}
 			if o.api == apiHTTP && !f.Changed("timeout") {
 				if err := o.kubelessTimeout(); err != nil {
