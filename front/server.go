@@ -10,21 +10,27 @@ import (
 )
 
 // Server is the HTTP handler of a front's port: GET /healthz, /metrics,
-// and the front's own routes once it is ready. Until then, and once it
-// drains, /healthz answers 503 so that a platform routes work elsewhere.
+// and the front's own routes. Until it is ready, and once it drains,
+// /healthz answers 503 so that a platform routes work elsewhere; a call
+// that comes before it is ready waits for it (OpenWhisk sends /init as soon
+// as the port accepts connections).
 type Server struct {
 	metrics  http.Handler
 	handler  atomic.Pointer[http.Handler]
+	ready    chan struct{}
 	draining atomic.Bool
 }
 
 // NewServer returns a server exposing reg at /metrics.
 func NewServer(reg *prometheus.Registry) *Server {
-	return &Server{metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})}
+	return &Server{metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), ready: make(chan struct{})}
 }
 
-// Ready makes h serve the front's routes.
-func (s *Server) Ready(h http.Handler) { s.handler.Store(&h) }
+// Ready makes h serve the front's routes. It must be called once.
+func (s *Server) Ready(h http.Handler) {
+	s.handler.Store(&h)
+	close(s.ready)
+}
 
 // Drain makes /healthz fail while running calls finish.
 func (s *Server) Drain() { s.draining.Store(true) }
@@ -44,8 +50,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h == nil {
-		WriteJSONError(w, http.StatusServiceUnavailable, "the function image is still being unpacked; retry shortly")
-		return
+		select {
+		case <-s.ready:
+			h = s.handler.Load()
+		case <-r.Context().Done():
+			WriteJSONError(w, http.StatusServiceUnavailable, "the function image was still being unpacked; retry shortly")
+			return
+		}
 	}
 	(*h).ServeHTTP(w, r)
 }
