@@ -438,6 +438,12 @@ echo "{\"seen\": \"$seen\"}"`, "main"))
 	if code, out := f.post(t, "/run", runPayload(map[string]any{"forever": 1}, nil)); code != http.StatusBadGateway || !strings.Contains(out, "longer than the limit of 3s") {
 		t.Errorf("activation past --timeout: %d %s", code, out)
 	}
+	// OpenWhisk's deadline (epoch milliseconds), when sooner, cuts the
+	// activation short.
+	soon := time.Now().Add(1500 * time.Millisecond).UnixMilli()
+	if code, out := f.post(t, "/run", runPayload(map[string]any{"forever": 1}, map[string]any{"deadline": soon})); code != http.StatusBadGateway || !strings.Contains(out, "longer than the limit of 1.") {
+		t.Errorf("activation past its deadline: %d %s", code, out)
+	}
 	if code, out := f.post(t, "/run", runPayload(strings.Repeat("x", 5000), nil)); code != http.StatusRequestEntityTooLarge || !strings.Contains(out, "--max-request-bytes") {
 		t.Errorf("body over --max-request-bytes: %d %s", code, out)
 	}
@@ -459,7 +465,7 @@ echo "{\"seen\": \"$seen\"}"`, "main"))
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d", code)
 	}
-	mustContain(t, "/metrics", metrics, `function_calls_total{method="POST"}`, `function_failures_total{method="POST"} 1`, `function_duration_seconds_bucket{method="POST"`, `ocifn_calls_total{outcome="timeout"} 1`)
+	mustContain(t, "/metrics", metrics, `function_calls_total{method="POST"}`, `function_failures_total{method="POST"} 2`, `function_duration_seconds_bucket{method="POST"`, `ocifn_calls_total{outcome="timeout"} 2`)
 }
 
 // TestOpenWhiskPackage: an image built with ocifn build --api openwhisk

@@ -45,8 +45,9 @@ type Config struct {
 type Output struct {
 	Stdout, Stderr []byte
 	Exit           bundle.Exit
-	// TimedOut reports the call was stopped at its timeout.
+	// TimedOut reports the call was stopped at its timeout, Timeout.
 	TimedOut bool
+	Timeout  time.Duration
 	// Overflow names the stream that went over MaxOutputBytes, if any.
 	Overflow string
 	// Err is why the container could not run to its end, other than a
@@ -79,7 +80,7 @@ func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdi
 	exit, runErr := c.Runner.Call(callCtx, bc)
 	call.Exit = hook.Exit{Code: exit.Code, Start: exit.Start, Duration: exit.Duration}
 	call.StdinBytes, call.StdoutBytes = len(stdin), len(stdout.Bytes())
-	out := Output{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Exit: exit}
+	out := Output{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Exit: exit, Timeout: timeout}
 	switch {
 	case runErr != nil && errors.Is(context.Cause(callCtx), ErrTimeout):
 		out.TimedOut = true

@@ -79,7 +79,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	switch {
 	case out.TimedOut:
 		// Kubeless answers a call past its timeout with 408.
-		return fail(hook.Timeout, http.StatusRequestTimeout, fmt.Sprintf("the function ran longer than the limit of %s and was stopped", h.cfg.Timeout))
+		return fail(hook.Timeout, http.StatusRequestTimeout, fmt.Sprintf("the function ran longer than the limit of %s and was stopped", out.Timeout))
 	case out.Overflow != "":
 		return fail(hook.Fatal, http.StatusBadGateway, fmt.Sprintf("the function printed more than the limit of %d bytes on %s", h.cfg.MaxOutputBytes, out.Overflow))
 	case out.Err != nil:

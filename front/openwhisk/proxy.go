@@ -250,7 +250,7 @@ func (p *Proxy) activate(ctx context.Context, call *hook.Call, bc bundle.Call, v
 	}
 	switch {
 	case out.TimedOut:
-		return fail(hook.Timeout, http.StatusBadGateway, fmt.Sprintf("The action ran longer than the limit of %s and was stopped.", p.cfg.Timeout))
+		return fail(hook.Timeout, http.StatusBadGateway, fmt.Sprintf("The action ran longer than the limit of %s and was stopped.", out.Timeout.Round(time.Millisecond)))
 	case out.Overflow != "":
 		return fail(hook.Fatal, http.StatusBadGateway, fmt.Sprintf("The action printed more than the limit of %d bytes on %s.", p.cfg.MaxOutputBytes, out.Overflow))
 	case out.Err != nil:
