@@ -368,3 +368,19 @@ func mergeEnv(base, extra []string) []string {
 	}
 	return out
 }
+
+// ScratchDir returns a directory for a front's files that live as long as
+// the bundle (OpenWhisk's action code, say): removed with the bundle, and
+// swept with it when a killed process left it. Container ids can reach
+// what it holds when it is searchable by others.
+func (b *Bundle) ScratchDir() (string, error) {
+	d := filepath.Join(b.dir, "scratch")
+	if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("cannot create the scratch directory %s: %w", d, err)
+	}
+	// The umask must not take away the containers' access.
+	if err := os.Chmod(d, 0o755); err != nil {
+		return "", fmt.Errorf("cannot set the mode of %s: %w", d, err)
+	}
+	return d, nil
+}

@@ -59,13 +59,26 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	defer hs.Close()
 	log.Info("listening", "api", o.api, "address", lis.Addr().String())
 
+	// Results of asynchronous invocations outlive a restart in the cache
+	// directory.
+	inv, err := front.OpenInvocations(filepath.Join(o.cacheDir, "invocations-"+o.api), o.resultTTL, int64(o.resultsMaxBytes), o.maxRequestBytes, log)
+	if err != nil {
+		return err
+	}
 	b, err := o.prepare(ctx, log, rt, o.tarball)
 	if err != nil {
 		return err
 	}
+	// The fronts' files go with the bundle: removed on shutdown, swept at
+	// the next start if this process is killed.
+	work, err := b.ScratchDir()
+	if err != nil {
+		_ = b.Close()
+		return err
+	}
 	cfg := &front.Config{
 		Runner: runner{b}, Hooks: chain, Gate: gate, Log: log,
-		Timeout: o.timeout, MaxOutputBytes: o.maxOutputBytes, MaxRequestBytes: o.maxRequestBytes, WorkDir: o.cacheDir,
+		Timeout: o.timeout, MaxOutputBytes: o.maxOutputBytes, MaxRequestBytes: o.maxRequestBytes, WorkDir: work,
 	}
 	var h http.Handler
 	var files closer = noFiles{}
@@ -75,12 +88,6 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 		h, files = p, p
 	default:
 		h = cgi.New(cfg)
-	}
-	// Results of asynchronous invocations outlive a restart in the cache
-	// directory.
-	inv, err := front.OpenInvocations(filepath.Join(o.cacheDir, "invocations-"+o.api), o.resultTTL, int64(o.resultsMaxBytes), o.maxRequestBytes, log)
-	if err != nil {
-		return err
 	}
 	// However serving ends, no call may still run when the bundle goes.
 	defer func() {
