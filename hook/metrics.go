@@ -18,6 +18,10 @@ type Metrics struct {
 	bytesOut       prometheus.Counter
 	cacheHits      prometheus.Counter
 	cacheMisses    prometheus.Counter
+	// UnknownFields counts request fields this ocifn's protocol does not
+	// know (sent by a newer Crossplane), by message path and field number;
+	// the Crossplane front counts them.
+	UnknownFields *prometheus.CounterVec
 	// Kubeless' runtime contract.
 	fnCalls    *prometheus.CounterVec
 	fnFailures *prometheus.CounterVec
@@ -65,6 +69,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ocifn_cache_misses_total",
 			Help: "Calls with a tag not found in the response cache (only counted while the cache is on).",
 		}),
+		UnknownFields: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ocifn_unknown_fields_total",
+			Help: "Request fields this ocifn's protocol does not know (sent by a newer Crossplane), which cannot reach the function, by message path and field number.",
+		}, []string{"message", "field"}),
 		fnCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "function_calls_total",
 			Help: "Calls of the function, by method (Kubeless' runtime metric).",
@@ -80,7 +88,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"method"}),
 	}
 	reg.MustRegister(m.calls, m.duration, m.containerStart, m.inFlight, m.queued, m.bytesIn, m.bytesOut, m.cacheHits, m.cacheMisses,
-		m.fnCalls, m.fnFailures, m.fnDuration)
+		m.UnknownFields, m.fnCalls, m.fnFailures, m.fnDuration)
 	// Every outcome is exported from the start, so a rate() over a counter
 	// that has not moved yet is 0 rather than absent.
 	for _, o := range []Outcome{OK, Fatal, Error, Timeout, Rejected} {
