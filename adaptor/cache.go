@@ -87,3 +87,19 @@ func (c *responseCache) remove(e *list.Element) {
 	delete(c.items, ent.tag)
 	c.size -= len(ent.data)
 }
+
+// Get returns the live response for a tag, for hook.Cache.
+func (c *responseCache) Get(tag string) (any, bool) {
+	rsp, ok := c.get(tag)
+	if !ok {
+		return nil, false
+	}
+	return rsp, true
+}
+
+// Put keeps a RunFunctionResponse for a tag, for hook.Cache.
+func (c *responseCache) Put(tag string, answer any, ttl time.Duration) {
+	if rsp, ok := answer.(*fnv1.RunFunctionResponse); ok {
+		c.put(tag, rsp, ttl)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/ocifn/ocifn/hook"
 )
 
 // Exit is how one function process ended.
@@ -35,15 +37,23 @@ type Runner interface {
 }
 
 // Outcome classifies a call for logs and metrics.
-type Outcome string
+type Outcome = hook.Outcome
 
 // Outcomes.
 const (
 	// OutcomeOK means the function answered with a valid response.
-	OutcomeOK Outcome = "ok"
+	OutcomeOK = hook.OK
 	// OutcomeFatal means the adaptor answered with a Fatal result on the
 	// function's behalf.
-	OutcomeFatal Outcome = "fatal"
+	OutcomeFatal = hook.Fatal
+	// OutcomeError is a call answered with a gRPC error (bad request,
+	// caller gone, shutting down).
+	OutcomeError = hook.Error
+	// OutcomeTimeout is a call stopped at the adaptor's timeout or the
+	// caller's deadline.
+	OutcomeTimeout = hook.Timeout
+	// OutcomeRejected is a call refused because the server was full.
+	OutcomeRejected = hook.Rejected
 )
 
 const (

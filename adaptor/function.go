@@ -7,20 +7,19 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
-	"go.opentelemetry.io/otel/attribute"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/codec"
+	"github.com/ocifn/ocifn/hook"
 )
 
 // Defaults.
@@ -55,17 +54,11 @@ type Function struct {
 	codec codec.Codec
 	// unknown remembers the unknown request fields already warned about.
 	unknown unknownSeen
-
-	// slots admits at most cap(slots) calls at once; queued counts the
-	// calls waiting for one, up to maxQueue.
-	slots    chan struct{}
-	maxQueue int64
-	queued   atomic.Int64
-	// running counts calls between admission and answer, so shutdown can
-	// wait for them; once closed is set under mu, no call is admitted.
-	running sync.WaitGroup
-	mu      sync.Mutex
-	closed  bool
+	// hooks, when set, replaces the chain built from the options above.
+	hooks *hook.Chain
+	gate  *admit.Gate
+	// maxConcurrency and maxQueue size the gate when none is given.
+	maxConcurrency, maxQueue int
 }
 
 // Option configures a Function.
@@ -83,11 +76,11 @@ func WithMaxOutputBytes(n int) Option { return func(f *Function) { f.maxOutputBy
 // WithConcurrency lets at most max calls run at once and at most queue more
 // wait; calls beyond that are refused with RESOURCE_EXHAUSTED.
 func WithConcurrency(max, queue int) Option {
-	return func(f *Function) {
-		f.slots = make(chan struct{}, max)
-		f.maxQueue = int64(queue)
-	}
+	return func(f *Function) { f.maxConcurrency, f.maxQueue = max, queue }
 }
+
+// WithGate admits calls through g, shared with other fronts.
+func WithGate(g *admit.Gate) Option { return func(f *Function) { f.gate = g } }
 
 // WithMetrics records calls in m.
 func WithMetrics(m *Metrics) Option { return func(f *Function) { f.metrics = m } }
@@ -111,12 +104,46 @@ func WithCache(maxBytes int, forceTTL time.Duration) Option {
 // is json.
 func WithCodec(c codec.Codec) Option { return func(f *Function) { f.codec = c } }
 
+// WithHooks wraps every call in chain instead of the chain the other
+// options build (metrics, tracer, cache, the call's log line). Calls are
+// cached when chain holds a hook.Cache; forceTTL is as in WithCache.
+func WithHooks(chain *hook.Chain, forceTTL time.Duration) Option {
+	return func(f *Function) { f.hooks, f.cacheTTL = chain, forceTTL }
+}
+
+// Metrics are the call metrics, shared by every front.
+type Metrics = hook.Metrics
+
+// NewMetrics creates the call metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics { return hook.NewMetrics(reg) }
+
+// NewCache returns the store of RunFunction responses that a hook.Cache in
+// a chain given to WithHooks keeps, bounded to maxBytes.
+func NewCache(maxBytes int) hook.Store { return newResponseCache(maxBytes) }
+
 // NewFunction returns a Function that runs calls with r.
 func NewFunction(r Runner, opts ...Option) *Function {
-	f := &Function{runner: r, log: slog.Default(), timeout: DefaultTimeout, maxOutputBytes: DefaultMaxOutputBytes, codec: codec.JSON{}}
-	WithConcurrency(DefaultMaxConcurrency(), 4*DefaultMaxConcurrency())(f)
+	f := &Function{runner: r, log: slog.Default(), timeout: DefaultTimeout, maxOutputBytes: DefaultMaxOutputBytes, codec: codec.JSON{},
+		maxConcurrency: DefaultMaxConcurrency(), maxQueue: 4 * DefaultMaxConcurrency()}
 	for _, o := range opts {
 		o(f)
+	}
+	if f.gate == nil {
+		f.gate = admit.New(f.maxConcurrency, f.maxQueue, f.metrics.Admission)
+	}
+	if f.hooks == nil {
+		var hs []hook.Hook
+		if f.tracer != nil {
+			hs = append(hs, hook.Tracing{Tracer: f.tracer})
+		}
+		if f.metrics != nil {
+			hs = append(hs, f.metrics)
+		}
+		if f.cache != nil {
+			hs = append(hs, hook.Cache{Store: f.cache, Metrics: f.metrics})
+		}
+		hs = append(hs, hook.Log{Logger: f.log})
+		f.hooks = hook.NewChain(f.log, hs...)
 	}
 	return f
 }
@@ -124,6 +151,9 @@ func NewFunction(r Runner, opts ...Option) *Function {
 // reasonInvalidOutput is what the log says of output that is not a valid
 // response; the details, with the output's first bytes, go to the caller.
 const reasonInvalidOutput = "the function's output is not a valid RunFunctionResponse (the Fatal result says why)"
+
+// tracerName names the tracer of the response.parse span.
+const tracerName = "github.com/ocifn/ocifn/adaptor"
 
 // errTimeout is the cause of a call's context when the adaptor's own
 // timeout ends it.
@@ -133,156 +163,63 @@ var errTimeout = errors.New("function timeout")
 // gRPC status errors about the call itself; everything that goes wrong with
 // the function becomes a Fatal result instead.
 func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
-	received := time.Now()
 	tag := req.GetMeta().GetTag()
 	f.checkUnknown(req)
-	var span trace.Span
-	if f.tracer != nil {
-		ctx, span = f.startSpan(ctx, tag)
-		defer span.End()
+	call := &hook.Call{Front: "crossplane", Method: "RunFunction", Tag: tag, Received: time.Now(), CacheKey: tag}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		call.Carrier = metadataCarrier(md)
 	}
-
-	if rsp, ok := f.cached(tag); ok {
-		if f.metrics != nil {
-			f.metrics.calls.WithLabelValues(string(OutcomeOK)).Inc()
-			f.metrics.duration.WithLabelValues(string(OutcomeOK)).Observe(time.Since(received).Seconds())
-		}
-		if span != nil {
-			span.SetAttributes(attribute.Bool("ocifn.cached", true))
-		}
-		f.log.Info("call", "tag", tag, "outcome", OutcomeOK, "cached", true, "duration", time.Since(received).Round(time.Microsecond))
+	ctx = f.hooks.Before(ctx, call)
+	defer func() { f.hooks.After(ctx, call) }()
+	if rsp, ok := call.Cached.(*fnv1.RunFunctionResponse); ok {
+		call.Outcome = OutcomeOK
 		return rsp, nil
 	}
+	call.Cached = nil
 
-	res, err := f.admitAndRun(ctx, req)
-	outcome := res.Outcome
-	if err == nil && outcome == OutcomeOK {
-		f.store(tag, res.Response)
-	}
+	res, err := f.admitAndRun(ctx, req, call)
+	call.Outcome, call.Reason, call.Err = res.Outcome, res.Reason, err
 	switch {
 	case err != nil && status.Code(err) == grpccodes.ResourceExhausted:
-		outcome = OutcomeRejected
+		call.Outcome = OutcomeRejected
 	case err != nil && status.Code(err) == grpccodes.DeadlineExceeded:
-		outcome = OutcomeTimeout
+		call.Outcome = OutcomeTimeout
 	case err != nil:
-		outcome = OutcomeError
-	}
-	if f.metrics != nil {
-		f.metrics.calls.WithLabelValues(string(outcome)).Inc()
-		f.metrics.duration.WithLabelValues(string(outcome)).Observe(time.Since(received).Seconds())
-	}
-	if span != nil {
-		span.SetAttributes(attribute.String("ocifn.outcome", string(outcome)), attribute.Int("ocifn.exit_code", res.Exit.Code))
-		if err != nil || outcome != OutcomeOK {
-			span.SetStatus(codes.Error, string(outcome))
-		}
+		call.Outcome = OutcomeError
 	}
 	if err != nil {
-		f.log.Warn("call failed", "tag", tag, "outcome", outcome, "error", err)
 		return nil, err
 	}
-	attrs := []any{"tag", tag, "outcome", outcome, "exit_code", res.Exit.Code, "duration", time.Since(received).Round(time.Microsecond)}
-	if res.Reason != "" {
-		attrs = append(attrs, "reason", res.Reason)
-	}
-	f.log.Info("call", attrs...)
-	return res.Response, nil
-}
-
-// cached returns the cached response for a tag, counting hits and misses.
-func (f *Function) cached(tag string) (*fnv1.RunFunctionResponse, bool) {
-	if f.cache == nil || tag == "" {
-		return nil, false
-	}
-	rsp, ok := f.cache.get(tag)
-	if f.metrics != nil {
-		if ok {
-			f.metrics.cacheHits.Inc()
-		} else {
-			f.metrics.cacheMisses.Inc()
+	if call.Outcome == OutcomeOK {
+		call.Answer, call.TTL = res.Response, f.cacheTTL
+		if call.TTL == 0 {
+			call.TTL = res.Response.GetMeta().GetTtl().AsDuration()
 		}
 	}
-	return rsp, ok
-}
-
-// store caches a response for its TTL.
-func (f *Function) store(tag string, rsp *fnv1.RunFunctionResponse) {
-	if f.cache == nil {
-		return
-	}
-	ttl := f.cacheTTL
-	if ttl == 0 {
-		ttl = rsp.GetMeta().GetTtl().AsDuration()
-	}
-	f.cache.put(tag, rsp, ttl)
+	return res.Response, nil
 }
 
 // Drain refuses new calls and waits until every admitted call has been
 // answered.
-func (f *Function) Drain() {
-	f.mu.Lock()
-	f.closed = true
-	f.mu.Unlock()
-	f.running.Wait()
-}
-
-// errDraining refuses calls once shutdown has begun.
-var errDraining = status.Error(grpccodes.Unavailable, "ocifn is shutting down; retry on another replica")
+func (f *Function) Drain() { f.gate.Drain() }
 
 // admitAndRun waits for a free slot, unless too many calls already wait.
-func (f *Function) admitAndRun(ctx context.Context, req *fnv1.RunFunctionRequest) (Result, error) {
-	select {
-	case f.slots <- struct{}{}:
-	default:
-		if f.queued.Add(1) > f.maxQueue {
-			f.queued.Add(-1)
-			return Result{}, status.Errorf(grpccodes.ResourceExhausted,
-				"ocifn is running its maximum of %d calls with %d more queued; retry later or raise --max-concurrency", cap(f.slots), f.maxQueue)
-		}
-		f.gaugeQueued()
-		select {
-		case f.slots <- struct{}{}:
-			f.queued.Add(-1)
-			f.gaugeQueued()
-		case <-ctx.Done():
-			f.queued.Add(-1)
-			f.gaugeQueued()
-			return Result{}, status.FromContextError(ctx.Err()).Err()
-		}
-	}
-	// A call may have waited for its slot while shutdown began, or while
-	// its caller gave up.
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
-		<-f.slots
-		return Result{}, errDraining
-	}
-	f.running.Add(1)
-	f.mu.Unlock()
-	if f.metrics != nil {
-		f.metrics.inFlight.Inc()
-	}
-	defer func() {
-		<-f.slots
-		if f.metrics != nil {
-			f.metrics.inFlight.Dec()
-		}
-		f.running.Done()
-	}()
-	if err := ctx.Err(); err != nil {
+func (f *Function) admitAndRun(ctx context.Context, req *fnv1.RunFunctionRequest, call *hook.Call) (Result, error) {
+	leave, err := f.gate.Enter(ctx)
+	var full *admit.FullError
+	switch {
+	case errors.As(err, &full):
+		return Result{}, status.Error(grpccodes.ResourceExhausted, err.Error())
+	case errors.Is(err, admit.ErrDraining):
+		return Result{}, status.Error(grpccodes.Unavailable, err.Error())
+	case err != nil:
 		return Result{}, status.FromContextError(err).Err()
 	}
-	return f.run(ctx, req)
+	defer leave()
+	return f.run(ctx, req, call)
 }
 
-func (f *Function) gaugeQueued() {
-	if f.metrics != nil {
-		f.metrics.queued.Set(float64(f.queued.Load()))
-	}
-}
-
-func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest) (Result, error) {
+func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *hook.Call) (Result, error) {
 	in, err := f.codec.Encode(req)
 	if err != nil {
 		return Result{}, status.Errorf(grpccodes.InvalidArgument, "cannot encode the request for the %s I/O mode: %v", f.codec.Name(), err)
@@ -292,10 +229,11 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest) (Resul
 
 	stdout := &cappedBuffer{max: f.maxOutputBytes}
 	stderr := newStderrSink(f.log.With("tag", req.GetMeta().GetTag()), stderrLogBytes, stderrTailBytes)
-	started := time.Now()
+	call.Ran = time.Now()
 	exit, runErr := f.runner.Run(callCtx, bytes.NewReader(in), stdout, stderr)
 	stderr.Flush()
-	f.observeContainer(ctx, started, exit, len(in), stdout.buf.Len())
+	call.Exit = hook.Exit{Code: exit.Code, Start: exit.Start, Duration: exit.Duration}
+	call.StdinBytes, call.StdoutBytes = len(in), stdout.buf.Len()
 
 	res := Result{Exit: exit}
 	// The Fatal result tells the caller everything; the log line's reason
@@ -333,50 +271,19 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest) (Resul
 	return res, nil
 }
 
-// observeContainer records the container's metrics and, when tracing, its
-// start and run as spans after the fact: the runner reports how long each
-// part took.
-func (f *Function) observeContainer(ctx context.Context, started time.Time, exit Exit, in, out int) {
-	if f.metrics != nil {
-		if exit.Start > 0 {
-			f.metrics.containerStart.Observe(exit.Start.Seconds())
-		}
-		f.metrics.bytesIn.Add(float64(in))
-		f.metrics.bytesOut.Add(float64(out))
-	}
-	if f.tracer == nil || exit.Duration == 0 {
-		return
-	}
-	ran := started.Add(exit.Start)
-	_, s := f.tracer.Start(ctx, "container.start", trace.WithTimestamp(started))
-	s.End(trace.WithTimestamp(ran))
-	_, r := f.tracer.Start(ctx, "container.run", trace.WithTimestamp(ran),
-		trace.WithAttributes(attribute.Int("ocifn.exit_code", exit.Code), attribute.Int("ocifn.stdin_bytes", in), attribute.Int("ocifn.stdout_bytes", out)))
-	r.End(trace.WithTimestamp(started.Add(exit.Duration)))
-}
-
 // decode parses the function's output, in a span of its own when tracing.
 func (f *Function) decode(ctx context.Context, req *fnv1.RunFunctionRequest, out []byte) (*fnv1.RunFunctionResponse, error) {
-	if f.tracer == nil {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
 		return f.codec.Decode(req, out)
 	}
-	_, span := f.tracer.Start(ctx, "response.parse")
+	_, span := parent.TracerProvider().Tracer(tracerName).Start(ctx, "response.parse")
 	defer span.End()
 	rsp, err := f.codec.Decode(req, out)
 	if err != nil {
 		span.SetStatus(codes.Error, "invalid response")
 	}
 	return rsp, err
-}
-
-// startSpan starts the call's span as a child of the caller's trace, if the
-// caller sent W3C trace context in its gRPC metadata.
-func (f *Function) startSpan(ctx context.Context, tag string) (context.Context, trace.Span) {
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		ctx = propagation.TraceContext{}.Extract(ctx, metadataCarrier(md))
-	}
-	return f.tracer.Start(ctx, "RunFunction", trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("ocifn.tag", tag)))
 }
 
 // metadataCarrier reads W3C trace context headers from gRPC metadata.

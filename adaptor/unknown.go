@@ -36,7 +36,7 @@ func (s *unknownSeen) firstTime(u unknownField) bool {
 func (f *Function) checkUnknown(req *fnv1.RunFunctionRequest) {
 	walkUnknown(req.ProtoReflect(), "RunFunctionRequest", func(u unknownField) {
 		if f.metrics != nil {
-			f.metrics.unknownFields.WithLabelValues(u.message, strconv.Itoa(int(u.number))).Inc()
+			f.metrics.UnknownFields.WithLabelValues(u.message, strconv.Itoa(int(u.number))).Inc()
 		}
 		if f.unknown.firstTime(u) {
 			f.log.Warn("the request carries a field this ocifn does not know; it cannot reach the function. Upgrading ocifn to a version built with a newer Crossplane function protocol passes it on",

@@ -86,7 +86,7 @@ func TestUnknownFields(t *testing.T) {
 		// Two resources carry it, on each of two calls.
 		{"RunFunctionRequest.observed.resources[*]", "50", 4},
 	} {
-		got := testutil.ToFloat64(m.unknownFields.WithLabelValues(c.message, c.field))
+		got := testutil.ToFloat64(m.UnknownFields.WithLabelValues(c.message, c.field))
 		if got != c.want {
 			t.Errorf("ocifn_unknown_fields_total{message=%q,field=%q} = %v, want %v", c.message, c.field, got, c.want)
 		}

@@ -293,3 +293,94 @@ func hardLimits() (map[string]uint64, error) {
 	}
 	return out, nil
 }
+
+// writeCallConfig writes the runtime config of one call: the bundle's, with
+// the call's arguments, environment, working directory and mounts. It
+// returns the file's path; the caller removes it once the container exists.
+func (b *Bundle) writeCallConfig(call *Call) (string, error) {
+	data, err := json.Marshal(b.spec)
+	if err != nil {
+		return "", fmt.Errorf("cannot copy the runtime config: %w", err)
+	}
+	var s rspec.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return "", fmt.Errorf("cannot copy the runtime config: %w", err)
+	}
+	if call.Args != nil {
+		if len(call.Args) == 0 {
+			return "", errors.New("a call's process arguments must not be empty")
+		}
+		s.Process.Args = call.Args
+	}
+	s.Process.Env = mergeEnv(s.Process.Env, call.Env)
+	if call.Cwd != "" {
+		s.Process.Cwd = call.Cwd
+	}
+	for _, m := range call.Mounts {
+		if !filepath.IsAbs(m.Destination) || !filepath.IsAbs(m.Source) {
+			return "", fmt.Errorf("mount %s on %s: both paths must be absolute", m.Source, m.Destination)
+		}
+		// The mount point must exist: crun would otherwise create it in
+		// the shared root filesystem from inside the container. It is
+		// made here, once, resolved inside the rootfs.
+		if err := securejoin.MkdirAll(b.rootfs, m.Destination, 0o755); err != nil {
+			return "", fmt.Errorf("cannot create the mount point %s in the image: %w", m.Destination, err)
+		}
+		s.Mounts = append(s.Mounts, rspec.Mount{
+			Destination: m.Destination, Type: "bind", Source: m.Source,
+			Options: []string{"rbind", "ro", "nosuid", "nodev"},
+		})
+	}
+	out, err := json.Marshal(&s)
+	if err != nil {
+		return "", fmt.Errorf("cannot encode a call's runtime config: %w", err)
+	}
+	id, err := containerID()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(b.runtime.stateDir, id+".json")
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		return "", fmt.Errorf("cannot write a call's runtime config: %w", err)
+	}
+	return path, nil
+}
+
+// mergeEnv returns base with extra added; a name in both takes extra's value.
+func mergeEnv(base, extra []string) []string {
+	if len(extra) == 0 {
+		return base
+	}
+	index := map[string]int{}
+	out := append([]string(nil), base...)
+	for i, kv := range out {
+		name, _, _ := strings.Cut(kv, "=")
+		index[name] = i
+	}
+	for _, kv := range extra {
+		name, _, _ := strings.Cut(kv, "=")
+		if i, ok := index[name]; ok {
+			out[i] = kv
+			continue
+		}
+		index[name] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// ScratchDir returns a directory for a front's files that live as long as
+// the bundle (OpenWhisk's action code, say): removed with the bundle, and
+// swept with it when a killed process left it. Container ids can reach
+// what it holds when it is searchable by others.
+func (b *Bundle) ScratchDir() (string, error) {
+	d := filepath.Join(b.dir, "scratch")
+	if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("cannot create the scratch directory %s: %w", d, err)
+	}
+	// The umask must not take away the containers' access.
+	if err := os.Chmod(d, 0o755); err != nil {
+		return "", fmt.Errorf("cannot set the mode of %s: %w", d, err)
+	}
+	return d, nil
+}

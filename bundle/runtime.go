@@ -64,6 +64,36 @@ type Exit struct {
 	Duration time.Duration
 }
 
+// Call is one run of the function: its standard streams and, for fronts
+// whose protocol needs them, process arguments, extra environment, a working
+// directory and extra read-only bind mounts. A Call that sets none of the
+// latter runs with the bundle's own config and may use a warm container.
+type Call struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Args, when not nil, replace the process's arguments (entrypoint and
+	// command of the image).
+	Args []string
+	// Env is added to the image's environment; a name set in both takes
+	// this value.
+	Env []string
+	// Cwd, when set, is the process's working directory.
+	Cwd string
+	// Mounts are bind mounted read-only into the container.
+	Mounts []Mount
+}
+
+// Mount is a host directory bind mounted read-only into a call's container.
+type Mount struct {
+	// Source is the host path; Destination the absolute path inside.
+	Source, Destination string
+}
+
+// custom reports whether the call needs a config of its own.
+func (c *Call) custom() bool {
+	return c.Args != nil || len(c.Env) > 0 || c.Cwd != "" || len(c.Mounts) > 0
+}
+
 // Run starts one fresh container from the bundle, writes stdin to it, copies
 // its output to stdout and stderr, and waits for it to end. When ctx ends
 // first, every process of the container is killed.
@@ -71,16 +101,52 @@ type Exit struct {
 // A write error on stdout (for example a size cap) ends the copy; the
 // function then gets EPIPE and the error is returned once it exits.
 func (b *Bundle) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
+	return b.Call(ctx, Call{Stdin: stdin, Stdout: stdout, Stderr: stderr})
+}
+
+// Call runs one call as Run does. Warm containers are created with the
+// bundle's fixed config, so a call with arguments, environment, a working
+// directory or mounts of its own gets a container created for it from a
+// config written for it.
+func (b *Bundle) Call(ctx context.Context, call Call) (Exit, error) {
 	start := time.Now()
-	c, err := b.started()
+	var c *container
+	var err error
+	if call.custom() {
+		c, err = b.startedWith(&call)
+	} else {
+		c, err = b.started()
+	}
 	if err != nil {
 		return Exit{Duration: time.Since(start)}, err
 	}
 	defer b.release(c)
-	exit, err := c.wait(ctx, stdin, stdout, stderr)
+	stdin := call.Stdin
+	if stdin == nil {
+		stdin = strings.NewReader("")
+	}
+	exit, err := c.wait(ctx, stdin, call.Stdout, call.Stderr)
 	exit.Start = c.running.Sub(start)
 	exit.Duration = time.Since(start)
 	return exit, err
+}
+
+// startedWith creates and starts a container from a config made for call.
+func (b *Bundle) startedWith(call *Call) (*container, error) {
+	config, err := b.writeCallConfig(call)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(config)
+	c, err := b.createWith(config)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.start(); err != nil {
+		c.discard()
+		return nil, &RuntimeError{Op: "start", Message: err.Error()}
+	}
+	return c, nil
 }
 
 // started returns a container whose process runs the entrypoint: a warm
@@ -126,6 +192,12 @@ type container struct {
 // start`. crun hands the container's init to ocifn, its subreaper, when it
 // exits, so ocifn can wait for the function and read its exit status.
 func (b *Bundle) create() (c *container, err error) {
+	return b.createWith("")
+}
+
+// createWith creates a container from the config file config, or from the
+// bundle's own config when it is empty.
+func (b *Bundle) createWith(config string) (c *container, err error) {
 	id, err := containerID()
 	if err != nil {
 		return nil, err
@@ -168,7 +240,11 @@ func (b *Bundle) create() (c *container, err error) {
 	pidFile := filepath.Join(b.runtime.stateDir, id+".pid")
 	// crun reports its own failures on a separate pipe (fd 3), as JSON, so
 	// they are never confused with what the function writes on stderr.
-	cmd := b.runtime.command(context.Background(), "--log=/proc/self/fd/3", "--log-format=json", "create", "--bundle", b.dir, "--pid-file", pidFile, id)
+	args := []string{"--log=/proc/self/fd/3", "--log-format=json", "create", "--bundle", b.dir, "--pid-file", pidFile}
+	if config != "" {
+		args = append(args, "--config", config)
+	}
+	cmd := b.runtime.command(context.Background(), append(args, id)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.ExtraFiles = []*os.File{logW}
 	runErr := cmd.Run()

@@ -49,6 +49,14 @@ const (
 	// EnvIO carries LabelIO into the package's container, where `ocifn
 	// serve` reads it: a process cannot see its own image's labels.
 	EnvIO = "OCIFN_IO"
+	// LabelAPI is what the package serves (openwhisk, http), set by `ocifn
+	// build --api`. Absent means a Crossplane Function package.
+	LabelAPI = "dev.ocifn.api"
+	// EnvAPI carries LabelAPI into the package's container, as EnvIO does.
+	EnvAPI = "OCIFN_API"
+	// HTTPPort is the port the HTTP fronts serve on, exposed by packages
+	// built for them.
+	HTTPPort = "8080/tcp"
 )
 
 // Mode bits of the files a package adds.
@@ -73,6 +81,10 @@ type PackageInput struct {
 	// IO is the function's I/O mode, recorded as LabelIO and EnvIO; ""
 	// records nothing, which means json.
 	IO string
+	// API is what the package serves when not Crossplane's gRPC (openwhisk,
+	// http), recorded as LabelAPI and EnvAPI with HTTPPort exposed; ""
+	// records nothing.
+	API string
 }
 
 // BuildPackage returns the Function package image: the runtime's layers
@@ -151,6 +163,14 @@ func BuildPackage(in PackageInput) (v1.Image, error) {
 	if in.IO != "" {
 		labels[LabelIO] = in.IO
 		cf.Config.Env = setEnv(cf.Config.Env, EnvIO, in.IO)
+	}
+	if in.API != "" {
+		labels[LabelAPI] = in.API
+		cf.Config.Env = setEnv(cf.Config.Env, EnvAPI, in.API)
+		if cf.Config.ExposedPorts == nil {
+			cf.Config.ExposedPorts = map[string]struct{}{}
+		}
+		cf.Config.ExposedPorts[HTTPPort] = struct{}{}
 	}
 	if history != nil {
 		cf.History = append(history,

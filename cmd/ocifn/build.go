@@ -31,6 +31,7 @@ type buildOptions struct {
 	insecure       bool
 	io             string
 	capabilities   []string
+	api            string
 }
 
 func newBuildCommand() *cobra.Command {
@@ -74,6 +75,7 @@ what "crossplane xpkg build" writes; push it with "ocifn push".`,
 	f.BoolVar(&o.insecure, "insecure-registry", false, "allow plain HTTP to the registry of --runtime-image")
 	f.StringSliceVar(&o.capabilities, "capabilities", oci.DefaultCapabilities, "with --name: what the Function declares it can be used for, in spec.capabilities (Crossplane v2 runs it in Compositions with composition, in Operations with operation; empty: declare nothing)")
 	f.StringVar(&o.io, "io", "", "I/O mode of the function, recorded in the package for ocifn serve: "+strings.Join(codec.Names(), ", ")+" (default: none recorded, which means json)")
+	f.StringVar(&o.api, "api", apiCrossplane, "what the package serves: crossplane (a Function package), openwhisk (an OpenWhisk Docker action) or http (a Kubeless custom runtime or Knative Service); the image's entrypoint then serves it on :8080")
 	return cmd
 }
 
@@ -85,6 +87,8 @@ func (o *buildOptions) check(capabilitiesSet bool) error {
 		return errors.New("--from-oci-tarball is required: the function image tarball (docker save IMAGE | gzip > function.tgz)")
 	case (o.packageFile == "") == (o.name == ""):
 		return errors.New("pass exactly one of --package-file (Function metadata, e.g. crossplane.yaml) and --name (generate minimal metadata)")
+	case o.api != apiCrossplane && o.api != apiOpenWhisk && o.api != apiHTTP:
+		return fmt.Errorf("--api %q: want %s, %s or %s", o.api, apiCrossplane, apiOpenWhisk, apiHTTP)
 	case (o.runtimeImage == "") == (o.runtimeTarball == ""):
 		return errors.New("pass exactly one of --runtime-image REF and --runtime-image-tarball FILE: the ocifn runtime image the package runs (make image builds build/ocifn-runtime.tar)")
 	}
@@ -198,6 +202,7 @@ func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
 		Meta:            meta,
 		Labels:          map[string]string{oci.LabelBuildVersion: version},
 		IO:              o.io,
+		API:             packageAPI(o.api),
 	})
 	if err != nil {
 		return err
@@ -282,4 +287,13 @@ func insecureHint(err error, ref string) error {
 		return fmt.Errorf("%w (a plain-HTTP registry needs --insecure-registry)", err)
 	}
 	return err
+}
+
+// packageAPI is what a package records of --api: nothing for Crossplane's
+// gRPC, the default.
+func packageAPI(api string) string {
+	if api == apiCrossplane {
+		return ""
+	}
+	return api
 }

@@ -192,6 +192,14 @@ func (r runner) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writ
 	return adaptor.Exit{Code: e.Code, RuntimeError: e.RuntimeError, Start: e.Start, Duration: e.Duration}, err
 }
 
+// Call runs a call of an HTTP front (see front.Runner).
+func (r runner) Call(ctx context.Context, c bundle.Call) (bundle.Exit, error) {
+	return r.b.Call(ctx, c)
+}
+
+// Args are the image's process arguments.
+func (r runner) Args() []string { return r.b.Spec().Process.Args }
+
 // newLogger returns the logger of a command, on stderr.
 func newLogger(format string, debug bool) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: slog.LevelInfo}

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/ocifn/ocifn/adaptor"
+	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/hook"
 	"github.com/ocifn/ocifn/oci"
 )
 
@@ -25,31 +27,51 @@ const defaultWarm = 2
 // package, so the package's entrypoint needs no arguments.
 const defaultTarball = "/ocifn/function.tar"
 
+// APIs ocifn serves.
+const (
+	apiCrossplane = "crossplane"
+	apiOpenWhisk  = "openwhisk"
+	apiHTTP       = "http"
+)
+
+// httpAddress is where the HTTP fronts listen by default, as OpenWhisk and
+// Kubeless expect.
+const httpAddress = ":8080"
+
+// defaultMaxRequestBytes bounds an HTTP front's request body.
+const defaultMaxRequestBytes = 64 << 20
+
 type serveOptions struct {
 	functionFlags
-	tarball        string
-	address        string
-	insecure       bool
-	tlsDir         string
-	gracePeriod    time.Duration
-	maxRecvMsgSize int
-	maxConcurrency int
-	maxQueue       int
-	metricsAddress string
-	cache          bool
-	cacheTTL       time.Duration
-	cacheMaxBytes  int
-	profiling      bool
-	debug          bool
-	logFormat      string
+	api             string
+	maxRequestBytes int64
+	resultTTL       time.Duration
+	resultsMaxBytes byteSize
+	tarball         string
+	address         string
+	insecure        bool
+	tlsDir          string
+	gracePeriod     time.Duration
+	maxRecvMsgSize  int
+	maxConcurrency  int
+	maxQueue        int
+	metricsAddress  string
+	cache           bool
+	cacheTTL        time.Duration
+	cacheMaxBytes   int
+	profiling       bool
+	debug           bool
+	logFormat       string
 }
 
 func newServeCommand() *cobra.Command {
 	o := &serveOptions{}
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve RunFunction calls by running an image in a fresh rootless container per call",
-		Long: `Serve Crossplane's FunctionRunnerService (v1 and v1beta1) over gRPC.
+		Short: "Serve calls by running an image in a fresh rootless container per call",
+		Long: `Serve Crossplane's FunctionRunnerService (v1 and v1beta1) over gRPC, or,
+with --api, OpenWhisk's action proxy (openwhisk) or CGI functions (http)
+over HTTP on :8080, with /healthz and /metrics on the same port.
 
 At startup the image tarball is read, every digest checked, and its layers
 unpacked once into a read-only root filesystem. Each RunFunction call then
@@ -60,25 +82,60 @@ another I/O mode.`,
   ocifn serve --insecure --tarball function.tar
 
   # As Crossplane runs it (TLS material in TLS_SERVER_CERTS_DIR):
-  ocifn serve`,
+  ocifn serve
+
+  # As an OpenWhisk Docker action, on :8080:
+  ocifn serve --api openwhisk --tarball function.tar`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The HTTP fronts serve metrics on their own port, where the
+			// gRPC front's defaults would collide.
+			f := cmd.Flags()
+			if o.api != apiCrossplane {
+				if !f.Changed("address") {
+					o.address = httpAddress
+				}
+				if !f.Changed("metrics-address") {
+					o.metricsAddress = ""
+				}
+				// Their calls set arguments and environment per call, which
+				// a container created ahead cannot take: each gets its own.
+				if !f.Changed("warm") {
+					o.warm = 0
+				}
+			}
+			if o.api == apiHTTP && !f.Changed("timeout") {
+				if err := o.kubelessTimeout(); err != nil {
+					return err
+				}
+			}
+			return o.run(cmd.Context())
+		},
 	}
 	f := cmd.Flags()
 	// In a package, ocifn build --io records the mode in the environment.
 	o.io = os.Getenv(oci.EnvIO)
+	api := os.Getenv(oci.EnvAPI)
+	if api == "" {
+		api = apiCrossplane
+	}
+	f.StringVar(&o.api, "api", api, "what calls speak: crossplane (gRPC), openwhisk (OpenWhisk's action proxy on HTTP) or http (CGI functions on HTTP) (env "+oci.EnvAPI+")")
+	f.Int64Var(&o.maxRequestBytes, "max-request-bytes", defaultMaxRequestBytes, "largest request body the HTTP fronts accept, in bytes")
+	f.DurationVar(&o.resultTTL, "result-ttl", time.Hour, "HTTP fronts: how long the result of an asynchronous invocation (Prefer: respond-async) is kept")
+	o.resultsMaxBytes = 256 << 20
+	f.Var(&o.resultsMaxBytes, "results-max-bytes", "HTTP fronts: the most the results of asynchronous invocations take on disk (e.g. 256Mi); the oldest go first")
 	o.functionFlags.register(f)
 	f.Lookup("io").Usage += " (env " + oci.EnvIO + ")"
 	f.IntVar(&o.warm, "warm", defaultWarm, "containers to keep created ahead of calls, so that a call only has to start one; each still serves a single call (0: off)")
 	f.StringVar(&o.tarball, "tarball", defaultTarball, "image tarball of the function: docker save output (optionally gzipped) or an OCI archive")
-	f.StringVar(&o.address, "address", ":9443", "address to serve gRPC on")
+	f.StringVar(&o.address, "address", ":9443", "address to serve on (default :8080 for the HTTP fronts)")
 	f.BoolVar(&o.insecure, "insecure", false, "serve plaintext gRPC without TLS (local development only)")
 	f.StringVar(&o.tlsDir, "tls-server-certs-dir", os.Getenv("TLS_SERVER_CERTS_DIR"), "directory with tls.crt, tls.key and ca.crt; client certificates are required (env TLS_SERVER_CERTS_DIR)")
 	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on SIGTERM, how long running calls may take to finish")
 	f.IntVar(&o.maxRecvMsgSize, "max-recv-msg-size", adaptor.DefaultMaxRecvMsgSize, "largest gRPC request accepted, in bytes")
 	f.IntVar(&o.maxConcurrency, "max-concurrency", adaptor.DefaultMaxConcurrency(), "calls running at once (default: 4 per CPU)")
 	f.IntVar(&o.maxQueue, "max-queue", 0, "calls waiting for a slot before new ones are refused with RESOURCE_EXHAUSTED (default: 4 x --max-concurrency)")
-	f.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address to serve Prometheus metrics on, at /metrics (empty: no metrics)")
+	f.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address to serve Prometheus metrics on, at /metrics (empty: no metrics; default empty for the HTTP fronts, which serve /metrics on --address)")
 	f.BoolVar(&o.cache, "cache", true, "answer a request whose tag was seen before from the response cache while the earlier response's meta.ttl lasts")
 	f.DurationVar(&o.cacheTTL, "cache-ttl", 0, "cache every response for this long, whatever its meta.ttl (only for deterministic functions)")
 	f.IntVar(&o.cacheMaxBytes, "cache-max-bytes", adaptor.DefaultCacheMaxBytes, "size of the response cache; least recently used responses are dropped beyond it")
@@ -95,8 +152,21 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	switch o.api {
+	case apiCrossplane, apiOpenWhisk, apiHTTP:
+	default:
+		return fmt.Errorf("--api %q: want %s, %s or %s", o.api, apiCrossplane, apiOpenWhisk, apiHTTP)
+	}
+	if o.maxRequestBytes <= 0 {
+		return fmt.Errorf("--max-request-bytes %d: must be positive", o.maxRequestBytes)
+	}
+	if o.resultTTL <= 0 || o.resultsMaxBytes <= 0 {
+		return fmt.Errorf("--result-ttl %s, --results-max-bytes %d: both must be positive", o.resultTTL, o.resultsMaxBytes)
+	}
 	var creds credentials.TransportCredentials
 	switch {
+	case o.api != apiCrossplane:
+		// OpenWhisk and Kubeless talk plain HTTP to their runtimes.
 	case o.tlsDir != "" && o.insecure:
 		return errors.New("--insecure and --tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) exclude each other: pass one")
 	case o.tlsDir != "":
@@ -149,6 +219,22 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	defer stopTracing()
 
+	// One hook chain and one gate for whatever front serves.
+	hooks := []hook.Hook{}
+	if tracer != nil {
+		hooks = append(hooks, hook.Tracing{Tracer: tracer})
+	}
+	hooks = append(hooks, metrics)
+	if o.cache && o.api == apiCrossplane {
+		hooks = append(hooks, hook.Cache{Store: adaptor.NewCache(o.cacheMaxBytes), Metrics: metrics})
+	}
+	hooks = append(hooks, hook.Log{Logger: log})
+	chain := hook.NewChain(log, hooks...)
+	gate := admit.New(o.maxConcurrency, o.maxQueue, metrics.Admission)
+	if o.api != apiCrossplane {
+		return o.serveHTTP(ctx, log, rt, reg, chain, gate)
+	}
+
 	// Listen first: health checks get NOT_SERVING, rather than no answer,
 	// while the image is unpacked.
 	srv := adaptor.NewServer(creds, o.maxRecvMsgSize)
@@ -165,14 +251,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	opts := []adaptor.Option{adaptor.WithMetrics(metrics), adaptor.WithConcurrency(o.maxConcurrency, o.maxQueue)}
-	if o.cache {
-		opts = append(opts, adaptor.WithCache(o.cacheMaxBytes, o.cacheTTL))
-	}
-	if tracer != nil {
-		opts = append(opts, adaptor.WithTracer(tracer))
-	}
-	fn := o.function(log, b, opts...)
+	fn := o.function(log, b, adaptor.WithGate(gate), adaptor.WithHooks(chain, o.cacheTTL))
 	// However serving ends, no call may still run when the bundle goes:
 	// stop the server (it waits for its handlers), refuse and wait out
 	// calls, then remove the containers and the unpacked image. Deferred

@@ -1,0 +1,112 @@
+// Package admit bounds how many calls run at once and how many wait, and
+// refuses new calls once shutdown begins, the same way for every front.
+package admit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrDraining refuses calls once shutdown has begun.
+var ErrDraining = errors.New("ocifn is shutting down; retry on another replica")
+
+// FullError refuses a call when every slot is taken and the queue is full.
+type FullError struct{ Max, Queue int }
+
+func (e *FullError) Error() string {
+	return fmt.Sprintf("ocifn is running its maximum of %d calls with %d more queued; retry later or raise --max-concurrency", e.Max, e.Queue)
+}
+
+// Gate admits at most max calls at once and lets at most queue more wait.
+type Gate struct {
+	slots    chan struct{}
+	maxQueue int64
+	queued   atomic.Int64
+	inFlight atomic.Int64
+	gauge    func(inFlight, queued int64)
+	reportMu sync.Mutex
+	// running counts admitted calls, so Drain can wait for them; once
+	// closed is set under mu, no call is admitted.
+	running sync.WaitGroup
+	mu      sync.Mutex
+	closed  bool
+}
+
+// New returns a gate; gauge, when not nil, is told the number of running
+// and waiting calls whenever either changes.
+func New(max, queue int, gauge func(inFlight, queued int64)) *Gate {
+	if gauge == nil {
+		gauge = func(int64, int64) {}
+	}
+	return &Gate{slots: make(chan struct{}, max), maxQueue: int64(queue), gauge: gauge}
+}
+
+// Max is the number of calls that run at once.
+func (g *Gate) Max() int { return cap(g.slots) }
+
+// Enter waits for a free slot, unless too many calls already wait. The
+// caller must call leave once the call has been answered. The error is a
+// *FullError, ErrDraining, or ctx's error.
+func (g *Gate) Enter(ctx context.Context) (leave func(), err error) {
+	select {
+	case g.slots <- struct{}{}:
+	default:
+		if g.queued.Add(1) > g.maxQueue {
+			g.queued.Add(-1)
+			return nil, &FullError{Max: cap(g.slots), Queue: int(g.maxQueue)}
+		}
+		g.report()
+		select {
+		case g.slots <- struct{}{}:
+			g.queued.Add(-1)
+			g.report()
+		case <-ctx.Done():
+			g.queued.Add(-1)
+			g.report()
+			return nil, ctx.Err()
+		}
+	}
+	// A call may have waited for its slot while shutdown began, or while
+	// its caller gave up.
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		<-g.slots
+		return nil, ErrDraining
+	}
+	g.running.Add(1)
+	g.mu.Unlock()
+	g.inFlight.Add(1)
+	g.report()
+	leave = func() {
+		<-g.slots
+		g.inFlight.Add(-1)
+		g.report()
+		g.running.Done()
+	}
+	if err := ctx.Err(); err != nil {
+		leave()
+		return nil, err
+	}
+	return leave, nil
+}
+
+// report tells the gauge the counts. It loads them under a lock: of
+// reports racing, the last to run reads the latest counts, so the gauge
+// never keeps a stale value.
+func (g *Gate) report() {
+	g.reportMu.Lock()
+	defer g.reportMu.Unlock()
+	g.gauge(g.inFlight.Load(), g.queued.Load())
+}
+
+// Drain refuses new calls and waits until every admitted call has left.
+func (g *Gate) Drain() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.running.Wait()
+}

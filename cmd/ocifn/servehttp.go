@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/bundle"
+	"github.com/ocifn/ocifn/front"
+	"github.com/ocifn/ocifn/front/cgi"
+	"github.com/ocifn/ocifn/front/openwhisk"
+	"github.com/ocifn/ocifn/hook"
+)
+
+// kubelessTimeout takes the call timeout from FUNC_TIMEOUT (seconds), which
+// Kubeless sets for its runtimes, when --timeout is not given.
+func (o *serveOptions) kubelessTimeout() error {
+	v := os.Getenv("FUNC_TIMEOUT")
+	if v == "" {
+		return nil
+	}
+	secs, err := strconv.ParseFloat(v, 64)
+	if err != nil || secs <= 0 {
+		return fmt.Errorf("FUNC_TIMEOUT %q: want a positive number of seconds", v)
+	}
+	o.timeout = time.Duration(secs * float64(time.Second))
+	return nil
+}
+
+// closer is a front that holds files until it is closed.
+type closer interface{ Close() error }
+
+// noFiles is a front that holds none.
+type noFiles struct{}
+
+func (noFiles) Close() error { return nil }
+
+// serveHTTP serves an HTTP front: it listens first (health checks fail
+// until the image is unpacked), then serves calls until ctx ends, then
+// drains for the grace period.
+func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bundle.Runtime, reg *prometheus.Registry, chain *hook.Chain, gate *admit.Gate) error {
+	srv := front.NewServer(reg)
+	lis, err := net.Listen("tcp", o.address)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", o.address, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(lis) }()
+	defer hs.Close()
+	log.Info("listening", "api", o.api, "address", lis.Addr().String())
+
+	// Results of asynchronous invocations outlive a restart in the cache
+	// directory.
+	inv, err := front.OpenInvocations(filepath.Join(o.cacheDir, "invocations-"+o.api), o.resultTTL, int64(o.resultsMaxBytes), o.maxRequestBytes, log)
+	if err != nil {
+		return err
+	}
+	b, err := o.prepare(ctx, log, rt, o.tarball)
+	if err != nil {
+		return err
+	}
+	// The fronts' files go with the bundle: removed on shutdown, swept at
+	// the next start if this process is killed.
+	work, err := b.ScratchDir()
+	if err != nil {
+		_ = b.Close()
+		return err
+	}
+	cfg := &front.Config{
+		Runner: runner{b}, Hooks: chain, Gate: gate, Log: log,
+		Timeout: o.timeout, MaxOutputBytes: o.maxOutputBytes, MaxRequestBytes: o.maxRequestBytes, WorkDir: work,
+	}
+	var h http.Handler
+	var files closer = noFiles{}
+	switch o.api {
+	case apiOpenWhisk:
+		p := openwhisk.New(cfg, os.Getenv("__OW_API_HOST"), os.Stdout, os.Stderr)
+		h, files = p, p
+	default:
+		h = cgi.New(cfg)
+	}
+	// However serving ends, no call may still run when the bundle goes.
+	defer func() {
+		_ = hs.Close()
+		inv.Close()
+		gate.Drain()
+		if err := files.Close(); err != nil {
+			log.Error("cleanup failed", "error", err)
+		}
+		if err := b.Close(); err != nil {
+			log.Error("cleanup failed", "error", err)
+		}
+	}()
+	srv.Ready(inv.Wrap(h))
+	log.Info("serving", "address", lis.Addr().String(), "api", o.api, "max_concurrency", o.maxConcurrency, "max_queue", o.maxQueue, "timeout", o.timeout)
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("HTTP server stopped: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace_period", o.gracePeriod)
+	srv.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), o.gracePeriod)
+	defer cancel()
+	err = hs.Shutdown(sctx)
+	inv.Wait(sctx)
+	if err != nil || sctx.Err() != nil {
+		log.Warn("grace period over; stopping calls still running")
+		// Closing the connections cancels the calls; each kills its
+		// container. Asynchronous calls end with a failed result.
+		_ = hs.Close()
+		inv.Close()
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,327 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/hex"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
+)
+
+func startCGI(t *testing.T, args []string, env ...string) *httpFront {
+	t.Helper()
+	return startFront(t, "http", append([]string{"--tarball", image("cgi.tar")}, args...), env...)
+}
+
+// TestHTTPFunction: a CGI program in an image answers HTTP requests with
+// Kubeless' runtime promises.
+func TestHTTPFunction(t *testing.T) {
+	f := startCGI(t, []string{"--timeout", "2s", "--max-request-bytes", "4096"})
+
+	t.Run("cgi_environment_and_body", func(t *testing.T) {
+		code, h, body := f.do(t, http.MethodPost, "/env?x=1&y=two", []byte(`{"hello": "world"}`), http.Header{
+			"Content-Type": {"application/json"}, "X-Custom": {"custom value"}, "Event-Id": {"ev-42"}, "Event-Namespace": {"ns.example"},
+		})
+		if code != http.StatusOK || h.Get("X-Request-Method") != "POST" || h.Get("Content-Type") != "text/plain" {
+			t.Fatalf("%d %v %s", code, h, body)
+		}
+		mustContain(t, "the CGI environment", string(body),
+			"REQUEST_METHOD=POST\n", "PATH_INFO=/env\n", "QUERY_STRING=x=1&y=two\n", "CONTENT_TYPE=application/json\n",
+			"CONTENT_LENGTH=18\n", "SERVER_PROTOCOL=HTTP/1.1\n", "GATEWAY_INTERFACE=CGI/1.1\n", "HTTP_X_CUSTOM=custom value\n",
+			"EVENT_ID=ev-42\n", "EVENT_NAMESPACE=ns.example\n", "EVENT_TYPE=application/json\n", "EVENT_TIME=",
+			"---\n{\"hello\": \"world\"}")
+	})
+	t.Run("generated_event_id", func(t *testing.T) {
+		_, _, body := f.do(t, http.MethodGet, "/env", nil, nil)
+		mustContain(t, "the CGI environment", string(body), "REQUEST_METHOD=GET\n", "EVENT_ID=", "EVENT_NAMESPACE=http.ocifn.io\n")
+		if strings.Contains(string(body), "CONTENT_LENGTH=") {
+			t.Errorf("CONTENT_LENGTH set without a body:\n%s", body)
+		}
+	})
+	t.Run("status_header", func(t *testing.T) {
+		code, h, body := f.do(t, http.MethodGet, "/status", nil, nil)
+		if code != 418 || h.Get("Content-Type") != "application/json" || string(body) != `{"tea": true}` {
+			t.Errorf("%d %v %q", code, h, body)
+		}
+	})
+	t.Run("no_header_block_is_all_body", func(t *testing.T) {
+		if code, body := f.get(t, "/plain"); code != http.StatusOK || body != "no header block, just a body\n" {
+			t.Errorf("%d %q", code, body)
+		}
+	})
+	t.Run("non_zero_exit_gives_500_with_stderr_tail", func(t *testing.T) {
+		code, body := f.get(t, "/fail")
+		if code != http.StatusInternalServerError {
+			t.Errorf("status %d, want 500", code)
+		}
+		mustContain(t, "the answer", body, "exited with code 3", "oops: the thing broke")
+	})
+	t.Run("timeout_gives_408", func(t *testing.T) {
+		code, body := f.get(t, "/sleep?30")
+		if code != http.StatusRequestTimeout {
+			t.Errorf("status %d, want 408", code)
+		}
+		mustContain(t, "the answer", body, "longer than the limit of 2s")
+	})
+	t.Run("malformed_header_block", func(t *testing.T) {
+		code, body := f.get(t, "/bad")
+		if code != http.StatusBadGateway {
+			t.Errorf("status %d, want 502", code)
+		}
+		mustContain(t, "the answer", body, "malformed CGI header block")
+	})
+	t.Run("body_over_max_request_bytes_gives_413", func(t *testing.T) {
+		code, _, body := f.do(t, http.MethodPost, "/env", bytes.Repeat([]byte("x"), 5000), nil)
+		if code != http.StatusRequestEntityTooLarge {
+			t.Errorf("status %d, want 413", code)
+		}
+		mustContain(t, "the answer", string(body), "--max-request-bytes")
+	})
+	t.Run("parallel_requests_in_fresh_containers", func(t *testing.T) {
+		var wg sync.WaitGroup
+		bodies := make([]string, 4)
+		codes := make([]int, 4)
+		start := time.Now()
+		for i := range bodies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				codes[i], bodies[i] = f.get(t, "/sleep?1")
+			}()
+		}
+		wg.Wait()
+		for i := range bodies {
+			if codes[i] != http.StatusOK || bodies[i] != "slept 1\n" {
+				t.Errorf("request %d: %d %q", i, codes[i], bodies[i])
+			}
+		}
+		// Four one-second calls one after the other take four seconds.
+		if d := time.Since(start); d > 3500*time.Millisecond {
+			t.Errorf("4 parallel 1s calls took %s: they did not overlap", d)
+		}
+		for range 2 {
+			if _, body := f.get(t, "/fresh"); body != "seen=no\n" {
+				t.Errorf("/fresh: %q: a call saw another's /tmp", body)
+			}
+		}
+	})
+	t.Run("server_stays_up_and_reports", func(t *testing.T) {
+		if code, _ := f.get(t, "/healthz"); code != http.StatusOK {
+			t.Errorf("/healthz: %d", code)
+		}
+		eventually(t, 5*time.Second, "one log line per request", func() bool {
+			return strings.Contains(f.stderr.String(), "method=GET path=/status status=418")
+		})
+		mustContain(t, "log", f.stderr.String(), `msg="function stderr" tag=`, `line="oops: the thing broke"`)
+		for _, l := range strings.Split(f.stderr.String(), "\n") {
+			if strings.Contains(l, "path=/status") && (!strings.HasPrefix(l, "time=") || !strings.Contains(l, "duration=")) {
+				t.Errorf("the request's log line lacks its date or duration: %s", l)
+			}
+		}
+		code, metrics := f.get(t, "/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("/metrics: %d", code)
+		}
+		mustContain(t, "/metrics", metrics, `function_calls_total{method="GET"}`, `function_calls_total{method="POST"}`,
+			`function_failures_total{method="GET"}`, `function_duration_seconds_bucket{method="GET",le=`, `function_duration_seconds_count{method="GET"}`)
+	})
+}
+
+// TestHTTPFuncTimeout: Kubeless' FUNC_TIMEOUT sets the timeout when
+// --timeout is not given.
+func TestHTTPFuncTimeout(t *testing.T) {
+	f := startCGI(t, nil, "FUNC_TIMEOUT=1")
+	code, body := f.get(t, "/sleep?30")
+	if code != http.StatusRequestTimeout {
+		t.Errorf("status %d, want 408", code)
+	}
+	mustContain(t, "the answer", body, "longer than the limit of 1s")
+}
+
+// TestHTTPTraceparent: a W3C traceparent header joins the caller's trace.
+func TestHTTPTraceparent(t *testing.T) {
+	col := &collector{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(gs, col)
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	f := startCGI(t, nil, "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+lis.Addr().String(), "OTEL_EXPORTER_OTLP_INSECURE=true", "OTEL_BSP_SCHEDULE_DELAY=50")
+
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	if code, _, body := f.do(t, http.MethodGet, "/plain", nil, http.Header{"Traceparent": {"00-" + traceID + "-" + parentID + "-01"}}); code != http.StatusOK {
+		t.Fatalf("%d %s", code, body)
+	}
+	eventually(t, 10*time.Second, "three spans exported", func() bool { return len(col.byName()) >= 3 })
+	spans := col.byName()
+	root := spans["GET"]
+	if root == nil {
+		t.Fatalf("no GET span: %v", spans)
+	}
+	if got := hex.EncodeToString(root.GetTraceId()); got != traceID {
+		t.Errorf("trace id %s, want the caller's %s", got, traceID)
+	}
+	if got := hex.EncodeToString(root.GetParentSpanId()); got != parentID {
+		t.Errorf("parent span %s, want the caller's %s", got, parentID)
+	}
+	for _, name := range []string{"container.start", "container.run"} {
+		if sp := spans[name]; sp == nil || !bytes.Equal(sp.GetParentSpanId(), root.GetSpanId()) {
+			t.Errorf("%s is missing or not a child of the call's span", name)
+		}
+	}
+}
+
+// asyncStart starts an asynchronous invocation and returns its Location.
+func (f *httpFront) asyncStart(t *testing.T, method, path string) string {
+	t.Helper()
+	code, h, body := f.do(t, method, path, nil, http.Header{"Prefer": {"respond-async"}})
+	loc := h.Get("Location")
+	if code != http.StatusAccepted || !strings.HasPrefix(loc, "/invocations/") || len(loc) < len("/invocations/")+32 {
+		t.Fatalf("%s %s with Prefer: respond-async: %d Location %q %s", method, path, code, loc, body)
+	}
+	return loc
+}
+
+// asyncResult polls an invocation until it is no longer 202.
+func (f *httpFront) asyncResult(t *testing.T, loc string) (int, string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := f.get(t, loc)
+		if code != http.StatusAccepted || time.Now().After(deadline) {
+			return code, body
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAsyncInvocations: Prefer: respond-async answers 202 with a Location
+// whose GET answers 202 while the call runs, then its stored response; the
+// results survive a restart, expire, and are bounded in size.
+func TestAsyncInvocations(t *testing.T) {
+	dir := cacheDir(t)
+	f := startCGI(t, []string{"--cache-dir", dir, "--result-ttl", "1h"})
+
+	loc := f.asyncStart(t, http.MethodGet, "/sleep?1")
+	if code, _ := f.get(t, loc); code != http.StatusAccepted {
+		t.Errorf("GET %s while the call runs: %d, want 202", loc, code)
+	}
+	if code, body := f.asyncResult(t, loc); code != http.StatusOK || body != "slept 1\n" {
+		t.Errorf("result: %d %q", code, body)
+	}
+	failed := f.asyncStart(t, http.MethodGet, "/status")
+	if code, body := f.asyncResult(t, failed); code != 418 || body != `{"tea": true}` {
+		t.Errorf("a stored status: %d %q", code, body)
+	}
+	for _, p := range []string{"/invocations/" + strings.Repeat("0", 64), "/invocations/nope", loc + "x"} {
+		if code, _ := f.get(t, p); code != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", p, code)
+		}
+	}
+
+	// A call running when the server dies is reported failed after the
+	// restart; finished results are still there.
+	cut := f.asyncStart(t, http.MethodGet, "/sleep?3")
+	_ = f.cmd.Process.Kill()
+	<-f.exited
+	g := startCGI(t, []string{"--cache-dir", dir, "--result-ttl", "1h"})
+	if code, body := g.asyncResult(t, loc); code != http.StatusOK || body != "slept 1\n" {
+		t.Errorf("after a restart: %d %q", code, body)
+	}
+	code, body := g.asyncResult(t, cut)
+	if code != http.StatusInternalServerError {
+		t.Errorf("a call cut off by a restart: %d %q, want 500", code, body)
+	}
+	mustContain(t, "the cut-off call's result", body, "cut off by a restart")
+}
+
+// TestAsyncInvocationLimits: results expire after --result-ttl, and the
+// oldest go first beyond --results-max-bytes.
+func TestAsyncInvocationLimits(t *testing.T) {
+	f := startCGI(t, []string{"--result-ttl", "2s", "--results-max-bytes", "450"})
+	var locs []string
+	for range 3 {
+		loc := f.asyncStart(t, http.MethodGet, "/plain")
+		if code, _ := f.asyncResult(t, loc); code != http.StatusOK {
+			t.Fatalf("%s: %d", loc, code)
+		}
+		locs = append(locs, loc)
+	}
+	if code, _ := f.get(t, locs[0]); code != http.StatusNotFound {
+		t.Errorf("the oldest result is still there past --results-max-bytes: %d", code)
+	}
+	if code, _ := f.get(t, locs[2]); code != http.StatusOK {
+		t.Errorf("the newest result is gone: %d", code)
+	}
+	time.Sleep(2 * time.Second)
+	if code, _ := f.get(t, locs[2]); code != http.StatusNotFound {
+		t.Errorf("a result past --result-ttl: %d, want 404", code)
+	}
+}
+
+// TestHTTPPackage: an image built with ocifn build --api http works as a
+// Kubeless custom runtime or a Knative Service: run as its platform runs
+// it, with Kubeless' FUNC_TIMEOUT, it serves the function on 8080.
+func TestHTTPPackage(t *testing.T) {
+	f := startFrontPod(t, "http", "cgi.tar", "FUNC_TIMEOUT=2", "FUNC_PORT=8080", "FUNC_HANDLER=cgi", "MOD_NAME=cgi", "PORT=8080")
+	code, _, body := f.do(t, http.MethodPost, "/env?a=b", []byte("payload"), http.Header{"Event-Id": {"k1"}})
+	if code != http.StatusOK {
+		t.Fatalf("/env: %d %s", code, body)
+	}
+	mustContain(t, "the CGI environment", string(body), "QUERY_STRING=a=b\n", "EVENT_ID=k1\n", "---\npayload")
+	if code, body := f.get(t, "/status"); code != 418 || body != `{"tea": true}` {
+		t.Errorf("/status: %d %q", code, body)
+	}
+	if code, body := f.get(t, "/fail"); code != http.StatusInternalServerError || !strings.Contains(body, "oops: the thing broke") {
+		t.Errorf("/fail: %d %q", code, body)
+	}
+	if code, body := f.get(t, "/sleep?30"); code != http.StatusRequestTimeout || !strings.Contains(body, "limit of 2s") {
+		t.Errorf("past FUNC_TIMEOUT: %d %q", code, body)
+	}
+	loc := f.asyncStart(t, http.MethodGet, "/plain")
+	if code, body := f.asyncResult(t, loc); code != http.StatusOK || body != "no header block, just a body\n" {
+		t.Errorf("asynchronous invocation: %d %q", code, body)
+	}
+	if code, metrics := f.get(t, "/metrics"); code != http.StatusOK || !strings.Contains(metrics, `function_calls_total{method="GET"}`) {
+		t.Errorf("/metrics: %d", code)
+	}
+}
+
+// TestHTTPGracefulShutdown: on SIGTERM, /healthz fails, a running call
+// finishes and is answered, and the server exits 0.
+func TestHTTPGracefulShutdown(t *testing.T) {
+	f := startCGI(t, []string{"--grace-period", "20s"})
+	type answer struct {
+		code int
+		body string
+	}
+	done := make(chan answer, 1)
+	go func() {
+		code, body := f.get(t, "/sleep?2")
+		done <- answer{code, body}
+	}()
+	eventually(t, 5*time.Second, "the call running", func() bool {
+		_, metrics := f.get(t, "/metrics")
+		return strings.Contains(metrics, "ocifn_calls_in_flight 1")
+	})
+	_ = f.cmd.Process.Signal(syscall.SIGTERM)
+	eventually(t, 5*time.Second, "draining", func() bool { return strings.Contains(f.stderr.String(), "shutting down") })
+	a := <-done
+	if a.code != http.StatusOK || a.body != "slept 2\n" {
+		t.Errorf("the call running at SIGTERM: %d %q", a.code, a.body)
+	}
+	awaitExit(t, f.exited, "ocifn serve", f.stderr)
+	if !f.cmd.ProcessState.Success() {
+		t.Errorf("exit: %v\n%s", f.cmd.ProcessState, f.stderr)
+	}
+}

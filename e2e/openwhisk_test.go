@@ -1,0 +1,500 @@
+package e2e
+
+import (
+	"archive/zip"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The action code of OpenWhisk's canonical runtime tests
+// (openwhisk-runtime-docker ActionProxyContainerTests, run by
+// BasicActionRunnerTests), in the bash flavour the Docker skeleton uses;
+// the owskeleton image runs bash scripts with busybox sh.
+const (
+	owEcho = `#!/bin/bash
+echo 'hello stdout'
+echo 'hello stderr' 1>&2
+if [[ -z $1 || $1 == '{}' ]]; then
+   echo '{ "msg": "Hello from bash script!" }'
+else
+   echo $1 # echo the arguments back as the result
+fi`
+	owEnv = `#!/bin/bash
+echo "{ \
+\"api_host\": \"$__OW_API_HOST\", \"api_key\": \"$__OW_API_KEY\", \
+\"namespace\": \"$__OW_NAMESPACE\", \"action_name\": \"$__OW_ACTION_NAME\", \"action_version\": \"$__OW_ACTION_VERSION\", \
+\"activation_id\": \"$__OW_ACTIVATION_ID\", \"deadline\": \"$__OW_DEADLINE\" }"`
+	owLargeInput = `#!/bin/bash
+  read inputstring
+  echo $inputstring`
+	owNotJSON = `#!/bin/sh
+echo not a json object`
+	// The python unicode sample, in sh: {delimiter} -> {winter: d ☃ d}.
+	owUnicode = `#!/bin/sh
+d=$(echo "$1" | sed 's/.*"delimiter": *"\([^"]*\)".*/\1/')
+s="$d ☃ $d"
+echo "$s"
+echo "{\"winter\": \"$s\"}"`
+	// The init-environment sample: every variable as a JSON string.
+	owInitEnv = `#!/bin/sh
+q() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'; }
+echo "{\"ARRAY\": \"$(q "$ARRAY")\", \"OBJECT\": \"$(q "$OBJECT")\", \"STRING\": \"$(q "$STRING")\", \"NUMBER\": \"$(q "$NUMBER")\", \"BOOL\": \"$(q "$BOOL")\", \"NULL\": \"$(q "$NULL")\"}"`
+	owStub = "This is a stub action. Replace it with custom logic."
+)
+
+const owSentinel = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX"
+
+func startOpenWhisk(t *testing.T, env ...string) *httpFront {
+	t.Helper()
+	return startFront(t, "openwhisk", []string{"--tarball", image("owskeleton.tar")}, env...)
+}
+
+func initPayload(code, main string) string {
+	b, _ := json.Marshal(map[string]any{"value": map[string]any{"code": code, "main": main, "binary": false}})
+	return string(b)
+}
+
+func runPayload(value any, context map[string]any) string {
+	m := map[string]any{"value": value}
+	for k, v := range context {
+		m[k] = v
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// mustInit initializes the action and fails unless it answers 200.
+func (f *httpFront) mustInit(t *testing.T, body string) {
+	t.Helper()
+	if code, out := f.post(t, "/init", body); code != http.StatusOK {
+		t.Fatalf("/init: %d %s\nlog:\n%s", code, out, f.stderr)
+	}
+}
+
+// jsonEqual fails unless got is the JSON value want.
+func jsonEqual(t *testing.T, what, got string, want any) {
+	t.Helper()
+	var g any
+	if err := json.Unmarshal([]byte(got), &g); err != nil {
+		t.Fatalf("%s: not JSON: %v: %q", what, err, got)
+	}
+	wb, _ := json.Marshal(want)
+	var w any
+	_ = json.Unmarshal(wb, &w)
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("%s: got %s, want %s", what, got, wb)
+	}
+}
+
+// functionLines returns a stream without ocifn's own log lines: what the
+// function and the proxy contract wrote.
+func functionLines(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, "time=") {
+			continue
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
+
+// checkStreams checks that each stream ends with its sentinel line and
+// holds n of them, like the canonical suite's checkStreams.
+func (f *httpFront) checkStreams(t *testing.T, n int) (stdout, stderr string) {
+	t.Helper()
+	// ocifn wrote both before it answered, but the pipes are read on
+	// their own time.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stdout, stderr = f.stdout.String(), f.stderr.String()
+		if countOf(stdout, owSentinel) >= n && countOf(stderr, owSentinel) >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for name, s := range map[string]string{"stdout": stdout, "stderr": stderr} {
+		if got := countOf(s, owSentinel); got != n {
+			t.Errorf("%s holds %d sentinels, want %d:\n%s", name, got, n, s)
+		}
+		if n > 0 && !strings.HasSuffix(s, owSentinel+"\n") {
+			t.Errorf("%s does not end with the sentinel:\n%s", name, s)
+		}
+	}
+	return functionLines(stdout), functionLines(stderr)
+}
+
+// TestOpenWhiskCanonical runs the cases of OpenWhisk's canonical runtime
+// test suite against ocifn serve --api openwhisk and the owskeleton image.
+func TestOpenWhiskCanonical(t *testing.T) {
+	t.Run("echo_arguments_and_print_to_stdout_stderr", func(t *testing.T) {
+		f := startOpenWhisk(t)
+		f.mustInit(t, initPayload(owEcho, "main"))
+		args := []any{
+			map[string]any{"string": "hello"},
+			map[string]any{"string": "❄ ☃ ❄"},
+			map[string]any{"numbers": []any{42, 1}},
+			map[string]any{"object": map[string]any{"a": "A"}},
+		}
+		for _, a := range args {
+			code, out := f.post(t, "/run", runPayload(a, nil))
+			if code != http.StatusOK {
+				t.Fatalf("/run %v: %d %s", a, code, out)
+			}
+			jsonEqual(t, "result", out, a)
+		}
+		o, e := f.checkStreams(t, len(args))
+		if countOf(o, "hello stdout") != len(args) || countOf(e, "hello stderr") != len(args) {
+			t.Errorf("want hello stdout and hello stderr once per activation:\nstdout:\n%s\nstderr:\n%s", o, e)
+		}
+	})
+
+	t.Run("unicode_in_source_params_logs_and_result", func(t *testing.T) {
+		f := startOpenWhisk(t)
+		f.mustInit(t, initPayload(owUnicode, "main"))
+		code, out := f.post(t, "/run", runPayload(map[string]any{"delimiter": "❄"}, nil))
+		if code != http.StatusOK {
+			t.Fatalf("/run: %d %s", code, out)
+		}
+		jsonEqual(t, "result", out, map[string]any{"winter": "❄ ☃ ❄"})
+		o, _ := f.checkStreams(t, 1)
+		mustContain(t, "stdout", o, "❄ ☃ ❄")
+	})
+
+	t.Run("export_environment_variables_at_init", func(t *testing.T) {
+		f := startOpenWhisk(t)
+		body, _ := json.Marshal(map[string]any{"value": map[string]any{"code": owInitEnv, "main": "main", "env": map[string]any{
+			"ARRAY": []string{"a", "b"}, "OBJECT": map[string]string{"a": "A"}, "STRING": "xyz", "NUMBER": 3, "BOOL": true, "NULL": nil,
+		}}})
+		f.mustInit(t, string(body))
+		for range 2 {
+			code, out := f.post(t, "/run", runPayload(map[string]any{}, nil))
+			if code != http.StatusOK {
+				t.Fatalf("/run: %d %s", code, out)
+			}
+			var got map[string]string
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			jsonEqual(t, "ARRAY", got["ARRAY"], []string{"a", "b"})
+			jsonEqual(t, "OBJECT", got["OBJECT"], map[string]string{"a": "A"})
+			want := map[string]string{"STRING": "xyz", "NUMBER": "3", "BOOL": "true", "NULL": ""}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("%s = %q, want %q", k, got[k], v)
+				}
+			}
+		}
+	})
+
+	t.Run("confirm_expected_environment_variables", func(t *testing.T) {
+		f := startOpenWhisk(t, "__OW_API_HOST=xyz")
+		f.mustInit(t, initPayload(owEnv, "main"))
+		props := map[string]any{"api_key": "abc", "namespace": "zzz", "action_name": "xxx", "action_version": "0.0.1",
+			"activation_id": "iii", "transaction_id": "ttt", "deadline": "123"}
+		code, out := f.post(t, "/run", runPayload(map[string]any{}, props))
+		if code != http.StatusOK {
+			t.Fatalf("/run: %d %s", code, out)
+		}
+		want := map[string]any{"api_host": "xyz"}
+		for k, v := range props {
+			if k != "transaction_id" {
+				want[k] = v
+			}
+		}
+		jsonEqual(t, "activation context", out, want)
+		o, e := f.checkStreams(t, 1)
+		if strings.TrimSpace(strings.ReplaceAll(o+e, owSentinel, "")) != "" {
+			t.Errorf("the action printed no logs, yet:\nstdout:\n%s\nstderr:\n%s", o, e)
+		}
+	})
+
+	t.Run("echo_a_large_input", func(t *testing.T) {
+		f := startOpenWhisk(t)
+		f.mustInit(t, initPayload(owLargeInput, "main"))
+		arg := map[string]any{"arg": strings.Repeat("a", 1048561)}
+		code, out := f.post(t, "/run", runPayload(arg, nil))
+		if code != http.StatusOK {
+			t.Fatalf("/run: %d %.200s", code, out)
+		}
+		jsonEqual(t, "result", out, arg)
+	})
+
+	t.Run("invoke_non_standard_entry_point", func(t *testing.T) {
+		f := startOpenWhisk(t)
+		f.mustInit(t, initPayload(owLargeInput, "exec"))
+		arg := map[string]any{"string": "hello"}
+		code, out := f.post(t, "/run", runPayload(arg, nil))
+		if code != http.StatusOK {
+			t.Fatalf("/run: %d %s", code, out)
+		}
+		jsonEqual(t, "result", out, arg)
+		_, e := f.checkStreams(t, 1)
+		if strings.TrimSpace(strings.ReplaceAll(e, owSentinel, "")) != "" {
+			t.Errorf("stderr should hold only the sentinel:\n%s", e)
+		}
+	})
+
+	t.Run("fail_to_initialize_a_second_time", func(t *testing.T) {
+		f := startOpenWhisk(t)
+		f.mustInit(t, initPayload(owNotJSON, "main"))
+		code, out := f.post(t, "/init", initPayload(owNotJSON, "main"))
+		if code == http.StatusOK {
+			t.Fatalf("second /init answered 200")
+		}
+		if code != http.StatusForbidden {
+			t.Errorf("second /init: %d, want 403", code)
+		}
+		jsonEqual(t, "second /init", out, map[string]string{"error": "Cannot initialize the action more than once."})
+		eventually(t, 5*time.Second, "the refusal logged", func() bool {
+			return strings.Contains(f.stdout.String()+f.stderr.String(), "Cannot initialize the action more than once.")
+		})
+		f.checkStreams(t, 0)
+	})
+
+	t.Run("report_an_error_for_an_action_not_returning_json", func(t *testing.T) {
+		f := startOpenWhisk(t)
+		f.mustInit(t, initPayload(owNotJSON, "main"))
+		code, out := f.post(t, "/run", "{}")
+		if code != http.StatusBadGateway {
+			t.Errorf("/run: %d, want 502", code)
+		}
+		jsonEqual(t, "/run", out, map[string]string{"error": "The action did not return a dictionary or array."})
+		f.checkStreams(t, 1)
+	})
+
+	t.Run("initialization_with_no_code_runs_the_image", func(t *testing.T) {
+		for name, body := range map[string]string{
+			"empty_code": initPayload("", ""),
+			"null_code":  `{"value": {"code": null, "main": "main"}}`,
+			"no_value":   `{}`,
+			"empty_body": ``,
+		} {
+			t.Run(name, func(t *testing.T) {
+				f := startOpenWhisk(t)
+				f.mustInit(t, body)
+				code, out := f.post(t, "/run", "{}")
+				if code != http.StatusOK {
+					t.Fatalf("/run: %d %s", code, out)
+				}
+				jsonEqual(t, "result", out, map[string]string{"error": owStub})
+				o, _ := f.checkStreams(t, 1)
+				mustContain(t, "stdout", o, owStub)
+			})
+		}
+	})
+
+	t.Run("run_without_init_runs_the_image", func(t *testing.T) {
+		f := startOpenWhisk(t)
+		code, out := f.post(t, "/run", "{}")
+		if code != http.StatusOK {
+			t.Fatalf("/run: %d %s", code, out)
+		}
+		jsonEqual(t, "result", out, map[string]string{"error": owStub})
+	})
+
+	t.Run("respond_with_404_for_bad_run_argument", func(t *testing.T) {
+		f := startOpenWhisk(t)
+		code, out := f.post(t, "/run", runPayload("A", nil))
+		if code != http.StatusNotFound {
+			t.Errorf("/run with value \"A\": %d, want 404", code)
+		}
+		jsonEqual(t, "/run", out, map[string]string{"error": "The action did not receive a dictionary or array as an argument."})
+		o, e := f.checkStreams(t, 1)
+		if strings.TrimSpace(strings.ReplaceAll(o+e, owSentinel, "")) != "" {
+			t.Errorf("nothing ran, yet:\nstdout:\n%s\nstderr:\n%s", o, e)
+		}
+	})
+
+	t.Run("extract_and_run_a_compatible_zip_exec", func(t *testing.T) {
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		h := &zip.FileHeader{Name: "exec", Method: zip.Deflate}
+		h.SetMode(0o755)
+		w, err := zw.CreateHeader(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(w, "#!/bin/sh\necho 'This is an example zip used with the docker skeleton action.'\necho '{\"msg\": \"hello zip\"}'\n")
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		f := startOpenWhisk(t)
+		body, _ := json.Marshal(map[string]any{"value": map[string]any{"code": base64.StdEncoding.EncodeToString(buf.Bytes()), "binary": true}})
+		f.mustInit(t, string(body))
+		code, out := f.post(t, "/run", "{}")
+		if code != http.StatusOK {
+			t.Fatalf("/run: %d %s", code, out)
+		}
+		jsonEqual(t, "result", out, map[string]string{"msg": "hello zip"})
+		o, e := f.checkStreams(t, 1)
+		if got := strings.TrimSpace(strings.ReplaceAll(o, owSentinel, "")); got != "This is an example zip used with the docker skeleton action." {
+			t.Errorf("stdout: %q", got)
+		}
+		if strings.TrimSpace(strings.ReplaceAll(e, owSentinel, "")) != "" {
+			t.Errorf("stderr: %q", e)
+		}
+	})
+
+	t.Run("zip_without_exec_fails_init", func(t *testing.T) {
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		w, _ := zw.Create("other")
+		fmt.Fprint(w, "x")
+		_ = zw.Close()
+		f := startOpenWhisk(t)
+		body, _ := json.Marshal(map[string]any{"value": map[string]any{"code": base64.StdEncoding.EncodeToString(buf.Bytes()), "binary": true}})
+		code, out := f.post(t, "/init", string(body))
+		if code != http.StatusBadGateway {
+			t.Errorf("/init: %d, want 502", code)
+		}
+		jsonEqual(t, "/init", out, map[string]string{"error": "The action failed to generate or locate a binary. See logs for details."})
+		_, e := f.checkStreams(t, 1)
+		mustContain(t, "stderr", e, "no file named exec")
+	})
+
+	t.Run("current_directory_is_the_read_only_action_location", func(t *testing.T) {
+		f := startOpenWhisk(t)
+		f.mustInit(t, initPayload(`#!/bin/bash
+touch /action/x 2>/dev/null && w=yes || w=no
+echo "{\"pwd_env\":\"$PWD\",\"pwd_cmd\":\"$(pwd)\",\"writable\":\"$w\"}"`, "main"))
+		code, out := f.post(t, "/run", runPayload(map[string]any{}, nil))
+		if code != http.StatusOK {
+			t.Fatalf("/run: %d %s", code, out)
+		}
+		jsonEqual(t, "result", out, map[string]string{"pwd_env": "/action", "pwd_cmd": "/action", "writable": "no"})
+	})
+
+	t.Run("return_array_result_and_take_array_argument", func(t *testing.T) {
+		f := startOpenWhisk(t)
+		f.mustInit(t, initPayload("#!/bin/bash\narr=$1\necho $arr", "main"))
+		code, out := f.post(t, "/run", runPayload([]string{"a", "b"}, nil))
+		if code != http.StatusOK {
+			t.Fatalf("/run: %d %s", code, out)
+		}
+		jsonEqual(t, "result", out, []string{"a", "b"})
+	})
+}
+
+// TestOpenWhiskSingleEntrypoint: POST / takes init, activation, or both,
+// as OpenWhisk's Knative proxy does.
+func TestOpenWhiskSingleEntrypoint(t *testing.T) {
+	f := startOpenWhisk(t)
+	init := map[string]any{"code": owEnv, "main": "main"}
+	activation := map[string]any{"namespace": "ns", "action_name": "act", "activation_id": "a1", "api_key": "k", "action_version": "1", "deadline": "9"}
+	body, _ := json.Marshal(map[string]any{"init": init, "activation": activation, "value": map[string]any{}})
+	code, out := f.post(t, "/", string(body))
+	if code != http.StatusOK {
+		t.Fatalf("POST / with init and activation: %d %s", code, out)
+	}
+	jsonEqual(t, "result", out, map[string]string{"api_host": "", "api_key": "k", "namespace": "ns", "action_name": "act", "action_version": "1", "activation_id": "a1", "deadline": "9"})
+
+	body, _ = json.Marshal(map[string]any{"activation": map[string]any{"namespace": "ns2"}, "value": map[string]any{}})
+	if code, out := f.post(t, "/", string(body)); code != http.StatusOK || !strings.Contains(out, `"namespace":"ns2"`) {
+		t.Errorf("POST / with an activation: %d %s", code, out)
+	}
+	body, _ = json.Marshal(map[string]any{"init": init})
+	if code, out := f.post(t, "/", string(body)); code != http.StatusForbidden {
+		t.Errorf("POST / with a second init: %d %s, want 403", code, out)
+	}
+}
+
+// TestOpenWhiskActivations: activations overlap, each in a fresh container
+// that shares nothing writable with the others; bad requests get clear
+// errors and the server stays up.
+func TestOpenWhiskActivations(t *testing.T) {
+	f := startFront(t, "openwhisk", []string{"--tarball", image("owskeleton.tar"), "--max-request-bytes", "4096", "--timeout", "3s"})
+	f.mustInit(t, initPayload(`#!/bin/sh
+[ -e /tmp/mark ] && seen=yes || seen=no
+touch /tmp/mark
+case "$1" in *sleep*) sleep 1 ;; *forever*) sleep 60 ;; esac
+echo "{\"seen\": \"$seen\"}"`, "main"))
+
+	var wg sync.WaitGroup
+	codes := make([]int, 4)
+	outs := make([]string, 4)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], outs[i] = f.post(t, "/run", runPayload(map[string]any{"sleep": 1}, nil))
+		}()
+	}
+	wg.Wait()
+	for i := range codes {
+		if codes[i] != http.StatusOK || !strings.Contains(outs[i], `"seen": "no"`) {
+			t.Errorf("activation %d: %d %s (want 200 and a fresh /tmp)", i, codes[i], outs[i])
+		}
+	}
+
+	if code, out := f.post(t, "/run", runPayload(map[string]any{"forever": 1}, nil)); code != http.StatusBadGateway || !strings.Contains(out, "longer than the limit of 3s") {
+		t.Errorf("activation past --timeout: %d %s", code, out)
+	}
+	// OpenWhisk's deadline (epoch milliseconds), when sooner, cuts the
+	// activation short.
+	soon := time.Now().Add(1500 * time.Millisecond).UnixMilli()
+	if code, out := f.post(t, "/run", runPayload(map[string]any{"forever": 1}, map[string]any{"deadline": soon})); code != http.StatusBadGateway || !strings.Contains(out, "longer than the limit of 1.") {
+		t.Errorf("activation past its deadline: %d %s", code, out)
+	}
+	if code, out := f.post(t, "/run", runPayload(strings.Repeat("x", 5000), nil)); code != http.StatusRequestEntityTooLarge || !strings.Contains(out, "--max-request-bytes") {
+		t.Errorf("body over --max-request-bytes: %d %s", code, out)
+	}
+	if code, out := f.post(t, "/run", "{not json"); code != http.StatusBadRequest || !strings.Contains(out, "not a JSON object") {
+		t.Errorf("malformed body: %d %s", code, out)
+	}
+	if code, out := f.get(t, "/run"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /run: %d %s", code, out)
+	}
+	if code, out := f.post(t, "/run", "{}"); code != http.StatusOK {
+		t.Errorf("after bad requests: %d %s", code, out)
+	}
+	// Asynchronous invocations work on this front too.
+	loc := f.asyncStart(t, http.MethodPost, "/run")
+	if code, out := f.asyncResult(t, loc); code != http.StatusOK || !strings.Contains(out, `"seen": "no"`) {
+		t.Errorf("asynchronous activation: %d %s", code, out)
+	}
+	code, metrics := f.get(t, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", code)
+	}
+	mustContain(t, "/metrics", metrics, `function_calls_total{method="POST"}`, `function_failures_total{method="POST"} 2`, `function_duration_seconds_bucket{method="POST"`, `ocifn_calls_total{outcome="timeout"} 2`)
+}
+
+// TestOpenWhiskPackage: an image built with ocifn build --api openwhisk
+// works as an OpenWhisk Docker action: run as its platform runs it, it
+// serves /init and /run on 8080 and passes the canonical cases.
+func TestOpenWhiskPackage(t *testing.T) {
+	f := startFrontPod(t, "openwhisk", "owskeleton.tar", "__OW_API_HOST=https://whisk.example")
+	if code, out := f.post(t, "/run", "{}"); code != http.StatusOK || !strings.Contains(out, owStub) {
+		t.Errorf("/run before /init: %d %s", code, out)
+	}
+	f.mustInit(t, initPayload(owEcho, "main"))
+	arg := map[string]any{"string": "❄ ☃ ❄"}
+	code, out := f.post(t, "/run", runPayload(arg, nil))
+	if code != http.StatusOK {
+		t.Fatalf("/run: %d %s", code, out)
+	}
+	jsonEqual(t, "result", out, arg)
+	if code, out := f.post(t, "/init", initPayload(owEcho, "main")); code != http.StatusForbidden {
+		t.Errorf("second /init: %d %s", code, out)
+	}
+	eventually(t, 5*time.Second, "the activations' logs and sentinels", func() bool {
+		log := f.stderr.String()
+		return strings.Contains(log, "hello stdout") && strings.Contains(log, "hello stderr") && countOf(log, owSentinel) == 4
+	})
+
+	g := startFrontPod(t, "openwhisk", "owskeleton.tar", "__OW_API_HOST=https://whisk.example")
+	g.mustInit(t, initPayload(owEnv, "main"))
+	code, out = g.post(t, "/run", runPayload(map[string]any{}, map[string]any{"namespace": "zzz", "activation_id": "iii"}))
+	if code != http.StatusOK || !strings.Contains(out, `"api_host": "https://whisk.example"`) || !strings.Contains(out, `"namespace": "zzz"`) {
+		t.Errorf("activation context: %d %s", code, out)
+	}
+}

@@ -1,0 +1,339 @@
+package front
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// invocationsPath prefixes the URL of an asynchronous invocation's result.
+const invocationsPath = "/invocations/"
+
+// msgCutOff is the answer of a call that a restart of ocifn cut off.
+const msgCutOff = "the call was cut off by a restart of ocifn before it ended; run it again"
+
+// Invocations runs requests that ask for it (RFC 7240 Prefer:
+// respond-async) in the background and keeps their responses on disk, by an
+// unguessable id, for a time and within a size.
+type Invocations struct {
+	dir      string
+	ttl      time.Duration
+	maxBytes int64
+	maxBody  int64
+	log      *slog.Logger
+	now      func() time.Time
+
+	// mu orders writes and the size bound's removals.
+	mu sync.Mutex
+	// ctx ends the calls still running at Close.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// record is one invocation on disk.
+type record struct {
+	Running bool        `json:"running"`
+	Created time.Time   `json:"created"`
+	Status  int         `json:"status,omitempty"`
+	Header  http.Header `json:"header,omitempty"`
+	Body    []byte      `json:"body,omitempty"`
+}
+
+// OpenInvocations keeps invocations in dir. Invocations a previous run left
+// running are marked failed: nothing will finish them.
+func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log *slog.Logger) (*Invocations, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("cannot create the invocations directory %s: %w", dir, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	iv := &Invocations{dir: dir, ttl: ttl, maxBytes: maxBytes, maxBody: maxBody, log: log, now: time.Now, ctx: ctx, cancel: cancel}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the invocations directory %s: %w", dir, err)
+	}
+	failed := 0
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !validID(id) {
+			_ = os.Remove(filepath.Join(dir, e.Name())) // a temporary file of a write cut off
+			continue
+		}
+		rec, err := iv.read(id)
+		if err != nil || !rec.Running {
+			continue
+		}
+		rec.Running, rec.Status, rec.Body = false, http.StatusInternalServerError, []byte(msgCutOff+"\n")
+		rec.Header = http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
+		if err := iv.write(id, rec); err == nil {
+			failed++
+		}
+	}
+	if failed > 0 {
+		log.Warn("asynchronous invocations cut off by a restart are reported failed", "invocations", failed)
+	}
+	iv.bound()
+	return iv, nil
+}
+
+// Close stops the calls still running (they are recorded as failed) and
+// waits for them.
+func (iv *Invocations) Close() {
+	iv.cancel()
+	iv.wg.Wait()
+}
+
+// Wait waits for the calls running now, up to ctx's end.
+func (iv *Invocations) Wait(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { iv.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// Wrap serves GET /invocations/{id} and runs requests that prefer
+// respond-async in the background; the rest go to next.
+func (iv *Invocations) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := strings.CutPrefix(r.URL.Path, invocationsPath); ok && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			iv.serveResult(w, id)
+			return
+		}
+		if !prefersAsync(r.Header) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		iv.start(w, r, next)
+	})
+}
+
+// prefersAsync reports whether a Prefer header asks for respond-async.
+func prefersAsync(h http.Header) bool {
+	for _, v := range h.Values("Prefer") {
+		for _, p := range strings.Split(v, ",") {
+			token, _, _ := strings.Cut(p, ";")
+			token, _, _ = strings.Cut(token, "=")
+			if strings.EqualFold(strings.TrimSpace(token), "respond-async") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, iv.maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-request-bytes)", tooBig.Limit), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, fmt.Sprintf("cannot read the request body: %v", err), http.StatusBadRequest)
+		return
+	}
+	id, err := newInvocationID()
+	if err == nil {
+		err = iv.write(id, record{Running: true, Created: iv.now()})
+	}
+	if err != nil {
+		iv.log.Error("cannot start an asynchronous invocation", "error", err)
+		http.Error(w, "cannot store the invocation", http.StatusInternalServerError)
+		return
+	}
+	// The call outlives the request that started it.
+	r2 := r.Clone(iv.ctx)
+	r2.Body = io.NopCloser(bytes.NewReader(body))
+	r2.ContentLength = int64(len(body))
+	r2.Header.Del("Prefer")
+	iv.wg.Add(1)
+	go func() {
+		defer iv.wg.Done()
+		rec := &recorder{header: http.Header{}}
+		next.ServeHTTP(rec, r2)
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		created := iv.now()
+		if old, err := iv.read(id); err == nil {
+			created = old.Created
+		}
+		if err := iv.write(id, record{Created: created, Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}); err != nil {
+			iv.log.Error("cannot store the result of an asynchronous invocation", "error", err)
+		}
+		iv.bound()
+	}()
+	w.Header().Set("Location", invocationsPath+id)
+	w.Header().Set("Preference-Applied", "respond-async")
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func (iv *Invocations) serveResult(w http.ResponseWriter, id string) {
+	rec, err := iv.read(id)
+	if err == nil && !rec.Running && iv.ttl > 0 && iv.now().Sub(rec.Created) >= iv.ttl {
+		_ = os.Remove(iv.path(id))
+		err = os.ErrNotExist
+	}
+	if err != nil {
+		http.Error(w, "no such invocation: unknown, or its result expired (--result-ttl)", http.StatusNotFound)
+		return
+	}
+	if rec.Running {
+		w.Header().Set("Location", invocationsPath+id)
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	for k, vs := range rec.Header {
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(rec.Status)
+	_, _ = w.Write(rec.Body)
+}
+
+func (iv *Invocations) path(id string) string { return filepath.Join(iv.dir, id+".json") }
+
+func (iv *Invocations) read(id string) (record, error) {
+	if !validID(id) {
+		return record{}, os.ErrNotExist
+	}
+	b, err := os.ReadFile(iv.path(id))
+	if err != nil {
+		return record{}, err
+	}
+	var rec record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return record{}, fmt.Errorf("invocation %s: %w", id, err)
+	}
+	return rec, nil
+}
+
+// write stores a record whole or not at all: a crash must not leave half
+// a result.
+func (iv *Invocations) write(id string, rec record) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	tmp, err := os.CreateTemp(iv.dir, ".tmp-")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), iv.path(id))
+}
+
+// bound removes expired results, then the oldest finished ones while the
+// results take more than maxBytes.
+func (iv *Invocations) bound() {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	entries, err := os.ReadDir(iv.dir)
+	if err != nil {
+		return
+	}
+	type result struct {
+		id      string
+		size    int64
+		created time.Time
+		running bool
+	}
+	var all []result
+	var total int64
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !validID(id) {
+			continue
+		}
+		b, err := os.ReadFile(iv.path(id))
+		if err != nil {
+			continue
+		}
+		var rec record
+		if json.Unmarshal(b, &rec) != nil {
+			continue
+		}
+		if !rec.Running && iv.ttl > 0 && iv.now().Sub(rec.Created) >= iv.ttl {
+			_ = os.Remove(iv.path(id))
+			continue
+		}
+		all = append(all, result{id: id, size: int64(len(b)), created: rec.Created, running: rec.Running})
+		total += int64(len(b))
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].created.Before(all[j].created) })
+	for _, r := range all {
+		if total <= iv.maxBytes {
+			break
+		}
+		if r.running {
+			continue
+		}
+		if os.Remove(iv.path(r.id)) == nil {
+			total -= r.size
+		}
+	}
+}
+
+// newInvocationID returns 256 random bits in hex: unguessable.
+func newInvocationID() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("cannot generate an invocation id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+func validID(id string) bool {
+	if len(id) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
+}
+
+// recorder keeps a response in memory.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(p)
+}

@@ -1,0 +1,206 @@
+// Package cgi is the front of CGI functions (RFC 3875) with Kubeless'
+// runtime promises: each HTTP request runs the image's program in a fresh
+// container, the request body on stdin and the request in the CGI
+// environment; what it prints, an optional CGI header block and a body, is
+// the response.
+package cgi
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/textproto"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Request is what the CGI environment is made from.
+type Request struct {
+	Method, Path, RawQuery, Protocol string
+	Header                           http.Header
+	// ContentLength is the body's length.
+	ContentLength int
+	// RemoteAddr and Host are the client's address and the request's
+	// host (host:port).
+	RemoteAddr, Host string
+	// Now is when the request arrived (for a generated EVENT_TIME).
+	Now time.Time
+}
+
+// Kubeless' event headers and the variables they become.
+var eventHeaders = []struct{ header, env string }{
+	{"Event-Id", "EVENT_ID"},
+	{"Event-Type", "EVENT_TYPE"},
+	{"Event-Time", "EVENT_TIME"},
+	{"Event-Namespace", "EVENT_NAMESPACE"},
+}
+
+// eventNamespace is EVENT_NAMESPACE when the request names none.
+const eventNamespace = "http.ocifn.io"
+
+// Env returns the CGI environment of a request (RFC 3875 section 4.1),
+// with HTTP_* for each header and Kubeless' EVENT_* variables, sorted.
+func Env(r Request) []string {
+	env := map[string]string{
+		"GATEWAY_INTERFACE": "CGI/1.1",
+		"SERVER_SOFTWARE":   "ocifn",
+		"SERVER_PROTOCOL":   r.Protocol,
+		"REQUEST_METHOD":    r.Method,
+		"SCRIPT_NAME":       "",
+		"PATH_INFO":         r.Path,
+		"QUERY_STRING":      r.RawQuery,
+	}
+	if host, port, err := net.SplitHostPort(r.Host); err == nil {
+		env["SERVER_NAME"], env["SERVER_PORT"] = host, port
+	} else if r.Host != "" {
+		env["SERVER_NAME"], env["SERVER_PORT"] = r.Host, "80"
+	}
+	if host, port, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		env["REMOTE_ADDR"], env["REMOTE_PORT"] = host, port
+	}
+	if r.ContentLength > 0 {
+		env["CONTENT_LENGTH"] = strconv.Itoa(r.ContentLength)
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		env["CONTENT_TYPE"] = ct
+	}
+	for name, values := range r.Header {
+		key := strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		switch key {
+		case "CONTENT_TYPE", "CONTENT_LENGTH":
+			continue // their own variables
+		case "PROXY":
+			continue // httpoxy: HTTP_PROXY would steer the program's own requests
+		}
+		if !validName(key) {
+			continue
+		}
+		v := strings.Join(values, ", ")
+		if strings.ContainsRune(v, 0) {
+			continue
+		}
+		env["HTTP_"+key] = v
+	}
+	for _, e := range eventHeaders {
+		env[e.env] = r.Header.Get(e.header)
+	}
+	if env["EVENT_ID"] == "" {
+		env["EVENT_ID"] = newID()
+	}
+	if env["EVENT_TIME"] == "" {
+		env["EVENT_TIME"] = r.Now.UTC().Format(time.RFC3339)
+	}
+	if env["EVENT_TYPE"] == "" {
+		env["EVENT_TYPE"] = r.Header.Get("Content-Type")
+	}
+	if env["EVENT_NAMESPACE"] == "" {
+		env["EVENT_NAMESPACE"] = eventNamespace
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// validName reports whether s is made of A-Z, 0-9 and _.
+func validName(s string) bool {
+	for _, c := range s {
+		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Response is a CGI program's answer.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// ErrHeaderBlock is an output that starts as a CGI header block but is not
+// one.
+var ErrHeaderBlock = errors.New("malformed CGI header block")
+
+// maxHeaderBlock bounds the header block.
+const maxHeaderBlock = 64 << 10
+
+// ParseOutput turns a CGI program's stdout into the response: an optional
+// header block (Status:, Content-Type:, Location:, other headers, then an
+// empty line), then the body. Output whose first line is not a header is
+// all body, with status 200.
+func ParseOutput(out []byte) (Response, error) {
+	if !startsWithHeader(out) {
+		return Response{Status: http.StatusOK, Header: http.Header{}, Body: out}, nil
+	}
+	end, sep := headerEnd(out)
+	if end < 0 {
+		return Response{}, fmt.Errorf("%w: no empty line ends the headers in the first %d bytes", ErrHeaderBlock, min(len(out), maxHeaderBlock))
+	}
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(out[:end+sep])))
+	mh, err := tp.ReadMIMEHeader()
+	if err != nil {
+		return Response{}, fmt.Errorf("%w: %v", ErrHeaderBlock, err)
+	}
+	rsp := Response{Status: http.StatusOK, Header: http.Header(mh), Body: out[end+sep:]}
+	if s := rsp.Header.Get("Status"); s != "" {
+		code, _, _ := strings.Cut(strings.TrimSpace(s), " ")
+		n, err := strconv.Atoi(code)
+		if err != nil || n < 100 || n > 599 {
+			return Response{}, fmt.Errorf("%w: Status %q is not a 3-digit HTTP status", ErrHeaderBlock, s)
+		}
+		rsp.Status = n
+		rsp.Header.Del("Status")
+	} else if rsp.Header.Get("Location") != "" {
+		// RFC 3875 6.2.3: a client redirect.
+		rsp.Status = http.StatusFound
+	}
+	return rsp, nil
+}
+
+// startsWithHeader reports whether out's first line is "Name: value".
+func startsWithHeader(out []byte) bool {
+	line, _, _ := bytes.Cut(out, []byte("\n"))
+	name, _, ok := bytes.Cut(line, []byte(":"))
+	if !ok || len(name) == 0 {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// headerEnd finds the empty line that ends the header block: the offset of
+// its start and the length of the separator up to the body.
+func headerEnd(out []byte) (int, int) {
+	head := out[:min(len(out), maxHeaderBlock)]
+	i := bytes.Index(head, []byte("\n\n"))
+	j := bytes.Index(head, []byte("\r\n\r\n"))
+	switch {
+	case i < 0 && j < 0:
+		return -1, 0
+	case j >= 0 && (i < 0 || j < i):
+		return j, 4
+	default:
+		return i, 2
+	}
+}

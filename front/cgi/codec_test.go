@@ -1,0 +1,107 @@
+package cgi
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEnv(t *testing.T) {
+	r := Request{
+		Method: "POST", Path: "/a/b", RawQuery: "x=1&y=2", Protocol: "HTTP/1.1",
+		Header: http.Header{
+			"Content-Type":    {"application/json"},
+			"Content-Length":  {"7"},
+			"X-Custom-Thing":  {"one", "two"},
+			"Proxy":           {"http://evil"},
+			"Event-Id":        {"ev1"},
+			"Event-Namespace": {"ns"},
+			"Bad Name":        {"x"},
+		},
+		ContentLength: 7, RemoteAddr: "10.0.0.1:5555", Host: "fn.example:8080",
+		Now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+	}
+	env := map[string]string{}
+	for _, kv := range Env(r) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	want := map[string]string{
+		"GATEWAY_INTERFACE": "CGI/1.1", "REQUEST_METHOD": "POST", "PATH_INFO": "/a/b", "QUERY_STRING": "x=1&y=2",
+		"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": "7", "SERVER_PROTOCOL": "HTTP/1.1",
+		"SERVER_NAME": "fn.example", "SERVER_PORT": "8080", "REMOTE_ADDR": "10.0.0.1",
+		"HTTP_X_CUSTOM_THING": "one, two", "EVENT_ID": "ev1", "EVENT_NAMESPACE": "ns",
+		"EVENT_TIME": "2026-01-02T03:04:05Z", "EVENT_TYPE": "application/json",
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+	for _, k := range []string{"HTTP_PROXY", "HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH", "HTTP_BAD NAME"} {
+		if _, ok := env[k]; ok {
+			t.Errorf("%s is set", k)
+		}
+	}
+
+	bare := map[string]string{}
+	for _, kv := range Env(Request{Method: "GET", Path: "/", Header: http.Header{}, Now: r.Now}) {
+		k, v, _ := strings.Cut(kv, "=")
+		bare[k] = v
+	}
+	if len(bare["EVENT_ID"]) != 32 || bare["EVENT_NAMESPACE"] != eventNamespace || bare["EVENT_TIME"] == "" {
+		t.Errorf("generated event variables: %v", bare)
+	}
+	if _, ok := bare["CONTENT_LENGTH"]; ok {
+		t.Error("CONTENT_LENGTH set without a body")
+	}
+}
+
+func TestParseOutput(t *testing.T) {
+	for _, tc := range []struct {
+		name, out string
+		status    int
+		header    map[string]string
+		body      string
+		err       bool
+	}{
+		{"no_header_block", "hello\nworld\n", 200, nil, "hello\nworld\n", false},
+		{"empty", "", 200, nil, "", false},
+		{"json_body", `{"a": 1}`, 200, nil, `{"a": 1}`, false},
+		{"content_type_only", "Content-Type: text/plain\n\nhi", 200, map[string]string{"Content-Type": "text/plain"}, "hi", false},
+		{"status_and_headers", "Status: 404 Not Found\nContent-Type: application/json\nX-A: b\n\n{}", 404, map[string]string{"Content-Type": "application/json", "X-A": "b"}, "{}", false},
+		{"crlf", "Status: 201\r\nX-A: b\r\n\r\nbody\r\n", 201, map[string]string{"X-A": "b"}, "body\r\n", false},
+		{"location_redirects", "Location: https://example.org/\n\n", 302, map[string]string{"Location": "https://example.org/"}, "", false},
+		{"body_may_hold_blank_lines", "X-A: 1\n\na\n\nb", 200, map[string]string{"X-A": "1"}, "a\n\nb", false},
+		{"no_end_of_headers", "Content-Type: text/plain\nhello", 0, nil, "", true},
+		{"bad_status", "Status: abc\n\n", 0, nil, "", true},
+		{"status_out_of_range", "Status: 99\n\n", 0, nil, "", true},
+		{"line_without_colon", "X-A: 1\nnot a header\n\nbody", 0, nil, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rsp, err := ParseOutput([]byte(tc.out))
+			if tc.err {
+				if !errors.Is(err, ErrHeaderBlock) {
+					t.Fatalf("got %v, want a header block error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rsp.Status != tc.status || string(rsp.Body) != tc.body {
+				t.Errorf("got %d %q, want %d %q", rsp.Status, rsp.Body, tc.status, tc.body)
+			}
+			for k, v := range tc.header {
+				if rsp.Header.Get(k) != v {
+					t.Errorf("header %s = %q, want %q", k, rsp.Header.Get(k), v)
+				}
+			}
+			if rsp.Header.Get("Status") != "" {
+				t.Error("Status left among the headers")
+			}
+		})
+	}
+}

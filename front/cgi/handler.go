@@ -1,0 +1,131 @@
+package cgi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/bundle"
+	"github.com/ocifn/ocifn/front"
+	"github.com/ocifn/ocifn/hook"
+)
+
+// stderrTailBytes is how much of the end of stderr a 500 answer quotes.
+const stderrTailBytes = 2048
+
+// stderrLogBytes bounds how much of one call's stderr is logged.
+const stderrLogBytes = 64 << 10
+
+// Handler runs each request as one CGI call.
+type Handler struct{ cfg *front.Config }
+
+// New returns the handler of CGI calls run with cfg.
+func New(cfg *front.Config) *Handler { return &Handler{cfg: cfg} }
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	call := &hook.Call{Front: "http", Method: r.Method, Tag: r.Header.Get("Event-Id"), Received: time.Now(),
+		Carrier: propagation.HeaderCarrier(r.Header)}
+	ctx := h.cfg.Hooks.Before(r.Context(), call)
+	status := h.serve(ctx, w, r, call)
+	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
+	h.cfg.Hooks.After(ctx, call)
+}
+
+// serve answers the request and returns the status it answered with.
+func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Request, call *hook.Call) int {
+	fail := func(o hook.Outcome, status int, msg string) int {
+		call.Outcome, call.Reason = o, msg
+		http.Error(w, msg, status)
+		return status
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxRequestBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return fail(hook.Error, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-request-bytes)", tooBig.Limit))
+		}
+		return fail(hook.Error, http.StatusBadRequest, fmt.Sprintf("cannot read the request body: %v", err))
+	}
+	env := Env(Request{
+		Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Protocol: r.Proto, Header: r.Header,
+		ContentLength: len(body), RemoteAddr: r.RemoteAddr, Host: r.Host, Now: call.Received,
+	})
+	for _, kv := range env {
+		if len(kv) > 9 && kv[:9] == "EVENT_ID=" && call.Tag == "" {
+			call.Tag = kv[9:]
+		}
+	}
+	out, err := h.cfg.Exec(ctx, call, bundle.Call{Env: env}, body, 0)
+	var full *admit.FullError
+	switch {
+	case errors.As(err, &full):
+		w.Header().Set("Retry-After", "1")
+		return fail(hook.Rejected, http.StatusServiceUnavailable, err.Error())
+	case err != nil:
+		call.Err = err
+		return fail(hook.Error, http.StatusServiceUnavailable, err.Error())
+	}
+	logStderr(h.cfg.Log.With("tag", call.Tag), out.Stderr)
+	tail := front.Tail(out.Stderr, stderrTailBytes)
+	switch {
+	case out.TimedOut:
+		// Kubeless answers a call past its timeout with 408.
+		return fail(hook.Timeout, http.StatusRequestTimeout, fmt.Sprintf("the function ran longer than the limit of %s and was stopped", out.Timeout))
+	case out.Overflow != "":
+		return fail(hook.Fatal, http.StatusBadGateway, fmt.Sprintf("the function printed more than the limit of %d bytes on %s", h.cfg.MaxOutputBytes, out.Overflow))
+	case out.Err != nil:
+		call.Err = out.Err
+		return fail(hook.Error, http.StatusInternalServerError, "the function could not be run: "+out.Err.Error())
+	case out.Exit.Code != 0:
+		msg := fmt.Sprintf("the function exited with code %d", out.Exit.Code)
+		if len(tail) > 0 {
+			msg += "; the end of its stderr:\n" + string(tail)
+		}
+		return fail(hook.Fatal, http.StatusInternalServerError, msg)
+	}
+	rsp, err := ParseOutput(out.Stdout)
+	if err != nil {
+		// The function's answer, not the caller's request, is wrong: a
+		// bad gateway.
+		return fail(hook.Fatal, http.StatusBadGateway, "the function's output is not a CGI response: "+err.Error())
+	}
+	for k, vs := range rsp.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(rsp.Body)))
+	w.WriteHeader(rsp.Status)
+	_, _ = w.Write(rsp.Body)
+	call.Outcome = hook.OK
+	return rsp.Status
+}
+
+// logStderr logs a call's stderr line by line, up to a budget.
+func logStderr(log *slog.Logger, stderr []byte) {
+	if len(stderr) == 0 {
+		return
+	}
+	logged := stderr[:min(len(stderr), stderrLogBytes)]
+	for len(logged) > 0 {
+		line := logged
+		if i := bytes.IndexByte(logged, '\n'); i >= 0 {
+			line, logged = logged[:i], logged[i+1:]
+		} else {
+			logged = nil
+		}
+		log.Info("function stderr", "line", string(line))
+	}
+	if len(stderr) > stderrLogBytes {
+		log.Warn("function stderr not logged in full", "bytes_dropped", len(stderr)-stderrLogBytes)
+	}
+}

@@ -1,0 +1,127 @@
+// Package front holds what the HTTP fronts (OpenWhisk's action proxy, CGI
+// functions) share: running one call through the admission gate, the
+// timeout and the hook chain, and the HTTP server with its health and
+// metrics endpoints. A front owns its protocol; the runner and the hooks
+// are the same for every front.
+package front
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/bundle"
+	"github.com/ocifn/ocifn/hook"
+)
+
+// Runner runs one call in a fresh container.
+type Runner interface {
+	Call(ctx context.Context, c bundle.Call) (bundle.Exit, error)
+	// Args are the image's own process arguments (entrypoint and command).
+	Args() []string
+}
+
+// Config is what every front needs to run calls.
+type Config struct {
+	Runner Runner
+	Hooks  *hook.Chain
+	Gate   *admit.Gate
+	Log    *slog.Logger
+	// Timeout is the longest a call may run.
+	Timeout time.Duration
+	// MaxOutputBytes caps what a call may print on stdout, and on stderr.
+	MaxOutputBytes int
+	// MaxRequestBytes caps a request's body.
+	MaxRequestBytes int64
+	// WorkDir holds a front's files (OpenWhisk's actions, async results).
+	WorkDir string
+}
+
+// Output is what one call's container did.
+type Output struct {
+	Stdout, Stderr []byte
+	Exit           bundle.Exit
+	// TimedOut reports the call was stopped at its timeout, Timeout.
+	TimedOut bool
+	Timeout  time.Duration
+	// Overflow names the stream that went over MaxOutputBytes, if any.
+	Overflow string
+	// Err is why the container could not run to its end, other than a
+	// timeout or an overflow (crun failed, the caller went away).
+	Err error
+}
+
+// ErrTimeout is the cause of a call's context when its timeout ends it.
+var ErrTimeout = errors.New("function timeout")
+
+// Exec admits a call, runs it in a container with timeout (Config.Timeout
+// when zero or longer), and fills in call's result fields for the hooks.
+// The error is the gate's (*admit.FullError, admit.ErrDraining) or the
+// caller's context error: the call did not run.
+func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdin []byte, timeout time.Duration) (Output, error) {
+	leave, err := c.Gate.Enter(ctx)
+	if err != nil {
+		return Output{}, err
+	}
+	defer leave()
+	if timeout <= 0 || timeout > c.Timeout {
+		timeout = c.Timeout
+	}
+	callCtx, cancel := context.WithTimeoutCause(ctx, timeout, ErrTimeout)
+	defer cancel()
+	stdout := &Capped{Max: c.MaxOutputBytes}
+	stderr := &Capped{Max: c.MaxOutputBytes}
+	bc.Stdin, bc.Stdout, bc.Stderr = bytes.NewReader(stdin), stdout, stderr
+	call.Ran = time.Now()
+	exit, runErr := c.Runner.Call(callCtx, bc)
+	call.Exit = hook.Exit{Code: exit.Code, Start: exit.Start, Duration: exit.Duration}
+	call.StdinBytes, call.StdoutBytes = len(stdin), len(stdout.Bytes())
+	out := Output{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Exit: exit, Timeout: timeout}
+	switch {
+	case runErr != nil && errors.Is(context.Cause(callCtx), ErrTimeout):
+		out.TimedOut = true
+	case stdout.Overflow:
+		out.Overflow = "stdout"
+	case stderr.Overflow:
+		out.Overflow = "stderr"
+	case runErr != nil:
+		out.Err = runErr
+	case exit.RuntimeError != "":
+		out.Err = fmt.Errorf("the container runtime could not run the function (exit code %d): %s", exit.Code, exit.RuntimeError)
+	}
+	return out, nil
+}
+
+// errOutputLimit stops the copy of a stream past its cap; the function then
+// gets EPIPE.
+var errOutputLimit = errors.New("output limit reached")
+
+// Capped collects up to Max bytes and fails writes beyond.
+type Capped struct {
+	buf      bytes.Buffer
+	Max      int
+	Overflow bool
+}
+
+func (c *Capped) Write(p []byte) (int, error) {
+	if c.buf.Len()+len(p) > c.Max {
+		c.Overflow = true
+		return 0, errOutputLimit
+	}
+	return c.buf.Write(p)
+}
+
+// Bytes returns what was collected.
+func (c *Capped) Bytes() []byte { return c.buf.Bytes() }
+
+// Tail returns at most n bytes from the end of b.
+func Tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}

@@ -1,0 +1,385 @@
+// Package openwhisk is the front of OpenWhisk's action proxy contract, as
+// its Docker skeleton implements it for "blackbox" actions: POST /init
+// once, then POST /run per activation, each in a fresh container; or the
+// single-entrypoint form POST / of OpenWhisk's Knative proxy.
+package openwhisk
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/bundle"
+	"github.com/ocifn/ocifn/front"
+	"github.com/ocifn/ocifn/hook"
+)
+
+// Errors OpenWhisk's canonical runtime tests expect, word for word.
+const (
+	msgReinit      = "Cannot initialize the action more than once."
+	msgInitFailed  = "The action failed to generate or locate a binary. See logs for details."
+	msgNotDict     = "The action did not return a dictionary or array."
+	msgBadArgument = "The action did not receive a dictionary or array as an argument."
+)
+
+// Proxy serves one action.
+type Proxy struct {
+	cfg     *front.Config
+	apiHost string
+	// stdout and stderr are ocifn's own: the activation's logs go there,
+	// framed by the sentinel, for OpenWhisk's invoker to collect.
+	stdout, stderr io.Writer
+	outMu          sync.Mutex
+
+	mu     sync.Mutex
+	action *action
+}
+
+// action is what /init fixed for every activation.
+type action struct {
+	// dir is mounted at ActionDir.
+	dir string
+	// args are the process's arguments before the activation's value; nil
+	// runs the image's entrypoint.
+	args []string
+	env  []string
+}
+
+// New returns a proxy running activations with cfg. apiHost is
+// __OW_API_HOST, which OpenWhisk sets in the proxy's environment.
+func New(cfg *front.Config, apiHost string, stdout, stderr io.Writer) *Proxy {
+	return &Proxy{cfg: cfg, apiHost: apiHost, stdout: stdout, stderr: stderr}
+}
+
+// Close removes the action's files.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.action != nil && p.action.dir != "" {
+		return os.RemoveAll(p.action.dir)
+	}
+	return nil
+}
+
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/init", "/run", "/":
+	default:
+		front.WriteJSONError(w, http.StatusNotFound, fmt.Sprintf("no route %s: an OpenWhisk action serves POST /init, POST /run and POST /", r.URL.Path))
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		front.WriteJSONError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: only POST is served", r.Method, r.URL.Path))
+		return
+	}
+	msg, err := p.readMessage(w, r)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			front.WriteJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-request-bytes)", tooBig.Limit))
+			return
+		}
+		front.WriteJSONError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	switch r.URL.Path {
+	case "/init":
+		status, body := p.init(msg["value"])
+		writeRaw(w, status, body)
+	case "/run":
+		p.run(w, r, msg, msg, false)
+	default:
+		p.single(w, r, msg)
+	}
+}
+
+// readMessage reads a JSON object body. An empty body, or null, is an
+// empty object, as the Docker skeleton takes it.
+func (p *Proxy) readMessage(w http.ResponseWriter, r *http.Request) (map[string]json.RawMessage, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxRequestBytes))
+	if err != nil {
+		return nil, err
+	}
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || string(body) == "null" {
+		return map[string]json.RawMessage{}, nil
+	}
+	var msg map[string]json.RawMessage
+	if err := json.Unmarshal(body, &msg); err != nil {
+		return nil, fmt.Errorf("the body of %s is not a JSON object: %v", r.URL.Path, err)
+	}
+	if msg == nil {
+		msg = map[string]json.RawMessage{}
+	}
+	return msg, nil
+}
+
+// init fixes the action: its files, its entrypoint and its environment.
+func (p *Proxy) init(raw json.RawMessage) (int, []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.action != nil {
+		p.writeLogs(nil, []byte(msgReinit+"\n"), false)
+		return http.StatusForbidden, errorBody(msgReinit)
+	}
+	var v InitValue
+	if len(bytes.TrimSpace(raw)) > 0 && string(bytes.TrimSpace(raw)) != "null" {
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return http.StatusBadRequest, errorBody(fmt.Sprintf("the init's value is not an object of name, main, code, binary and env: %v", err))
+		}
+	}
+	env, err := InitEnv(v.Env)
+	if err != nil {
+		return http.StatusBadRequest, errorBody(err.Error())
+	}
+	dir, err := os.MkdirTemp(p.cfg.WorkDir, "action-")
+	if err == nil {
+		// The container's ids, not root on the host, must read and run it.
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		p.cfg.Log.Error("cannot create the action directory", "error", err)
+		return http.StatusInternalServerError, errorBody("cannot create the action directory")
+	}
+	if err := writeAction(dir, &v); err != nil {
+		_ = os.RemoveAll(dir)
+		p.writeLogs(nil, []byte("init failed: "+err.Error()+"\n"), true)
+		return http.StatusBadGateway, errorBody(msgInitFailed)
+	}
+	a := &action{dir: dir, env: env}
+	if v.hasCode() {
+		a.args = []string{ActionDir + "/" + execName}
+	}
+	p.action = a
+	p.cfg.Log.Info("action initialized", "name", v.Name, "main", v.Main, "code", v.hasCode(), "binary", v.Binary, "env", len(env))
+	return http.StatusOK, []byte("OK")
+}
+
+// run runs one activation. msg holds value; context holds the activation
+// context (the same map as msg on /run). web applies the single
+// entrypoint's web-action answer.
+func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[string]json.RawMessage, web bool) {
+	value := bytes.TrimSpace(msg["value"])
+	if len(value) == 0 {
+		value = []byte("{}")
+	}
+	if value[0] != '{' && value[0] != '[' {
+		p.writeLogs(nil, nil, true)
+		writeRaw(w, http.StatusNotFound, errorBody(msgBadArgument))
+		return
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, value); err != nil {
+		writeRaw(w, http.StatusBadRequest, errorBody(fmt.Sprintf("value is not valid JSON: %v", err)))
+		return
+	}
+	value = compact.Bytes()
+
+	p.mu.Lock()
+	a := p.action
+	p.mu.Unlock()
+	bc := bundle.Call{Env: ActivationEnv(context, p.apiHost)}
+	base := p.cfg.Runner.Args()
+	if a != nil {
+		bc.Env = append(append([]string(nil), a.env...), bc.Env...)
+		bc.Cwd = ActionDir
+		bc.Mounts = []bundle.Mount{{Source: a.dir, Destination: ActionDir}}
+		if a.args != nil {
+			base = a.args
+		}
+	}
+	bc.Args = Args(base, value)
+
+	call := &hook.Call{Front: "openwhisk", Method: r.Method, Tag: EnvValue(context["activation_id"]), Received: time.Now(),
+		Carrier: propagation.HeaderCarrier(r.Header)}
+	ctx := p.cfg.Hooks.Before(r.Context(), call)
+	status, body, outLogs, errLogs := p.activate(ctx, call, bc, value, deadline(context["deadline"]))
+	if web && status == http.StatusOK {
+		status, body = webAnswer(w.Header(), body)
+	}
+	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
+	// The activation's logs, then ocifn's line about the call, then the
+	// sentinels: OpenWhisk gives everything before a sentinel to the
+	// activation it ends, so nothing of this call may come after it.
+	p.outMu.Lock()
+	_, _ = p.stdout.Write(Frame(outLogs))
+	if len(errLogs) > 0 {
+		_, _ = p.stderr.Write(errLogs)
+	}
+	p.cfg.Hooks.After(ctx, call)
+	_, _ = p.stderr.Write(Frame(nil))
+	p.outMu.Unlock()
+	writeRaw(w, status, body)
+}
+
+// activate runs the container and turns what it did into the answer.
+// It returns the status and body of the answer and the logs the
+// activation leaves on stdout and stderr.
+func (p *Proxy) activate(ctx context.Context, call *hook.Call, bc bundle.Call, value []byte, timeout time.Duration) (status int, body, outLogs, errLogs []byte) {
+	out, err := p.cfg.Exec(ctx, call, bc, value, timeout)
+	var full *admit.FullError
+	switch {
+	case errors.As(err, &full):
+		call.Outcome, call.Err = hook.Rejected, err
+		return http.StatusServiceUnavailable, errorBody(err.Error()), nil, nil
+	case err != nil:
+		call.Outcome, call.Err = hook.Error, err
+		return http.StatusServiceUnavailable, errorBody(err.Error()), nil, nil
+	}
+	res := ParseOutput(out.Stdout)
+	outLogs, errLogs = res.Logs, out.Stderr
+	if !res.OK && len(res.Result) > 0 {
+		// The skeleton logs a result that is not one, so its author sees it.
+		outLogs = append(append(append([]byte(nil), res.Logs...), res.Result...), '\n')
+	}
+	fail := func(o hook.Outcome, status int, msg string) (int, []byte, []byte, []byte) {
+		call.Outcome, call.Reason = o, msg
+		return status, errorBody(msg), outLogs, errLogs
+	}
+	switch {
+	case out.TimedOut:
+		return fail(hook.Timeout, http.StatusBadGateway, fmt.Sprintf("The action ran longer than the limit of %s and was stopped.", out.Timeout.Round(time.Millisecond)))
+	case out.Overflow != "":
+		return fail(hook.Fatal, http.StatusBadGateway, fmt.Sprintf("The action printed more than the limit of %d bytes on %s.", p.cfg.MaxOutputBytes, out.Overflow))
+	case out.Err != nil:
+		call.Err = out.Err
+		return fail(hook.Error, http.StatusInternalServerError, "Internal error. "+out.Err.Error())
+	case !res.OK:
+		return fail(hook.Fatal, http.StatusBadGateway, msgNotDict)
+	}
+	call.Outcome = hook.OK
+	return http.StatusOK, res.Result, outLogs, errLogs
+}
+
+// single serves the single-entrypoint form: {"init": ...} initializes,
+// {"activation": ..., "value": ...} runs, both do both; a message with
+// neither runs as /run does.
+func (p *Proxy) single(w http.ResponseWriter, r *http.Request, msg map[string]json.RawMessage) {
+	_, hasInit := msg["init"]
+	_, hasActivation := msg["activation"]
+	_, hasValue := msg["value"]
+	if hasInit {
+		status, body := p.init(msg["init"])
+		if status != http.StatusOK || !(hasActivation && hasValue) {
+			writeRaw(w, status, body)
+			return
+		}
+	}
+	if !(hasActivation && hasValue) {
+		p.run(w, r, msg, msg, false)
+		return
+	}
+	var activation map[string]json.RawMessage
+	if raw := bytes.TrimSpace(msg["activation"]); len(raw) > 0 && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &activation); err != nil {
+			writeRaw(w, http.StatusBadRequest, errorBody(fmt.Sprintf("activation is not a JSON object: %v", err)))
+			return
+		}
+	}
+	p.run(w, r, msg, activation, true)
+}
+
+// webAnswer applies a web action's answer, as OpenWhisk's Knative proxy
+// does: statusCode, headers and body from the result object when present.
+func webAnswer(h http.Header, result []byte) (int, []byte) {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(result, &obj) != nil {
+		return http.StatusOK, result
+	}
+	status := http.StatusOK
+	if raw, ok := obj["statusCode"]; ok {
+		var code int
+		if json.Unmarshal(raw, &code) == nil && code >= 100 && code <= 599 {
+			status = code
+		}
+		delete(obj, "statusCode")
+	}
+	if raw, ok := obj["headers"]; ok {
+		var hs map[string]any
+		if json.Unmarshal(raw, &hs) == nil {
+			for k, v := range hs {
+				h.Set(k, fmt.Sprint(v))
+			}
+		}
+		delete(obj, "headers")
+	}
+	body, err := json.Marshal(obj)
+	if err != nil {
+		return http.StatusOK, result
+	}
+	if raw, ok := obj["body"]; ok {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			if h.Get("Content-Type") == "" {
+				h.Set("Content-Type", "text/html")
+			}
+			return status, []byte(s)
+		}
+		body = raw
+	}
+	return status, body
+}
+
+// writeLogs writes an activation's logs on ocifn's stdout and stderr, each
+// block in one write so that activations running at once do not mix their
+// lines, with the sentinel after them when framed.
+func (p *Proxy) writeLogs(stdout, stderr []byte, framed bool) {
+	p.outMu.Lock()
+	defer p.outMu.Unlock()
+	if framed {
+		_, _ = p.stdout.Write(Frame(stdout))
+		_, _ = p.stderr.Write(Frame(stderr))
+		return
+	}
+	if len(stdout) > 0 {
+		_, _ = p.stdout.Write(stdout)
+	}
+	if len(stderr) > 0 {
+		_, _ = p.stderr.Write(stderr)
+	}
+}
+
+// deadline turns OpenWhisk's deadline (epoch milliseconds) into the time
+// left; zero when absent or past parsing.
+func deadline(raw json.RawMessage) time.Duration {
+	s := EnvValue(raw)
+	if s == "" {
+		return 0
+	}
+	var ms float64
+	if _, err := fmt.Sscan(s, &ms); err != nil || math.IsNaN(ms) || ms <= 0 {
+		return 0
+	}
+	left := time.Until(time.UnixMilli(int64(ms)))
+	if left <= 0 {
+		// Already past: the platform gave up; the call still gets our own
+		// timeout rather than none at all.
+		return 0
+	}
+	return left
+}
+
+func errorBody(msg string) []byte {
+	b, _ := json.Marshal(map[string]string{"error": msg})
+	return b
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

@@ -1,0 +1,78 @@
+package front
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Server is the HTTP handler of a front's port: GET /healthz, /metrics,
+// and the front's own routes. Until it is ready, and once it drains,
+// /healthz answers 503 so that a platform routes work elsewhere; a call
+// that comes before it is ready waits for it (OpenWhisk sends /init as soon
+// as the port accepts connections).
+type Server struct {
+	metrics  http.Handler
+	handler  atomic.Pointer[http.Handler]
+	ready    chan struct{}
+	draining atomic.Bool
+}
+
+// NewServer returns a server exposing reg at /metrics.
+func NewServer(reg *prometheus.Registry) *Server {
+	return &Server{metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), ready: make(chan struct{})}
+}
+
+// Ready makes h serve the front's routes. It must be called once.
+func (s *Server) Ready(h http.Handler) {
+	s.handler.Store(&h)
+	close(s.ready)
+}
+
+// Drain makes /healthz fail while running calls finish.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := s.handler.Load()
+	switch r.URL.Path {
+	case "/healthz":
+		if h == nil || s.draining.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("OK\n"))
+		return
+	case "/metrics":
+		s.metrics.ServeHTTP(w, r)
+		return
+	}
+	if h == nil {
+		select {
+		case <-s.ready:
+			h = s.handler.Load()
+		case <-r.Context().Done():
+			WriteJSONError(w, http.StatusServiceUnavailable, "the function image was still being unpacked; retry shortly")
+			return
+		}
+	}
+	(*h).ServeHTTP(w, r)
+}
+
+// WriteJSON answers with status and v as JSON.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"cannot encode the answer"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// WriteJSONError answers with status and {"error": msg}.
+func WriteJSONError(w http.ResponseWriter, status int, msg string) {
+	WriteJSON(w, status, map[string]string{"error": msg})
+}

@@ -1,0 +1,75 @@
+package hook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+type ctxKey struct{}
+
+// recorder notes the order hooks run in and can fail or panic.
+type recorder struct {
+	name  string
+	seen  *[]string
+	fail  error
+	panic bool
+}
+
+func (r recorder) Before(ctx context.Context, c *Call) (context.Context, error) {
+	*r.seen = append(*r.seen, "before "+r.name)
+	if r.panic {
+		panic("boom")
+	}
+	if r.fail != nil {
+		return nil, r.fail
+	}
+	return context.WithValue(ctx, ctxKey{}, r.name), nil
+}
+
+func (r recorder) After(ctx context.Context, c *Call) error {
+	*r.seen = append(*r.seen, "after "+r.name)
+	if r.panic {
+		panic("boom")
+	}
+	return r.fail
+}
+
+func TestChain(t *testing.T) {
+	var seen []string
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	ch := NewChain(log,
+		recorder{name: "a", seen: &seen},
+		recorder{name: "failing", seen: &seen, fail: errors.New("store down")},
+		recorder{name: "panicking", seen: &seen, panic: true},
+		recorder{name: "b", seen: &seen},
+	)
+	c := &Call{Tag: "t1"}
+	ctx := ch.Before(context.Background(), c)
+	if got := ctx.Value(ctxKey{}); got != "b" {
+		t.Errorf("context after Before carries %v, want the last good hook's", got)
+	}
+	ch.After(ctx, c)
+	want := "before a,before failing,before panicking,before b,after b,after panicking,after failing,after a"
+	if got := strings.Join(seen, ","); got != want {
+		t.Errorf("order:\n got %s\nwant %s", got, want)
+	}
+	for _, s := range []string{"store down", "panic: boom", "stage=before", "stage=after", "tag=t1"} {
+		if !strings.Contains(logs.String(), s) {
+			t.Errorf("log lacks %q:\n%s", s, logs.String())
+		}
+	}
+}
+
+func TestNilChainIsNoOp(t *testing.T) {
+	var ch *Chain
+	ctx := context.Background()
+	if ch.Before(ctx, &Call{}) != ctx {
+		t.Error("a nil chain changed the context")
+	}
+	ch.After(ctx, &Call{})
+}

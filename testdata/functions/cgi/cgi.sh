@@ -1,0 +1,37 @@
+#!/bin/sh
+# A CGI program: the request in the environment and on stdin, the response
+# (an optional header block, then the body) on stdout.
+case "$PATH_INFO" in
+/env)
+	printf 'Content-Type: text/plain\nX-Request-Method: %s\n\n' "$REQUEST_METHOD"
+	env | grep -E '^(REQUEST_METHOD|PATH_INFO|QUERY_STRING|CONTENT_TYPE|CONTENT_LENGTH|SERVER_PROTOCOL|HTTP_|EVENT_|GATEWAY_INTERFACE)' | sort
+	echo "---"
+	cat
+	;;
+/status)
+	printf 'Status: 418 I am a teapot\nContent-Type: application/json\n\n{"tea": true}'
+	;;
+/plain)
+	echo "no header block, just a body"
+	;;
+/fail)
+	echo "about to fail" >&2
+	echo "oops: the thing broke" >&2
+	exit 3
+	;;
+/sleep)
+	sleep "${QUERY_STRING:-60}"
+	printf 'Content-Type: text/plain\n\nslept %s\n' "$QUERY_STRING"
+	;;
+/bad)
+	printf 'Content-Type: text/plain\nno blank line ends these headers'
+	;;
+/fresh)
+	[ -e /tmp/mark ] && seen=yes || seen=no
+	touch /tmp/mark
+	printf 'Content-Type: text/plain\n\nseen=%s\n' "$seen"
+	;;
+*)
+	printf 'Status: 404 Not Found\nContent-Type: text/plain\n\nno such path: %s\n' "$PATH_INFO"
+	;;
+esac
