@@ -4,16 +4,13 @@
 package adaptor
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
-	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Exit is how one function process ended.
@@ -52,8 +49,6 @@ const (
 const (
 	// stderrTailBytes is how much of the end of stderr a Fatal result quotes.
 	stderrTailBytes = 2048
-	// outputHeadBytes is how much of invalid output a Fatal result quotes.
-	outputHeadBytes = 256
 )
 
 // Result is the outcome of one call, for the caller's logs.
@@ -63,87 +58,6 @@ type Result struct {
 	Exit     Exit
 	// Reason is the one-line cause of a Fatal outcome.
 	Reason string
-}
-
-// encodeRequest renders the request as the function sees it on stdin:
-// protojson, with desired and observed always present and each carrying a
-// resources object, so `.desired.resources[]` never meets null.
-func encodeRequest(req *fnv1.RunFunctionRequest) ([]byte, error) {
-	// Marshal the two states on their own and splice them in, instead of
-	// round-tripping the whole request through a generic JSON decoder:
-	// requests can be megabytes and the rest needs no change.
-	desired, observed := req.GetDesired(), req.GetObserved()
-	d, err := encodeState(desired)
-	if err != nil {
-		return nil, fmt.Errorf("cannot encode the desired state: %w", err)
-	}
-	o, err := encodeState(observed)
-	if err != nil {
-		return nil, fmt.Errorf("cannot encode the observed state: %w", err)
-	}
-	// The request belongs to this call; its states are detached only while
-	// the rest is marshalled, so any field added to the protocol later is
-	// still passed on.
-	req.Desired, req.Observed = nil, nil
-	rest, err := protojson.Marshal(req)
-	req.Desired, req.Observed = desired, observed
-	if err != nil {
-		return nil, fmt.Errorf("cannot encode the request: %w", err)
-	}
-	var b bytes.Buffer
-	b.Grow(len(rest) + len(d) + len(o) + 32)
-	b.WriteString(`{"desired":`)
-	b.Write(d)
-	b.WriteString(`,"observed":`)
-	b.Write(o)
-	if body := bytes.TrimSpace(rest[1:]); !bytes.Equal(body, []byte("}")) {
-		b.WriteByte(',')
-		b.Write(body)
-	} else {
-		b.WriteByte('}')
-	}
-	b.WriteByte('\n')
-	return b.Bytes(), nil
-}
-
-// encodeState renders a State with a resources object, present even when
-// empty.
-func encodeState(s *fnv1.State) ([]byte, error) {
-	if s == nil {
-		return []byte(`{"resources":{}}`), nil
-	}
-	b, err := protojson.Marshal(s)
-	if err != nil {
-		return nil, err
-	}
-	if len(s.GetResources()) > 0 {
-		return b, nil
-	}
-	body := bytes.TrimSpace(b[1:])
-	if bytes.Equal(body, []byte("}")) {
-		return []byte(`{"resources":{}}`), nil
-	}
-	return append([]byte(`{"resources":{},`), body...), nil
-}
-
-// decodeResponse parses what the function printed. Unknown fields are an
-// error: a misspelt field would otherwise be dropped without a word.
-func decodeResponse(out []byte) (*fnv1.RunFunctionResponse, error) {
-	if len(bytes.TrimSpace(out)) == 0 {
-		return nil, fmt.Errorf("the function printed nothing on stdout; it must print a RunFunctionResponse as JSON")
-	}
-	if !utf8.Valid(out) {
-		return nil, fmt.Errorf("the function's output is not valid UTF-8; output began with %s", quoteHead(out))
-	}
-	rsp := &fnv1.RunFunctionResponse{}
-	if err := protojson.Unmarshal(out, rsp); err != nil {
-		why := explainResponse(out)
-		if why == "" {
-			why = err.Error()
-		}
-		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %s; output began with %s", why, quoteHead(out))
-	}
-	return rsp, nil
 }
 
 // complete applies the contract to a valid response: the tag is filled in,
@@ -214,11 +128,4 @@ func quoteTag(tag string) string {
 		return fmt.Sprintf("%q…", strings.ToValidUTF8(tag[:64], "\uFFFD"))
 	}
 	return fmt.Sprintf("%q", tag)
-}
-
-func quoteHead(b []byte) string {
-	if len(b) > outputHeadBytes {
-		return fmt.Sprintf("%q…", strings.ToValidUTF8(string(b[:outputHeadBytes]), "\uFFFD"))
-	}
-	return fmt.Sprintf("%q", strings.ToValidUTF8(string(b), "\uFFFD"))
 }

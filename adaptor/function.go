@@ -19,6 +19,8 @@ import (
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/ocifn/ocifn/codec"
 )
 
 // Defaults.
@@ -49,6 +51,8 @@ type Function struct {
 	// cacheTTL, when set, is the TTL of every response, whatever the
 	// function says.
 	cacheTTL time.Duration
+	// codec is the I/O mode: what the container reads and prints.
+	codec codec.Codec
 
 	// slots admits at most cap(slots) calls at once; queued counts the
 	// calls waiting for one, up to maxQueue.
@@ -101,9 +105,13 @@ func WithCache(maxBytes int, forceTTL time.Duration) Option {
 	}
 }
 
+// WithCodec sets the I/O mode the function's container speaks; the default
+// is json.
+func WithCodec(c codec.Codec) Option { return func(f *Function) { f.codec = c } }
+
 // NewFunction returns a Function that runs calls with r.
 func NewFunction(r Runner, opts ...Option) *Function {
-	f := &Function{runner: r, log: slog.Default(), timeout: DefaultTimeout, maxOutputBytes: DefaultMaxOutputBytes}
+	f := &Function{runner: r, log: slog.Default(), timeout: DefaultTimeout, maxOutputBytes: DefaultMaxOutputBytes, codec: codec.JSON{}}
 	WithConcurrency(DefaultMaxConcurrency(), 4*DefaultMaxConcurrency())(f)
 	for _, o := range opts {
 		o(f)
@@ -272,9 +280,9 @@ func (f *Function) gaugeQueued() {
 }
 
 func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest) (Result, error) {
-	in, err := encodeRequest(req)
+	in, err := f.codec.Encode(req)
 	if err != nil {
-		return Result{}, status.Errorf(grpccodes.InvalidArgument, "cannot encode the request as JSON: %v", err)
+		return Result{}, status.Errorf(grpccodes.InvalidArgument, "cannot encode the request for the %s I/O mode: %v", f.codec.Name(), err)
 	}
 	callCtx, cancel := context.WithTimeoutCause(ctx, f.timeout, errTimeout)
 	defer cancel()
@@ -311,7 +319,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest) (Resul
 	case exit.Code != 0:
 		return fail(OutcomeFatal, fmt.Sprintf("the function exited with code %d", exit.Code))
 	}
-	rsp, err := f.decode(ctx, stdout.Bytes())
+	rsp, err := f.decode(ctx, req, stdout.Bytes())
 	if err != nil {
 		r, _ := fail(OutcomeFatal, err.Error())
 		r.Reason = reasonInvalidOutput
@@ -345,13 +353,13 @@ func (f *Function) observeContainer(ctx context.Context, started time.Time, exit
 }
 
 // decode parses the function's output, in a span of its own when tracing.
-func (f *Function) decode(ctx context.Context, out []byte) (*fnv1.RunFunctionResponse, error) {
+func (f *Function) decode(ctx context.Context, req *fnv1.RunFunctionRequest, out []byte) (*fnv1.RunFunctionResponse, error) {
 	if f.tracer == nil {
-		return decodeResponse(out)
+		return f.codec.Decode(req, out)
 	}
 	_, span := f.tracer.Start(ctx, "response.parse")
 	defer span.End()
-	rsp, err := decodeResponse(out)
+	rsp, err := f.codec.Decode(req, out)
 	if err != nil {
 		span.SetStatus(codes.Error, "invalid response")
 	}

@@ -5,6 +5,10 @@
 package codec
 
 import (
+	"fmt"
+	"sort"
+	"strings"
+
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 )
 
@@ -19,4 +23,33 @@ type Codec interface {
 	// valid answer, naming the likely mode when the output is another
 	// mode's; the adaptor turns it into a Fatal result.
 	Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.RunFunctionResponse, error)
+}
+
+// Default is the mode of an image that records none: ocifn's own JSON.
+const Default = "json"
+
+// modes are the codecs --io can name, by name.
+var modes = map[string]Codec{
+	"json": JSON{},
+}
+
+// ByName returns the codec of an I/O mode; "" is the default mode.
+func ByName(name string) (Codec, error) {
+	if name == "" {
+		name = Default
+	}
+	if c, ok := modes[name]; ok {
+		return c, nil
+	}
+	return nil, fmt.Errorf("unknown I/O mode %q; valid modes are %s", name, strings.Join(Names(), ", "))
+}
+
+// Names lists the valid I/O modes, sorted.
+func Names() []string {
+	names := make([]string, 0, len(modes))
+	for n := range modes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }

@@ -16,8 +16,9 @@ export FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-2s}
 
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(
-	./adaptor:FuzzEncodeRequest
-	./adaptor:FuzzResponse
+	./codec:FuzzJSONEncode
+	./codec:FuzzJSONDecode
+	./adaptor:FuzzContract
 	./oci:FuzzOpen
 	./oci:FuzzUnpack
 )

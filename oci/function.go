@@ -43,6 +43,19 @@ func OpenFunction(path string, opts ...OpenOption) (*Image, error) {
 	return fn, nil
 }
 
+// IOMode is the I/O mode recorded for the function: the package's LabelIO
+// when the image came out of a package (FunctionFromPackage), else the
+// image's own; "" when neither records one.
+func (i *Image) IOMode() string {
+	if i.ioMode != "" {
+		return i.ioMode
+	}
+	if i.cfg == nil {
+		return ""
+	}
+	return i.cfg.Config.Labels[LabelIO]
+}
+
 // IsPackage reports whether an image config is that of an ocifn package.
 func IsPackage(cf *v1.ConfigFile) bool {
 	return cf != nil && cf.Config.Labels[LabelFunction] != ""
@@ -86,6 +99,7 @@ func FunctionFromPackage(pkg v1.Image, scratchDir string, limit int64) (*Image, 
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", "/"+want, err)
 		}
+		img.ioMode = cf.Config.Labels[LabelIO]
 		return img, nil
 	}
 	return nil, fmt.Errorf(errNoFunctionFile, "/"+want)

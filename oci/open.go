@@ -77,6 +77,8 @@ type Image struct {
 	cfg    *v1.ConfigFile
 	digest v1.Hash
 	file   *os.File
+	// ioMode is the I/O mode of the package the image came from.
+	ioMode string
 }
 
 // Open reads the image tarball at path: `docker save` output or an OCI

@@ -42,6 +42,13 @@ const (
 	LabelFunctionName   = "dev.ocifn.function.name"
 	// LabelBuildVersion is the version of the ocifn that built the package.
 	LabelBuildVersion = "dev.ocifn.build.version"
+	// LabelIO is the function's I/O mode (json, functionio, krm), set by
+	// `ocifn build --io` on a package, or by an author on a function image.
+	// Absent means json.
+	LabelIO = "dev.ocifn.io"
+	// EnvIO carries LabelIO into the package's container, where `ocifn
+	// serve` reads it: a process cannot see its own image's labels.
+	EnvIO = "OCIFN_IO"
 )
 
 // Mode bits of the files a package adds.
@@ -63,6 +70,9 @@ type PackageInput struct {
 	Meta *PackageMeta
 	// Labels are more image config labels (e.g. LabelBuildVersion).
 	Labels map[string]string
+	// IO is the function's I/O mode, recorded as LabelIO and EnvIO; ""
+	// records nothing, which means json.
+	IO string
 }
 
 // BuildPackage returns the Function package image: the runtime's layers
@@ -138,6 +148,10 @@ func BuildPackage(in PackageInput) (v1.Image, error) {
 	}
 	labels[LayerLabel(metaDigest.String())] = PackageAnnotation
 	cf.Config.Labels = labels
+	if in.IO != "" {
+		labels[LabelIO] = in.IO
+		cf.Config.Env = setEnv(cf.Config.Env, EnvIO, in.IO)
+	}
 	if history != nil {
 		cf.History = append(history,
 			v1.History{Created: epoch, CreatedBy: "ocifn build: function image " + FunctionTarball, Comment: in.Function.Digest().String()},
@@ -147,6 +161,17 @@ func BuildPackage(in PackageInput) (v1.Image, error) {
 		cf.History = nil
 	}
 	return mutate.ConfigFile(img, cf)
+}
+
+// setEnv returns env with key set to value, replacing any earlier value.
+func setEnv(env []string, key, value string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, e := range env {
+		if !strings.HasPrefix(e, key+"=") {
+			out = append(out, e)
+		}
+	}
+	return append(out, key+"="+value)
 }
 
 // consistentHistory returns h if it has exactly n non-empty-layer entries.

@@ -148,10 +148,18 @@ func TestPackageLayout(t *testing.T) {
 	}
 	pkg, err := BuildPackage(PackageInput{
 		Runtime: rt.Image(), FunctionTarball: normalized, Function: fn, Meta: meta,
-		Labels: map[string]string{LabelBuildVersion: "v9"},
+		Labels: map[string]string{LabelBuildVersion: "v9"}, IO: "krm",
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Without an I/O mode, nothing is recorded: the default stays json.
+	plainPkg, err := BuildPackage(PackageInput{Runtime: rt.Image(), FunctionTarball: normalized, Function: fn, Meta: meta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pcf, err := plainPkg.ConfigFile(); err != nil || pcf.Config.Labels[LabelIO] != "" || slices.ContainsFunc(pcf.Config.Env, func(e string) bool { return strings.HasPrefix(e, EnvIO+"=") }) {
+		t.Errorf("a package built without an I/O mode records one: %v %v", pcf.Config.Labels, pcf.Config.Env)
 	}
 	out := filepath.Join(dir, "out")
 	if err := os.Mkdir(out, 0o755); err != nil {
@@ -218,11 +226,14 @@ func TestPackageLayout(t *testing.T) {
 	if !slices.Equal(cf.Config.Entrypoint, []string{"/usr/local/bin/ocifn", "serve"}) || cf.OS != "linux" || cf.Architecture != "amd64" {
 		t.Errorf("the runtime's entrypoint and platform are not kept: %v %s/%s", cf.Config.Entrypoint, cf.OS, cf.Architecture)
 	}
+	if !slices.Equal(cf.Config.Env, []string{"PATH=/usr/local/bin", EnvIO + "=krm"}) {
+		t.Errorf("env %v: want the runtime's, and the I/O mode for ocifn serve", cf.Config.Env)
+	}
 	metaDigest, _ := layers[2].Digest()
 	for k, v := range map[string]string{
 		LabelVersion: "v1.2.3", LabelCrunVersion: "1.8.1", LabelBuildVersion: "v9",
 		LabelFunction: FunctionTarball, LabelFunctionDigest: fn.Digest().String(),
-		LayerLabel(metaDigest.String()): PackageAnnotation,
+		LayerLabel(metaDigest.String()): PackageAnnotation, LabelIO: "krm",
 	} {
 		if cf.Config.Labels[k] != v {
 			t.Errorf("label %s: got %q, want %q", k, cf.Config.Labels[k], v)
@@ -273,6 +284,9 @@ func TestPackageLayout(t *testing.T) {
 	if inner.Digest() != fn.Digest() {
 		t.Errorf("embedded function digest %s, want %s", inner.Digest(), fn.Digest())
 	}
+	if inner.IOMode() != "krm" {
+		t.Errorf("the embedded function's I/O mode is %q, want the package's krm", inner.IOMode())
+	}
 	self, err := OpenFunction(fnPath)
 	if err != nil {
 		t.Fatal(err)
@@ -280,6 +294,9 @@ func TestPackageLayout(t *testing.T) {
 	defer self.Close()
 	if self.Digest() != fn.Digest() {
 		t.Error("OpenFunction of a plain image tarball is not the image")
+	}
+	if self.IOMode() != "" {
+		t.Errorf("an image without the label has the I/O mode %q", self.IOMode())
 	}
 
 	info, err := InspectPackage(annotated, dir)
@@ -314,5 +331,23 @@ func TestOpenFunctionRejectsPackageWithoutFunction(t *testing.T) {
 	_, err := OpenFunction(p)
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("no /ocifn/function.tar in any layer")) {
 		t.Errorf("got %v", err)
+	}
+}
+
+// TestIOModeFromImageLabel: an author can record the I/O mode on the
+// function image itself, with the same label a package carries.
+func TestIOModeFromImageLabel(t *testing.T) {
+	img := pkgTestImage(t, map[string]string{"fn": "x"}, v1.Config{Entrypoint: []string{"/fn"}, Labels: map[string]string{LabelIO: "functionio"}})
+	path := filepath.Join(t.TempDir(), "fn.tar")
+	if err := tarball.WriteToFile(path, nil, img); err != nil {
+		t.Fatal(err)
+	}
+	fn, err := OpenFunction(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fn.Close()
+	if fn.IOMode() != "functionio" {
+		t.Errorf("IOMode %q, want the label's functionio", fn.IOMode())
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/ocifn/ocifn/codec"
 	"github.com/ocifn/ocifn/host"
 	"github.com/ocifn/ocifn/oci"
 )
@@ -28,6 +29,7 @@ type buildOptions struct {
 	runtimeImage   string
 	runtimeTarball string
 	insecure       bool
+	io             string
 }
 
 func newBuildCommand() *cobra.Command {
@@ -64,6 +66,7 @@ what "crossplane xpkg build" writes; push it with "ocifn push".`,
 	f.StringVar(&o.runtimeImage, "runtime-image", "", "the ocifn runtime image to build on, from a registry")
 	f.StringVar(&o.runtimeTarball, "runtime-image-tarball", "", "the ocifn runtime image to build on, as an image tarball (make image)")
 	f.BoolVar(&o.insecure, "insecure-registry", false, "allow plain HTTP to the registry of --runtime-image")
+	f.StringVar(&o.io, "io", "", "I/O mode of the function, recorded in the package for ocifn serve: "+strings.Join(codec.Names(), ", ")+" (default: none recorded, which means json)")
 	return cmd
 }
 
@@ -75,6 +78,11 @@ func (o *buildOptions) check() error {
 		return errors.New("pass exactly one of --package-file (Function metadata, e.g. crossplane.yaml) and --name (generate minimal metadata)")
 	case (o.runtimeImage == "") == (o.runtimeTarball == ""):
 		return errors.New("pass exactly one of --runtime-image REF and --runtime-image-tarball FILE: the ocifn runtime image the package runs (make image builds build/ocifn-runtime.tar)")
+	}
+	if o.io != "" {
+		if _, err := codec.ByName(o.io); err != nil {
+			return fmt.Errorf("--io: %w", err)
+		}
 	}
 	if _, err := os.Stat(o.from); err != nil {
 		return fmt.Errorf("cannot read the function image tarball: %w", err)
@@ -180,6 +188,7 @@ func (o *buildOptions) run(ctx context.Context) error {
 		Function:        fn,
 		Meta:            meta,
 		Labels:          map[string]string{oci.LabelBuildVersion: version},
+		IO:              o.io,
 	})
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/containers/storage/pkg/unshare"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/ocifn/ocifn/adaptor"
 	"github.com/ocifn/ocifn/bundle"
+	"github.com/ocifn/ocifn/codec"
 	"github.com/ocifn/ocifn/host"
 	"github.com/ocifn/ocifn/oci"
 	"github.com/ocifn/ocifn/spec"
@@ -37,6 +39,10 @@ type functionFlags struct {
 	// warm is set by serve only: a one-off call has no use for containers
 	// created ahead.
 	warm int
+	// io is --io, the I/O mode; "" means the one the image records.
+	io string
+	// codec is the I/O mode prepare resolved for the image.
+	codec codec.Codec
 }
 
 func (o *functionFlags) register(f *pflag.FlagSet) {
@@ -52,6 +58,7 @@ func (o *functionFlags) register(f *pflag.FlagSet) {
 	f.Var(&o.memoryLimit, "memory-limit", "memory of one call (e.g. 512Mi; 0: no limit): a cgroup limit where cgroup v2 is delegated, else RLIMIT_DATA per process")
 	f.Int64Var(&o.pidsLimit, "pids-limit", bundle.DefaultPidsLimit, "processes and threads of one call: a cgroup limit where cgroup v2 is delegated, else RLIMIT_NPROC")
 	f.Var(&o.maxRootfsBytes, "max-rootfs-bytes", "largest unpacked size of the function image (e.g. 4Gi; 0: no limit)")
+	f.StringVar(&o.io, "io", o.io, "I/O mode of the function: "+strings.Join(codec.Names(), ", ")+" (default: the mode the image or package records, else json)")
 }
 
 // defaultCacheDir is under /var/cache for real root (container ids other
@@ -85,6 +92,11 @@ func (o *functionFlags) check() (*bundle.Runtime, error) {
 	if o.maxOutputBytes <= 0 {
 		return nil, fmt.Errorf("--max-output-bytes %d: must be positive", o.maxOutputBytes)
 	}
+	if o.io != "" {
+		if _, err := codec.ByName(o.io); err != nil {
+			return nil, fmt.Errorf("--io: %w", err)
+		}
+	}
 	return bundle.FindRuntime(o.runtime)
 }
 
@@ -108,6 +120,9 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		return nil, err
 	}
 	defer img.Close()
+	if o.codec, err = o.ioMode(img); err != nil {
+		return nil, err
+	}
 	if removed, err := bundle.Sweep(rt, o.cacheDir); err != nil {
 		log.Warn("cannot clean up what an earlier run left in the cache directory", "error", err)
 	} else if len(removed) > 0 {
@@ -121,14 +136,31 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		return nil, fmt.Errorf("cannot prepare the function image %s: %w", tarball, err)
 	}
 	log.Info("image unpacked", "tarball", tarball, "image", img.Name(), "digest", img.Digest().String(),
-		"id_mode", mode, "duration", time.Since(start).Round(time.Millisecond), "runtime", rt.Version())
+		"id_mode", mode, "io", o.codec.Name(), "duration", time.Since(start).Round(time.Millisecond), "runtime", rt.Version())
 	log.Debug("runtime config", "args", b.Spec().Process.Args, "user", b.Spec().Process.User, "uid_mappings", b.Spec().Linux.UIDMappings)
 	return b, nil
+}
+
+// ioMode resolves the I/O mode of a function image: --io wins over the
+// mode the image or its package records (oci.LabelIO); without either it
+// is json.
+func (o *functionFlags) ioMode(img *oci.Image) (codec.Codec, error) {
+	if o.io != "" {
+		return codec.ByName(o.io)
+	}
+	c, err := codec.ByName(img.IOMode())
+	if err != nil {
+		return nil, fmt.Errorf("the image records an I/O mode this ocifn does not know (label %s): %w; upgrade ocifn or override it with --io", oci.LabelIO, err)
+	}
+	return c, nil
 }
 
 // function returns the adaptor's Function running calls in b.
 func (o *functionFlags) function(log *slog.Logger, b *bundle.Bundle, opts ...adaptor.Option) *adaptor.Function {
 	base := []adaptor.Option{adaptor.WithLogger(log), adaptor.WithTimeout(o.timeout), adaptor.WithMaxOutputBytes(o.maxOutputBytes)}
+	if o.codec != nil {
+		base = append(base, adaptor.WithCodec(o.codec))
+	}
 	return adaptor.NewFunction(runner{b}, append(base, opts...)...)
 }
 

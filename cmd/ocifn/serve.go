@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/ocifn/ocifn/adaptor"
+	"github.com/ocifn/ocifn/oci"
 )
 
 // defaultWarm keeps two containers ready: a call then starts in well under a
@@ -53,7 +54,8 @@ func newServeCommand() *cobra.Command {
 At startup the image tarball is read, every digest checked, and its layers
 unpacked once into a read-only root filesystem. Each RunFunction call then
 runs the image's entrypoint in a fresh rootless crun container: the request
-as JSON on stdin, the response as JSON on stdout.`,
+on stdin, the response on stdout, as JSON unless --io or the package names
+another I/O mode.`,
 		Example: `  # Local development, plaintext gRPC on :9443:
   ocifn serve --insecure --tarball function.tar
 
@@ -63,7 +65,10 @@ as JSON on stdin, the response as JSON on stdout.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
 	}
 	f := cmd.Flags()
+	// In a package, ocifn build --io records the mode in the environment.
+	o.io = os.Getenv(oci.EnvIO)
 	o.functionFlags.register(f)
+	f.Lookup("io").Usage += " (env " + oci.EnvIO + ")"
 	f.IntVar(&o.warm, "warm", defaultWarm, "containers to keep created ahead of calls, so that a call only has to start one; each still serves a single call (0: off)")
 	f.StringVar(&o.tarball, "tarball", defaultTarball, "image tarball of the function: docker save output (optionally gzipped) or an OCI archive")
 	f.StringVar(&o.address, "address", ":9443", "address to serve gRPC on")

@@ -1,4 +1,4 @@
-package adaptor
+package codec
 
 import (
 	"strings"
@@ -89,7 +89,7 @@ func TestExplainResponseAcceptsValidResponses(t *testing.T) {
 }
 
 func TestDecodeResponseExplains(t *testing.T) {
-	_, err := decodeResponse([]byte(`{"desired_state": {}}`))
+	_, err := JSON{}.Decode(nil, []byte(`{"desired_state": {}}`))
 	if err == nil {
 		t.Fatal("no error")
 	}

@@ -1,4 +1,4 @@
-package adaptor
+package codec
 
 import (
 	"bytes"

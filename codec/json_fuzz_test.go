@@ -1,0 +1,113 @@
+package codec
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"unicode/utf8"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// addRequestSeeds adds the testdata functions' requests to a fuzz corpus.
+func addRequestSeeds(f *testing.F) {
+	files, _ := filepath.Glob("../testdata/functions/*/request*.json")
+	for _, p := range files {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
+}
+
+// FuzzJSONEncode: any request a client can send is given to the
+// function as JSON that parses back to the same request, with desired and
+// observed resources always present, and the request itself is left as it
+// was.
+func FuzzJSONEncode(f *testing.F) {
+	addRequestSeeds(f)
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"meta": {"tag": "t"}, "observed": {"composite": {"resource": {"kind": "X"}}}, "context": {"a": [1, "b", null]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req := &fnv1.RunFunctionRequest{}
+		if err := protojson.Unmarshal(data, req); err != nil {
+			return
+		}
+		before := proto.Clone(req)
+		out, err := JSON{}.Encode(req)
+		if err != nil {
+			t.Fatalf("Encode: %v", err)
+		}
+		if !proto.Equal(before, req) {
+			t.Fatalf("Encode changed the request:\n%v\n%v", before, req)
+		}
+		var shape struct {
+			Desired, Observed *struct {
+				Resources *map[string]json.RawMessage `json:"resources"`
+			}
+		}
+		if err := json.Unmarshal(out, &shape); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, out)
+		}
+		if shape.Desired == nil || shape.Desired.Resources == nil || shape.Observed == nil || shape.Observed.Resources == nil {
+			t.Fatalf("desired.resources or observed.resources missing:\n%s", out)
+		}
+		got := &fnv1.RunFunctionRequest{}
+		if err := protojson.Unmarshal(out, got); err != nil {
+			t.Fatalf("the function's stdin is not a request: %v\n%s", err, out)
+		}
+		want := proto.Clone(req).(*fnv1.RunFunctionRequest)
+		if want.Desired == nil {
+			want.Desired = &fnv1.State{}
+		}
+		if want.Observed == nil {
+			want.Observed = &fnv1.State{}
+		}
+		if !proto.Equal(want, got) {
+			t.Fatalf("round trip differs:\nwant %v\ngot  %v", want, got)
+		}
+	})
+}
+
+// FuzzJSONDecode: whatever a function prints is either refused with a short,
+// valid UTF-8 reason, or becomes a response that survives a protojson round
+// trip. (The contract the adaptor applies to it, tag and desired state, is
+// fuzzed in the adaptor by FuzzContract.)
+func FuzzJSONDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"desired": {"resources": {"a": {"resource": {"kind": "A"}}}}, "results": [{"severity": "SEVERITY_NORMAL", "message": "m"}]}`,
+		`{"meta": {"tag": "other", "ttl": "60s"}, "desired": {}}`,
+		`{"meta": {"tag": "t"}, "context": {"k": "v"}}`,
+		`{"desired": {"composite": {"resource": {"kind": "XR"}, "connectionDetails": {"k": "dg=="}}}, "requirements": {"extraResources": {"r": {"apiVersion": "v1", "kind": "Secret", "matchName": "s"}}}}`,
+		"{\"results\": [{\"message\": \"\xff\"}]}",
+		`{"desired": {`,
+		``,
+		`null`,
+	} {
+		f.Add([]byte(s))
+	}
+	req := &fnv1.RunFunctionRequest{}
+	if err := protojson.Unmarshal([]byte(`{"meta": {"tag": "t"}, "desired": {"resources": {"a": {"resource": {"kind": "A"}}}}, "context": {"c": 1}}`), req); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, out []byte) {
+		rsp, err := JSON{}.Decode(req, out)
+		if err != nil {
+			msg := err.Error()
+			if !utf8.ValidString(msg) || len(msg) > 4096 {
+				t.Fatalf("the reason is not short valid UTF-8 (%d bytes): %q", len(msg), msg)
+			}
+			return
+		}
+		b, err := protojson.Marshal(rsp)
+		if err != nil {
+			t.Fatalf("the response cannot be sent: %v", err)
+		}
+		again := &fnv1.RunFunctionResponse{}
+		if err := protojson.Unmarshal(b, again); err != nil || !proto.Equal(again, rsp) {
+			t.Fatalf("round trip: %v\n%v\n%v", err, rsp, again)
+		}
+	})
+}

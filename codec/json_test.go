@@ -1,0 +1,73 @@
+package codec
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+func TestJSONEncode(t *testing.T) {
+	cases := []struct {
+		name, req string
+	}{
+		{"empty", `{}`},
+		{"meta_only", `{"meta": {"tag": "x"}}`},
+		{"composite_without_resources", `{"desired": {"composite": {"resource": {"kind": "XR"}}}, "observed": {"composite": {"resource": {"kind": "XR"}}}}`},
+		{"with_resources", `{"desired": {"resources": {"a": {"resource": {"kind": "A"}}}}, "input": {"filter": "."}}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &fnv1.RunFunctionRequest{}
+			if err := protojson.Unmarshal([]byte(tc.req), req); err != nil {
+				t.Fatal(err)
+			}
+			b, err := JSON{}.Encode(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatalf("not JSON: %v\n%s", err, b)
+			}
+			for _, k := range []string{"desired", "observed"} {
+				st, ok := got[k].(map[string]any)
+				if !ok {
+					t.Fatalf("%s missing: %s", k, b)
+				}
+				if _, ok := st["resources"].(map[string]any); !ok {
+					t.Errorf("%s.resources missing: %s", k, b)
+				}
+			}
+			// Nothing is lost: the encoded request reads back as the
+			// original.
+			back := &fnv1.RunFunctionRequest{}
+			if err := protojson.Unmarshal(b, back); err != nil {
+				t.Fatal(err)
+			}
+			if req.Desired == nil {
+				req.Desired = &fnv1.State{}
+			}
+			if req.Observed == nil {
+				req.Observed = &fnv1.State{}
+			}
+			want, _ := protojson.Marshal(req)
+			have, _ := protojson.Marshal(back)
+			if !bytes.Equal(compact(t, want), compact(t, have)) {
+				t.Errorf("round trip changed the request:\nwant %s\ngot  %s", want, have)
+			}
+		})
+	}
+}
+
+func compact(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := json.Marshal(v)
+	return out
+}

@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ocifn/ocifn/oci"
+)
+
+// TestIOModeMismatch: a function that prints another I/O mode's answer in
+// json mode gets a Fatal result that names the mode it likely needs.
+func TestIOModeMismatch(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--warm", "0"})
+	cases := []struct {
+		name, script string
+		want         []string
+	}{
+		{"resource_list_names_krm", `printf 'apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\n'`,
+			[]string{"a KRM ResourceList", "--io krm"}},
+		{"function_io_names_functionio", `printf 'desired:\n  composite:\n    resource: {}\nresults: []\n'`,
+			[]string{"a FunctionIO document", "--io functionio"}},
+		{"json_resource_list_names_krm", `echo '{"apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList", "items": []}'`,
+			[]string{"a KRM ResourceList", "--io krm"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			input, err := structpb.NewStruct(map[string]any{"script": tc.script})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: tc.name}, Input: input}
+			rsp := s.call(t, req)
+			rs := rsp.GetResults()
+			if len(rs) != 1 || rs[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
+				t.Fatalf("results %v, want one Fatal", rs)
+			}
+			mustContain(t, "the Fatal result", rs[0].GetMessage(), tc.want...)
+		})
+	}
+}
+
+// TestIOModeFromImage: the mode an image records (label dev.ocifn.io) is
+// the one ocifn serve uses, --io overrides it, and an unknown mode on the
+// command line, in the environment or in the image stops serve with an
+// error that names it.
+func TestIOModeFromImage(t *testing.T) {
+	labeled := filepath.Join(t.TempDir(), "labeled.tar")
+	img, err := tarball.ImageFromPath(image("passthrough.tar"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Config.Labels = map[string]string{oci.LabelIO: "yaml-of-the-future"}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	if err := tarball.WriteToFile(labeled, nil, img); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := runOcifn(t, "serve", "--insecure", "--cache-dir", cacheDir(t), "--address", "127.0.0.1:0", "--metrics-address", "", "--tarball", labeled)
+	if err == nil {
+		t.Fatalf("serve started with an unknown recorded mode:\n%s", out)
+	}
+	mustContain(t, "serve's error", out, `unknown I/O mode "yaml-of-the-future"`, "label dev.ocifn.io", "--io")
+
+	// --io overrides what the image records.
+	s := startServer(t, []string{"--tarball", labeled, "--io", "json", "--warm", "0"})
+	mustContain(t, "serve's log", s.stderr.String(), "io=json")
+	rsp := s.call(t, &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "t"}})
+	if len(rsp.GetResults()) != 0 {
+		t.Errorf("results %v", rsp.GetResults())
+	}
+
+	for _, args := range [][]string{
+		{"serve", "--insecure", "--io", "yaml", "--tarball", image("echo.tar")},
+		{"test", "--io", "yaml", image("echo.tar"), filepath.Join(repoRoot, "testdata", "functions", "echo", "request.json")},
+	} {
+		out, err := runOcifn(t, args...)
+		if err == nil {
+			t.Fatalf("%s accepted --io yaml:\n%s", args[0], out)
+		}
+		mustContain(t, args[0]+"'s error", out, `--io: unknown I/O mode "yaml"; valid modes are json`)
+	}
+	t.Setenv(oci.EnvIO, "yaml")
+	out, err = runOcifn(t, "serve", "--insecure", "--tarball", image("echo.tar"))
+	if err == nil || !strings.Contains(out, `unknown I/O mode "yaml"`) {
+		t.Fatalf("serve with %s=yaml: %v\n%s", oci.EnvIO, err, out)
+	}
+}
+
+// TestBuildRecordsIOMode: ocifn build --io records the mode in the
+// package's config, for ocifn serve in the pod; without --io nothing is
+// recorded; an unknown mode is refused before anything is built.
+func TestBuildRecordsIOMode(t *testing.T) {
+	dir := t.TempDir()
+	runtimeTar := runtimeImage(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"recorded", []string{"--io", "json"}, "json"},
+		{"not_given", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pkg := filepath.Join(dir, tc.name+".xpkg")
+			args := append([]string{"build", "--from-oci-tarball", image("echo.tar"), "--name", "function-echo",
+				"--runtime-image-tarball", runtimeTar, "-o", pkg}, tc.args...)
+			if out, err := runOcifn(t, args...); err != nil {
+				t.Fatalf("build: %v\n%s", err, out)
+			}
+			img, err := oci.Open(pkg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer img.Close()
+			cf := img.ConfigFile()
+			env := ""
+			for _, e := range cf.Config.Env {
+				if v, ok := strings.CutPrefix(e, oci.EnvIO+"="); ok {
+					env = v
+				}
+			}
+			if cf.Config.Labels[oci.LabelIO] != tc.want || env != tc.want {
+				t.Errorf("label %q, env %q; want %q", cf.Config.Labels[oci.LabelIO], env, tc.want)
+			}
+			fn, err := oci.OpenFunction(pkg, oci.WithScratchDir(dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fn.Close()
+			if fn.IOMode() != tc.want {
+				t.Errorf("the served function's mode %q, want %q", fn.IOMode(), tc.want)
+			}
+		})
+	}
+	out, err := runOcifn(t, "build", "--from-oci-tarball", image("echo.tar"), "--name", "function-echo",
+		"--runtime-image-tarball", runtimeTar, "-o", filepath.Join(dir, "bad.xpkg"), "--io", "yaml")
+	if err == nil {
+		t.Fatalf("build accepted --io yaml:\n%s", out)
+	}
+	mustContain(t, "build's error", out, `--io: unknown I/O mode "yaml"`)
+	if _, err := os.Stat(filepath.Join(dir, "bad.xpkg")); err == nil {
+		t.Error("a package was written")
+	}
+}
