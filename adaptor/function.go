@@ -317,6 +317,17 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest) (Resul
 	case exit.RuntimeError != "":
 		return fail(OutcomeFatal, fmt.Sprintf("the container runtime could not run the function (exit code %d): %s", exit.Code, exit.RuntimeError))
 	case exit.Code != 0:
+		// Some modes' functions still answer when they fail: a KRM
+		// function exits 1 when a result is an error and prints its
+		// ResourceList, whose results say why.
+		if fd, ok := f.codec.(codec.FailureDecoder); ok && stdout.buf.Len() > 0 {
+			if rsp, err := fd.DecodeFailure(req, stdout.Bytes(), exit.Code); err == nil {
+				complete(req, rsp)
+				res.Outcome, res.Response = OutcomeFatal, rsp
+				res.Reason = fmt.Sprintf("the function exited with code %d and printed its answer", exit.Code)
+				return res, nil
+			}
+		}
 		return fail(OutcomeFatal, fmt.Sprintf("the function exited with code %d", exit.Code))
 	}
 	rsp, err := f.decode(ctx, req, stdout.Bytes())

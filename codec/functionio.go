@@ -3,8 +3,8 @@ package codec
 import (
 	"bytes"
 	"fmt"
-	"sort"
-	"strings"
+	"maps"
+	"slices"
 	"unicode/utf8"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
@@ -91,7 +91,7 @@ func (FunctionIO) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
 	fio := functionIO{Config: structMap(req.GetInput())}
 	fio.Observed.Composite = fioCompositeOf(req.GetObserved().GetComposite())
 	fio.Desired.Composite = fioCompositeOf(req.GetDesired().GetComposite())
-	for _, name := range sortedKeys(req.GetObserved().GetResources()) {
+	for _, name := range keysOf(req.GetObserved().GetResources()) {
 		r := req.GetObserved().GetResources()[name]
 		fio.Observed.Resources = append(fio.Observed.Resources, fioObservedResource{
 			Name:              name,
@@ -99,7 +99,7 @@ func (FunctionIO) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
 			ConnectionDetails: fioConnectionDetailsOf(r.GetConnectionDetails()),
 		})
 	}
-	for _, name := range sortedKeys(req.GetDesired().GetResources()) {
+	for _, name := range keysOf(req.GetDesired().GetResources()) {
 		r := req.GetDesired().GetResources()[name]
 		fio.Desired.Resources = append(fio.Desired.Resources, fioDesiredResource{
 			Name:     name,
@@ -122,17 +122,17 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		return nil, fmt.Errorf("the function printed nothing on stdout; in the functionio I/O mode it must print a FunctionIO YAML document")
 	}
 	if !utf8.Valid(stdout) {
-		return nil, fmt.Errorf("the function's output is not valid UTF-8; output began with %s", quoteOutput(stdout))
+		return nil, fmt.Errorf("the function's output is not valid UTF-8; output began with %s", QuoteHead(stdout))
 	}
 	var fio functionIO
 	if err := yaml.UnmarshalStrict(stdout, &fio); err != nil {
-		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, quoteOutput(stdout), modeHint(stdout, "functionio"))
+		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), hint("functionio", stdout))
 	}
 	if fio.APIVersion != "" && fio.APIVersion != "apiextensions.crossplane.io/v1alpha1" || fio.Kind != "" && fio.Kind != "FunctionIO" {
-		return nil, fmt.Errorf("the function's output is %s %s, not a FunctionIO document (apiextensions.crossplane.io/v1alpha1)%s", fio.APIVersion, fio.Kind, modeHint(stdout, "functionio"))
+		return nil, fmt.Errorf("the function's output is %s %s, not a FunctionIO document (apiextensions.crossplane.io/v1alpha1)%s", fio.APIVersion, fio.Kind, hint("functionio", stdout))
 	}
 	if fio.Desired.Composite.Resource == nil && fio.Desired.Resources == nil && fio.Observed.Composite.Resource == nil {
-		return nil, fmt.Errorf("the function's output has neither desired nor observed state, so it is not a FunctionIO document; output began with %s%s", quoteOutput(stdout), modeHint(stdout, "functionio"))
+		return nil, fmt.Errorf("the function's output has neither desired nor observed state, so it is not a FunctionIO document; output began with %s%s", QuoteHead(stdout), hint("functionio", stdout))
 	}
 
 	rsp := &fnv1.RunFunctionResponse{
@@ -250,7 +250,7 @@ func fioCompositeOf(r *fnv1.Resource) fioComposite {
 // so the document says `connectionDetails: []` rather than null.
 func fioConnectionDetailsOf(m map[string][]byte) []fioConnectionDetail {
 	out := make([]fioConnectionDetail, 0, len(m))
-	for _, k := range sortedKeys(m) {
+	for _, k := range keysOf(m) {
 		out = append(out, fioConnectionDetail{Name: k, Value: string(m[k])})
 	}
 	return out
@@ -281,20 +281,14 @@ func k8sMap(s *structpb.Struct) (map[string]any, error) {
 	return m, nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// hint is the end of a decode error when the output looks like another
+// mode's: which --io the function was likely written for.
+func hint(mode string, out []byte) string {
+	if h := Mismatch(mode, out); h != "" {
+		return "; " + h
 	}
-	sort.Strings(keys)
-	return keys
+	return ""
 }
 
-// quoteOutput quotes the first bytes of a function's output for an error.
-func quoteOutput(b []byte) string {
-	const max = 256
-	if len(b) > max {
-		return fmt.Sprintf("%q…", strings.ToValidUTF8(string(b[:max]), "\uFFFD"))
-	}
-	return fmt.Sprintf("%q", strings.ToValidUTF8(string(b), "\uFFFD"))
-}
+// keysOf is a map's keys, sorted: documents list things in a stable order.
+func keysOf[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -309,8 +309,8 @@ func TestFunctionIODecodeErrors(t *testing.T) {
 		"resource_twice":     {"desired: {resources: [{name: a, resource: {a: 1}}, {name: a, resource: {a: 1}}]}", "desired.resources[1] (a): the name is used twice"},
 		"resource_no_body":   {"desired: {resources: [{name: a}]}", "desired.resources[0] (a) has no resource"},
 		"other_kind":         {"apiVersion: v1\nkind: ConfigMap\ndesired: {resources: []}", "is v1 ConfigMap, not a FunctionIO document"},
-		"json_mode_response": {`{"meta":{"tag":"t1"},"desired":{"resources":{"a":{"resource":{}}}}}`, "was the image written for --io json?"},
-		"krm_resource_list":  {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\n", "was the image written for --io krm?"},
+		"json_mode_response": {`{"meta":{"tag":"t1"},"desired":{"resources":{"a":{"resource":{}}}}}`, "run it with --io json"},
+		"krm_resource_list":  {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\n", "run it with --io krm"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -148,7 +148,7 @@ func (KRM) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
 		rl.Items = append(rl.Items, xr)
 	}
 	desired := req.GetDesired().GetResources()
-	for _, name := range sortedKeys(desired) {
+	for _, name := range keysOf(desired) {
 		item := structMap(desired[name].GetResource())
 		if item == nil {
 			item = map[string]any{}
@@ -215,14 +215,14 @@ func parseResourceList(stdout []byte) (*resourceList, error) {
 		return nil, fmt.Errorf("the function printed nothing on stdout; in the krm I/O mode it must print a ResourceList")
 	}
 	if !utf8.Valid(stdout) {
-		return nil, fmt.Errorf("the function's output is not valid UTF-8; output began with %s", quoteOutput(stdout))
+		return nil, fmt.Errorf("the function's output is not valid UTF-8; output began with %s", QuoteHead(stdout))
 	}
 	var rl resourceList
 	if err := yaml.UnmarshalStrict(stdout, &rl); err != nil {
-		return nil, fmt.Errorf("the function's output is not a valid ResourceList: %v; output began with %s%s", err, quoteOutput(stdout), modeHint(stdout, "krm"))
+		return nil, fmt.Errorf("the function's output is not a valid ResourceList: %v; output began with %s%s", err, QuoteHead(stdout), hint("krm", stdout))
 	}
 	if rl.Kind != "ResourceList" || !krmAPIVersions[rl.APIVersion] {
-		return nil, fmt.Errorf("the function's output is %q %q, not a ResourceList (apiVersion config.kubernetes.io/v1, kind ResourceList)%s", rl.APIVersion, rl.Kind, modeHint(stdout, "krm"))
+		return nil, fmt.Errorf("the function's output is %q %q, not a ResourceList (apiVersion config.kubernetes.io/v1, kind ResourceList)%s", rl.APIVersion, rl.Kind, hint("krm", stdout))
 	}
 	return &rl, nil
 }
@@ -389,7 +389,7 @@ func changes(sent, got map[string]any) map[string]any {
 // removals lists the field paths sent had and got lacks.
 func removals(sent, got map[string]any, prefix string) []string {
 	var out []string
-	for _, k := range sortedKeys(sent) {
+	for _, k := range keysOf(sent) {
 		g, ok := got[k]
 		if !ok {
 			out = append(out, prefix+k)
@@ -498,7 +498,7 @@ func krmMessage(r krmResult, items []map[string]any, names []string) string {
 	}
 	if len(r.Tags) > 0 {
 		tags := make([]string, 0, len(r.Tags))
-		for _, k := range sortedKeys(r.Tags) {
+		for _, k := range keysOf(r.Tags) {
 			tags = append(tags, k+"="+r.Tags[k])
 		}
 		where = append(where, "tags "+strings.Join(tags, ","))

@@ -242,8 +242,8 @@ func TestKRMDecodeErrors(t *testing.T) {
 		"unnamed_no_name":   {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: ConfigMap}]\n", "items[0] has no ocifn.io/composition-resource-name annotation and no kind and metadata.name"},
 		"name_twice":        {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: A, metadata: {annotations: {ocifn.io/composition-resource-name: x}}}, {kind: B, metadata: {annotations: {ocifn.io/composition-resource-name: x}}}]\n", "items[1]: a second item is annotated ocifn.io/composition-resource-name: x"},
 		"two_xrs":           {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: A, metadata: {annotations: {ocifn.io/composite: 'true'}}}, {kind: A, metadata: {annotations: {ocifn.io/composite: 'true'}}}]\n", "items[1]: a second item is annotated ocifn.io/composite"},
-		"json_mode":         {`{"meta":{"tag":"k1"},"desired":{"resources":{}}}`, "was the image written for --io json?"},
-		"functionio_mode":   {"desired:\n  composite:\n    resource: {kind: X}\n  resources:\n  - name: a\n    resource: {kind: Y}\n", "was the image written for --io functionio?"},
+		"json_mode":         {`{"meta":{"tag":"k1"},"desired":{"resources":{}}}`, "run it with --io json"},
+		"functionio_mode":   {"desired:\n  composite:\n    resource: {kind: X}\n  resources:\n  - name: a\n    resource: {kind: Y}\n", "run it with --io functionio"},
 		"functionio_as_krm": {"observed: {composite: {resource: {}}}\ndesired: {resources: []}\n", "FunctionIO document"},
 	}
 	for name, tc := range cases {
@@ -288,31 +288,6 @@ func TestKRMDecodeFailure(t *testing.T) {
 			}
 			if d := cmp.Diff(tc.results, rsp.Results, protocmp.Transform()); d != "" {
 				t.Errorf("results (-want +got):\n%s", d)
-			}
-		})
-	}
-}
-
-func TestLikelyMode(t *testing.T) {
-	cases := map[string]struct {
-		out  string
-		want string
-	}{
-		"json_response":      {`{"desired":{"resources":{"a":{}}}}`, "json"},
-		"json_meta_only":     {`{"meta":{"tag":"x"}}`, "json"},
-		"json_composite":     {`{"desired":{"composite":{"resource":{}}}}`, "json"},
-		"functionio":         {"desired:\n  resources:\n  - name: a\n", "functionio"},
-		"functionio_xr_only": {"desired:\n  composite:\n    resource: {}\n", "functionio"},
-		"functionio_kind":    {"apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\n", "functionio"},
-		"krm":                {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\n", "krm"},
-		"krm_items_only":     {"items: []\n", "krm"},
-		"text":               {"hello world", ""},
-		"empty":              {"", ""},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if got := LikelyMode([]byte(tc.out)); got != tc.want {
-				t.Errorf("LikelyMode = %q, want %q", got, tc.want)
 			}
 		})
 	}
