@@ -44,11 +44,12 @@ func (KRM) Name() string { return "krm" }
 // FailureDecoder is a Codec whose functions can answer even when they exit
 // non-zero: a KRM function exits 1 when one of its results is an error and
 // still prints its ResourceList. The adaptor asks it before answering a
-// failed call with the exit code alone.
+// failed call with the exit code alone, and adds a Fatal result for the
+// exit when the answer has none.
 type FailureDecoder interface {
-	// DecodeFailure is Decode for a function that exited with a non-zero
-	// code. An error means the output holds no answer.
-	DecodeFailure(req *fnv1.RunFunctionRequest, stdout []byte, code int) (*fnv1.RunFunctionResponse, error)
+	// DecodeFailure is Decode for a function that exited non-zero. An
+	// error means the output holds no answer.
+	DecodeFailure(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.RunFunctionResponse, error)
 }
 
 // resourceList is a KRM ResourceList.
@@ -186,28 +187,10 @@ func (k KRM) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.RunFunct
 	return k.response(req, rl)
 }
 
-// DecodeFailure answers for a KRM function that exited non-zero: its
-// ResourceList, if it printed one, with a Fatal result for the exit unless
-// one of its own results already is.
-func (k KRM) DecodeFailure(req *fnv1.RunFunctionRequest, stdout []byte, code int) (*fnv1.RunFunctionResponse, error) {
-	rl, err := parseResourceList(stdout)
-	if err != nil {
-		return nil, err
-	}
-	rsp, err := k.response(req, rl)
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range rsp.Results {
-		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
-			return rsp, nil
-		}
-	}
-	rsp.Results = append(rsp.Results, &fnv1.Result{
-		Severity: fnv1.Severity_SEVERITY_FATAL,
-		Message:  fmt.Sprintf("the KRM function exited with code %d", code),
-	})
-	return rsp, nil
+// DecodeFailure answers for a KRM function that exited non-zero with the
+// ResourceList it printed, if any: its error results say why.
+func (k KRM) DecodeFailure(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.RunFunctionResponse, error) {
+	return k.Decode(req, stdout)
 }
 
 func parseResourceList(stdout []byte) (*resourceList, error) {
