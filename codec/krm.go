@@ -497,8 +497,9 @@ func krmMessage(r krmResult, items []map[string]any, names []string) string {
 func itemName(ref *krmResourceRef, items []map[string]any, names []string) string {
 	for i, item := range items {
 		meta, _ := item["metadata"].(map[string]any)
+		name, _ := meta["name"].(string)
 		ns, _ := meta["namespace"].(string)
-		if names[i] != "" && item["kind"] == ref.Kind && meta["name"] == ref.Name && ns == ref.Namespace &&
+		if names[i] != "" && item["kind"] == ref.Kind && name == ref.Name && ns == ref.Namespace &&
 			(ref.APIVersion == "" || item["apiVersion"] == ref.APIVersion) {
 			return names[i]
 		}
