@@ -83,10 +83,15 @@ func complete(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) {
 	}
 	if rsp.Desired == nil {
 		rsp.Desired = desiredOf(req)
-		rsp.Results = append(rsp.Results, &fnv1.Result{
-			Severity: fnv1.Severity_SEVERITY_WARNING,
-			Message:  "the function's response has no \"desired\" field; the request's desired state was kept unchanged",
-		})
+		// Only worth a word when there was something to lose: an
+		// Operation's function, say, starts from an empty desired state
+		// and often answers with its output alone.
+		if d := req.GetDesired(); d.GetComposite() != nil || len(d.GetResources()) > 0 {
+			rsp.Results = append(rsp.Results, &fnv1.Result{
+				Severity: fnv1.Severity_SEVERITY_WARNING,
+				Message:  "the function's response has no \"desired\" field; the request's desired state was kept unchanged",
+			})
+		}
 	}
 	if rsp.Context == nil && req.Context != nil {
 		rsp.Context = req.Context

@@ -42,3 +42,29 @@ func TestCompleteTag(t *testing.T) {
 		})
 	}
 }
+
+// TestCompleteDesired: a response without desired keeps the request's;
+// the Warning is only for a request whose desired state was not empty.
+func TestCompleteDesired(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		req         *fnv1.RunFunctionRequest
+		wantWarning bool
+	}{
+		{"composed_resources_kept_with_a_warning", &fnv1.RunFunctionRequest{Desired: &fnv1.State{Resources: map[string]*fnv1.Resource{"a": {}}}}, true},
+		{"composite_kept_with_a_warning", &fnv1.RunFunctionRequest{Desired: &fnv1.State{Composite: &fnv1.Resource{}}}, true},
+		{"empty_desired_without_warning", &fnv1.RunFunctionRequest{Desired: &fnv1.State{}}, false},
+		{"no_desired_without_warning", &fnv1.RunFunctionRequest{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rsp := &fnv1.RunFunctionResponse{}
+			complete(tc.req, rsp)
+			if rsp.Desired == nil || (tc.req.Desired != nil && rsp.Desired != tc.req.Desired) {
+				t.Errorf("desired %v, want the request's %v", rsp.Desired, tc.req.Desired)
+			}
+			if got := len(rsp.GetResults()) == 1 && rsp.GetResults()[0].GetSeverity() == fnv1.Severity_SEVERITY_WARNING; got != tc.wantWarning || len(rsp.GetResults()) > 1 {
+				t.Errorf("results %v, want a warning: %t", rsp.GetResults(), tc.wantWarning)
+			}
+		})
+	}
+}

@@ -53,6 +53,8 @@ type Function struct {
 	cacheTTL time.Duration
 	// codec is the I/O mode: what the container reads and prints.
 	codec codec.Codec
+	// unknown remembers the unknown request fields already warned about.
+	unknown unknownSeen
 
 	// slots admits at most cap(slots) calls at once; queued counts the
 	// calls waiting for one, up to maxQueue.
@@ -133,6 +135,7 @@ var errTimeout = errors.New("function timeout")
 func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	received := time.Now()
 	tag := req.GetMeta().GetTag()
+	f.checkUnknown(req)
 	var span trace.Span
 	if f.tracer != nil {
 		ctx, span = f.startSpan(ctx, tag)

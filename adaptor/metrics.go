@@ -15,6 +15,7 @@ type Metrics struct {
 	bytesOut       prometheus.Counter
 	cacheHits      prometheus.Counter
 	cacheMisses    prometheus.Counter
+	unknownFields  *prometheus.CounterVec
 }
 
 // Outcomes counted in ocifn_calls_total beyond OutcomeOK and OutcomeFatal.
@@ -70,8 +71,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ocifn_cache_misses_total",
 			Help: "Calls with a tag not found in the response cache (only counted while the cache is on).",
 		}),
+		unknownFields: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ocifn_unknown_fields_total",
+			Help: "Request fields this ocifn's protocol does not know (sent by a newer Crossplane), which cannot reach the function, by message path and field number.",
+		}, []string{"message", "field"}),
 	}
-	reg.MustRegister(m.calls, m.duration, m.containerStart, m.inFlight, m.queued, m.bytesIn, m.bytesOut, m.cacheHits, m.cacheMisses)
+	reg.MustRegister(m.calls, m.duration, m.containerStart, m.inFlight, m.queued, m.bytesIn, m.bytesOut, m.cacheHits, m.cacheMisses, m.unknownFields)
 	// Every outcome is exported from the start, so a rate() over a counter
 	// that has not moved yet is 0 rather than absent.
 	for _, o := range []Outcome{OutcomeOK, OutcomeFatal, OutcomeError, OutcomeTimeout, OutcomeRejected} {

@@ -13,7 +13,7 @@ import (
 
 // kinds describes each mode's output for a mismatch message.
 var kinds = map[string]string{
-	"json":       "a RunFunctionResponse in JSON",
+	"json":       "a RunFunctionResponse",
 	"functionio": "a FunctionIO document (Crossplane 1.13 xfn)",
 	"krm":        "a KRM ResourceList",
 }
@@ -51,6 +51,11 @@ func Sniff(out []byte) string {
 	if _, ok := top["items"].([]any); ok && out[0] != '{' {
 		return "krm"
 	}
+	if len(top) > 0 && isResponse(top) {
+		// In YAML too: a json-mode function that forgot to print JSON
+		// (yq without -o json) is not in the wrong mode.
+		return "json"
+	}
 	if out[0] != '{' {
 		// YAML with a state in it: FunctionIO's top-level keys.
 		for _, k := range []string{"desired", "observed", "config"} {
@@ -58,21 +63,33 @@ func Sniff(out []byte) string {
 				return "functionio"
 			}
 		}
-		return ""
-	}
-	if len(top) > 0 && protojson.Unmarshal(out, &fnv1.RunFunctionResponse{}) == nil {
-		return "json"
 	}
 	return ""
+}
+
+// isResponse reports whether a decoded JSON or YAML object is a valid
+// RunFunctionResponse.
+func isResponse(top map[string]any) bool {
+	b, err := json.Marshal(top)
+	return err == nil && protojson.Unmarshal(b, &fnv1.RunFunctionResponse{}) == nil
 }
 
 // Mismatch says, when out looks like another mode's output than mode's,
 // which mode the function most likely needs; "" when it does not.
 func Mismatch(mode string, out []byte) string {
 	likely := Sniff(out)
+	if likely == "json" && mode == "json" && !isJSON(out) {
+		return "the output is a RunFunctionResponse in YAML, and the json I/O mode reads JSON: print it as JSON (with yq: -o=json)"
+	}
 	if likely == "" || likely == mode {
 		return ""
 	}
 	return fmt.Sprintf("the output looks like %s, not %s: the function was probably written for the %q I/O mode; run it with --io %s (or build its package with ocifn build --io %s)",
 		kinds[likely], kinds[mode], likely, likely, likely)
+}
+
+// isJSON reports whether out starts as a JSON object does.
+func isJSON(out []byte) bool {
+	out = bytes.TrimSpace(out)
+	return len(out) > 0 && out[0] == '{'
 }

@@ -22,6 +22,8 @@ func TestSniff(t *testing.T) {
 		{"json_array", `[{"desired": {}}]`, ""},
 		{"empty", "  \n", ""},
 		{"json_with_unknown_field", `{"desired_state": {}}`, ""},
+		{"yaml_response", "desired:\n  resources:\n    a:\n      resource: {kind: A}\nresults:\n- severity: SEVERITY_NORMAL\n  message: m\n", "json"},
+		{"yaml_function_io_resource_list", "desired:\n  resources:\n  - name: a\n    resource: {kind: A}\nresults:\n- severity: Normal\n  message: m\n", "functionio"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -39,10 +41,12 @@ func TestMismatch(t *testing.T) {
 	}{
 		{"resource_list_in_json_mode", "json", "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\n",
 			[]string{"a KRM ResourceList", "not a RunFunctionResponse", "--io krm"}},
-		{"function_io_in_json_mode", "json", "desired:\n  composite: {}\nresults: []\n",
+		{"function_io_in_json_mode", "json", "desired:\n  composite: {}\n  resources:\n  - name: a\n    resource: {}\nresults: []\n",
 			[]string{"a FunctionIO document", "--io functionio"}},
 		{"response_in_krm_mode", "krm", `{"desired": {}, "results": [{"severity": "SEVERITY_NORMAL", "message": "m"}]}`,
-			[]string{"a RunFunctionResponse in JSON", "not a KRM ResourceList", "--io json"}},
+			[]string{"a RunFunctionResponse", "not a KRM ResourceList", "--io json"}},
+		{"yaml_response_in_json_mode", "json", "desired: {}\nresults: []\n",
+			[]string{"a RunFunctionResponse in YAML", "print it as JSON", "-o=json"}},
 		{"same_mode", "krm", "kind: ResourceList\n", nil},
 		{"unknown_output", "json", "oops", nil},
 	}

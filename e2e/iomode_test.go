@@ -24,8 +24,10 @@ func TestIOModeMismatch(t *testing.T) {
 	}{
 		{"resource_list_names_krm", `printf 'apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\n'`,
 			[]string{"a KRM ResourceList", "--io krm"}},
-		{"function_io_names_functionio", `printf 'desired:\n  composite:\n    resource: {}\nresults: []\n'`,
+		{"function_io_names_functionio", `printf 'desired:\n  resources:\n  - name: a\n    resource: {apiVersion: v1, kind: ConfigMap}\nresults:\n- severity: Normal\n  message: hi\n'`,
 			[]string{"a FunctionIO document", "--io functionio"}},
+		{"yaml_response_says_print_json", `printf 'desired:\n  resources:\n    a:\n      resource: {kind: A}\n'`,
+			[]string{"a RunFunctionResponse in YAML", "print it as JSON"}},
 		{"json_resource_list_names_krm", `echo '{"apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList", "items": []}'`,
 			[]string{"a KRM ResourceList", "--io krm"}},
 	}
@@ -86,6 +88,7 @@ func TestIOModeFromImage(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve", "--insecure", "--io", "yaml", "--tarball", image("echo.tar")},
 		{"test", "--io", "yaml", image("echo.tar"), filepath.Join(repoRoot, "testdata", "functions", "echo", "request.json")},
+		{"render", "--io", "yaml", filepath.Join(repoRoot, "examples", "buckets", "xr.yaml"), filepath.Join(repoRoot, "examples", "buckets", "composition.yaml"), filepath.Join(repoRoot, "examples", "buckets", "functions.yaml")},
 	} {
 		out, err := runOcifn(t, args...)
 		if err == nil {
@@ -93,6 +96,13 @@ func TestIOModeFromImage(t *testing.T) {
 		}
 		mustContain(t, args[0]+"'s error", out, `--io: unknown I/O mode "yaml"; valid modes are functionio, json, krm`)
 	}
+	// An explicit --io json renders the example as without it.
+	ex := filepath.Join(repoRoot, "examples", "buckets")
+	out, err = runOcifn(t, "render", "--io", "json", "--cache-dir", cacheDir(t), filepath.Join(ex, "xr.yaml"), filepath.Join(ex, "composition.yaml"), filepath.Join(ex, "functions.yaml"))
+	if err != nil {
+		t.Fatalf("render --io json: %v\n%s", err, out)
+	}
+	mustContain(t, "render's output", out, "kind: XBucketSet")
 	t.Setenv(oci.EnvIO, "yaml")
 	out, err = runOcifn(t, "serve", "--insecure", "--tarball", image("echo.tar"))
 	if err == nil || !strings.Contains(out, `unknown I/O mode "yaml"`) {

@@ -3,12 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	fnv1beta1 "github.com/crossplane/function-sdk-go/proto/v1beta1"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -117,4 +119,79 @@ func setField(m proto.Message, name string, v proto.Message) {
 func field(m proto.Message, name string) proto.Message {
 	r := m.ProtoReflect()
 	return r.Get(r.Descriptor().Fields().ByName(protoreflect.Name(name))).Message().Interface()
+}
+
+// TestUnknownFieldsOverGRPC: a request from a newer Crossplane, with field
+// numbers ocifn's protocol does not know (top-level and nested), is served
+// over v1 and v1beta1; ocifn warns once per field per process and counts
+// every occurrence in ocifn_unknown_fields_total.
+func TestUnknownFieldsOverGRPC(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("passthrough.tar"), "--warm", "0", "--cache=false"})
+	req := jsonRequest(t, `{"meta": {"tag": "t-unknown"}, "desired": {"resources": {"a": {"resource": {"kind": "A"}}}}}`)
+	appendUnknown(req, 1000, "from the future")
+	appendUnknown(req.Meta, 99, "capability-x")
+	appendUnknown(req.Desired.Resources["a"], 77, "nested")
+	wantDesired := proto.Clone(req.Desired).(*fnv1.State)
+	wantDesired.Resources["a"].ProtoReflect().SetUnknown(nil)
+
+	v1beta1 := fnv1beta1.NewFunctionRunnerServiceClient(s.conn)
+	for i := 0; i < 3; i++ {
+		var desired proto.Message
+		if i < 2 {
+			desired = s.call(t, req).GetDesired()
+		} else {
+			// The same bytes through the v1beta1 service.
+			b, err := proto.Marshal(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := &fnv1beta1.RunFunctionRequest{}
+			if err := proto.Unmarshal(b, old); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			rsp, err := v1beta1.RunFunction(ctx, old)
+			cancel()
+			if err != nil {
+				t.Fatalf("v1beta1: %v\n%s", err, s.stderr)
+			}
+			got := &fnv1.State{}
+			b, _ = proto.Marshal(rsp.GetDesired())
+			_ = proto.Unmarshal(b, got)
+			desired = got
+		}
+		if !proto.Equal(desired, wantDesired) {
+			t.Errorf("call %d: desired %v, want %v", i, desired, wantDesired)
+		}
+	}
+	eventually(t, 5*time.Second, "three calls logged", func() bool { return strings.Count(s.stderr.String(), "msg=call tag=t-unknown") >= 3 })
+	log := s.stderr.String()
+	for _, w := range []string{
+		`message=RunFunctionRequest field=1000 `,
+		`message=RunFunctionRequest.meta field=99 `,
+		`message=RunFunctionRequest.desired.resources[*] field=77 `,
+	} {
+		if n := strings.Count(log, w); n != 1 {
+			t.Errorf("%q logged %d times, want once:\n%s", w, n, log)
+		}
+	}
+	mustContain(t, "the warning", log, "level=WARN", "cannot reach the function", "Upgrading ocifn")
+	metrics := scrape(t, s.metricsURL(t))
+	for _, series := range []string{
+		`ocifn_unknown_fields_total{field="1000",message="RunFunctionRequest"}`,
+		`ocifn_unknown_fields_total{field="99",message="RunFunctionRequest.meta"}`,
+		`ocifn_unknown_fields_total{field="77",message="RunFunctionRequest.desired.resources[*]"}`,
+	} {
+		if v := metricValue(t, metrics, series); v != 3 {
+			t.Errorf("%s = %v, want 3", series, v)
+		}
+	}
+}
+
+// appendUnknown adds a length-delimited field num, which the message's
+// compiled type does not have, to m.
+func appendUnknown(m proto.Message, num protowire.Number, value string) {
+	r := m.ProtoReflect()
+	b := protowire.AppendTag(r.GetUnknown(), num, protowire.BytesType)
+	r.SetUnknown(protowire.AppendString(b, value))
 }

@@ -36,6 +36,19 @@ const (
 	CRDKind       = "CustomResourceDefinition"
 )
 
+// Function capabilities (spec.capabilities of a meta.pkg.crossplane.io
+// Function): Crossplane v2 runs a Function in a Composition's pipeline only
+// if it declares "composition" (or declares nothing, as older packages do),
+// and in an Operation only if it declares "operation".
+const (
+	CapabilityComposition = "composition"
+	CapabilityOperation   = "operation"
+)
+
+// DefaultCapabilities are what `ocifn build` declares for a package it
+// generates the metadata of: an ocifn function can serve both.
+var DefaultCapabilities = []string{CapabilityComposition, CapabilityOperation}
+
 // FunctionAPIVersions are the apiVersions of Function metadata that
 // Crossplane reads.
 var FunctionAPIVersions = []string{MetaGroup + "/v1", MetaGroup + "/v1beta1"}
@@ -69,6 +82,9 @@ type FunctionMeta struct {
 	DependsOn []Dependency `json:"dependsOn,omitempty"`
 	// Image overrides the image Crossplane runs (spec.image), if set.
 	Image string `json:"image,omitempty"`
+	// Capabilities are what the Function declares it can be used for
+	// (spec.capabilities), such as composition and operation.
+	Capabilities []string `json:"capabilities,omitempty"`
 }
 
 // Dependency is one entry of a Function's spec.dependsOn.
@@ -113,8 +129,9 @@ type functionSpec struct {
 		Crossplane *struct {
 			Version string `json:"version"`
 		} `json:"crossplane"`
-		DependsOn []Dependency `json:"dependsOn"`
-		Image     *string      `json:"image"`
+		DependsOn    []Dependency `json:"dependsOn"`
+		Image        *string      `json:"image"`
+		Capabilities []string     `json:"capabilities"`
 	} `json:"spec"`
 }
 
@@ -204,6 +221,9 @@ func ParsePackageMeta(data []byte) (*PackageMeta, error) {
 				Labels:      o.Metadata.Labels,
 				Annotations: o.Metadata.Annotations,
 				DependsOn:   fs.Spec.DependsOn,
+				// Crossplane takes any string here; other
+				// consumers may define their own.
+				Capabilities: fs.Spec.Capabilities,
 			}
 			if fs.Spec.Crossplane != nil {
 				pm.Function.Crossplane = fs.Spec.Crossplane.Version
@@ -288,10 +308,20 @@ func stripComments(doc []byte) []byte {
 }
 
 // GenerateFunctionMeta returns a minimal valid package.yaml for a Function
-// named name.
-func GenerateFunctionMeta(name string) ([]byte, error) {
+// named name that declares capabilities (none when empty).
+func GenerateFunctionMeta(name string, capabilities []string) ([]byte, error) {
 	if why := ValidName(name); why != "" {
 		return nil, fmt.Errorf("function name %q: %s", name, why)
+	}
+	var spec strings.Builder
+	if len(capabilities) > 0 {
+		spec.WriteString("spec:\n  capabilities:\n")
+		for _, c := range capabilities {
+			if !capabilityName.MatchString(c) {
+				return nil, fmt.Errorf("capability %q: want a name such as %s or %s (letters, digits, '-', '.', '_')", c, CapabilityComposition, CapabilityOperation)
+			}
+			fmt.Fprintf(&spec, "  - %s\n", c)
+		}
 	}
 	return []byte(fmt.Sprintf(`apiVersion: %s/v1
 kind: %s
@@ -299,5 +329,9 @@ metadata:
   name: %s
   annotations:
     meta.crossplane.io/description: A Composition Function served by ocifn from an OCI image.
-`, MetaGroup, FunctionKind, name)), nil
+%s`, MetaGroup, FunctionKind, name, spec.String())), nil
 }
+
+// capabilityName is what GenerateFunctionMeta writes as a capability
+// without quoting.
+var capabilityName = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9._]*$`)

@@ -1,6 +1,8 @@
 package oci
 
 import (
+	"bytes"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -169,20 +171,35 @@ func TestParsePackageMetaFields(t *testing.T) {
 }
 
 func TestGenerateFunctionMeta(t *testing.T) {
-	data, err := GenerateFunctionMeta("function-labels")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pm, err := ParsePackageMeta(data)
-	if err != nil {
-		t.Fatalf("generated metadata is invalid: %v\n%s", err, data)
-	}
-	if pm.Function.Name != "function-labels" || pm.Function.APIVersion != "meta.pkg.crossplane.io/v1" {
-		t.Errorf("got %+v", pm.Function)
+	for _, caps := range [][]string{DefaultCapabilities, {CapabilityComposition}, nil} {
+		data, err := GenerateFunctionMeta("function-labels", caps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pm, err := ParsePackageMeta(data)
+		if err != nil {
+			t.Fatalf("generated metadata is invalid: %v\n%s", err, data)
+		}
+		if pm.Function.Name != "function-labels" || pm.Function.APIVersion != "meta.pkg.crossplane.io/v1" {
+			t.Errorf("got %+v", pm.Function)
+		}
+		if !slices.Equal(pm.Function.Capabilities, caps) {
+			t.Errorf("capabilities %v, want %v:\n%s", pm.Function.Capabilities, caps, data)
+		}
+		// Crossplane reads spec.capabilities (meta.pkg.crossplane.io/v1
+		// MetaSpec); nothing at all is written when there are none.
+		if got := bytes.Contains(data, []byte("\nspec:\n  capabilities:\n")); got != (len(caps) > 0) {
+			t.Errorf("spec.capabilities written: %t, want %t:\n%s", got, len(caps) > 0, data)
+		}
 	}
 	for _, bad := range []string{"", "Upper", "under_score", "-dash", strings.Repeat("a", 254)} {
-		if _, err := GenerateFunctionMeta(bad); err == nil {
+		if _, err := GenerateFunctionMeta(bad, DefaultCapabilities); err == nil {
 			t.Errorf("name %q: want an error", bad)
+		}
+	}
+	for _, bad := range []string{"", "two words", "x: y", "-a"} {
+		if _, err := GenerateFunctionMeta("function-labels", []string{bad}); err == nil || !strings.Contains(err.Error(), "capability") {
+			t.Errorf("capability %q: got %v, want an error", bad, err)
 		}
 	}
 }

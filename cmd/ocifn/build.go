@@ -30,6 +30,7 @@ type buildOptions struct {
 	runtimeTarball string
 	insecure       bool
 	io             string
+	capabilities   []string
 }
 
 func newBuildCommand() *cobra.Command {
@@ -43,7 +44,10 @@ The package is an OCI image: the ocifn runtime image (ocifn and crun; its
 entrypoint is "ocifn serve"), the function image embedded at
 ` + oci.FunctionTarball + ` (where "ocifn serve" looks by default), and a last layer
 holding only package.yaml: the Function metadata and any
-CustomResourceDefinitions, from --package-file, or generated from --name.
+CustomResourceDefinitions, from --package-file as it is, or generated from
+--name (declaring the capabilities composition and operation, so that
+Crossplane v2 runs the Function in Compositions and Operations; see
+--capabilities).
 
 The function image is checked first: every digest, and every layer unpacked
 into a scratch directory. The package is written as a docker-save tarball,
@@ -55,7 +59,9 @@ what "crossplane xpkg build" writes; push it with "ocifn push".`,
   ocifn build --from-oci-tarball function.tar --package-file crossplane.yaml \
     --runtime-image registry.example.com/ocifn/runtime:v0.1.0 -o function.xpkg`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), cmd.Flags().Changed("capabilities"))
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.from, "from-oci-tarball", "", "the function image: docker save output (optionally gzipped) or an OCI archive")
@@ -66,12 +72,15 @@ what "crossplane xpkg build" writes; push it with "ocifn push".`,
 	f.StringVar(&o.runtimeImage, "runtime-image", "", "the ocifn runtime image to build on, from a registry")
 	f.StringVar(&o.runtimeTarball, "runtime-image-tarball", "", "the ocifn runtime image to build on, as an image tarball (make image)")
 	f.BoolVar(&o.insecure, "insecure-registry", false, "allow plain HTTP to the registry of --runtime-image")
+	f.StringSliceVar(&o.capabilities, "capabilities", oci.DefaultCapabilities, "with --name: what the Function declares it can be used for, in spec.capabilities (Crossplane v2 runs it in Compositions with composition, in Operations with operation; empty: declare nothing)")
 	f.StringVar(&o.io, "io", "", "I/O mode of the function, recorded in the package for ocifn serve: "+strings.Join(codec.Names(), ", ")+" (default: none recorded, which means json)")
 	return cmd
 }
 
-func (o *buildOptions) check() error {
+func (o *buildOptions) check(capabilitiesSet bool) error {
 	switch {
+	case capabilitiesSet && o.packageFile != "":
+		return errors.New("--capabilities applies to generated metadata (--name); with --package-file, set spec.capabilities in the file, which is packaged as it is")
 	case o.from == "":
 		return errors.New("--from-oci-tarball is required: the function image tarball (docker save IMAGE | gzip > function.tgz)")
 	case (o.packageFile == "") == (o.name == ""):
@@ -102,7 +111,7 @@ func (o *buildOptions) meta() (*oci.PackageMeta, error) {
 		if data, err = os.ReadFile(o.packageFile); err != nil {
 			return nil, fmt.Errorf("cannot read the package metadata: %w", err)
 		}
-	} else if data, err = oci.GenerateFunctionMeta(o.name); err != nil {
+	} else if data, err = oci.GenerateFunctionMeta(o.name, o.capabilities); err != nil {
 		return nil, err
 	}
 	m, err := oci.ParsePackageMeta(data)
@@ -112,8 +121,8 @@ func (o *buildOptions) meta() (*oci.PackageMeta, error) {
 	return m, nil
 }
 
-func (o *buildOptions) run(ctx context.Context) error {
-	if err := o.check(); err != nil {
+func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
+	if err := o.check(capabilitiesSet); err != nil {
 		return err
 	}
 	// Metadata and output are checked before the slow steps, and before

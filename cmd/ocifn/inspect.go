@@ -111,6 +111,9 @@ func printPackageInfo(w io.Writer, what string, info *oci.PackageInfo) {
 	if fm.Image != "" {
 		p("  image       %s", fm.Image)
 	}
+	if len(fm.Capabilities) > 0 {
+		p("  capabilities %s", strings.Join(fm.Capabilities, ", "))
+	}
 	if len(fm.DependsOn) == 0 {
 		p("  dependsOn   -")
 	}

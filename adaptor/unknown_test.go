@@ -1,0 +1,94 @@
+package adaptor
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// withUnknown returns m with an unknown varint field num appended.
+func withUnknown(m proto.Message, num protowire.Number) {
+	r := m.ProtoReflect()
+	b := protowire.AppendTag(r.GetUnknown(), num, protowire.VarintType)
+	r.SetUnknown(protowire.AppendVarint(b, 1))
+}
+
+// TestUnknownFields: a request with fields the compiled protocol does not
+// know, at the top and nested, is served; each (message, field number) is
+// logged once per process and counted on every call.
+func TestUnknownFields(t *testing.T) {
+	req := request(t, `{"meta": {"tag": "t1"}, "observed": {"resources": {"a": {"resource": {"kind": "A"}}, "b": {"resource": {"kind": "B"}}}}}`)
+	withUnknown(req, 100)
+	withUnknown(req, 101)
+	withUnknown(req.Meta, 99)
+	for _, r := range req.Observed.Resources {
+		withUnknown(r, 50)
+	}
+	// The request crosses the wire as Crossplane sends it.
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	m := NewMetrics(prometheus.NewRegistry())
+	r := &scriptedRunner{stdout: `{"desired": {}}`}
+	f := NewFunction(r, WithLogger(slog.New(slog.NewTextHandler(&logged, nil))), WithMetrics(m))
+	for i := 0; i < 2; i++ {
+		in := &fnv1.RunFunctionRequest{}
+		if err := proto.Unmarshal(b, in); err != nil {
+			t.Fatal(err)
+		}
+		rsp, err := f.Run(context.Background(), in)
+		if err != nil || len(rsp.GetResults()) != 0 {
+			t.Fatalf("call %d: %v %v", i, rsp, err)
+		}
+	}
+	warnings := map[string]int{}
+	for _, l := range strings.Split(logged.String(), "\n") {
+		if strings.Contains(l, "does not know") {
+			i := strings.Index(l, "message=")
+			warnings[l[i:]]++
+			for _, w := range []string{"level=WARN", "cannot reach the function", "Upgrading ocifn"} {
+				if !strings.Contains(l, w) {
+					t.Errorf("warning lacks %q: %s", w, l)
+				}
+			}
+		}
+	}
+	want := map[string]int{
+		"message=RunFunctionRequest field=100 tag=t1":                      1,
+		"message=RunFunctionRequest field=101 tag=t1":                      1,
+		"message=RunFunctionRequest.meta field=99 tag=t1":                  1,
+		"message=RunFunctionRequest.observed.resources[*] field=50 tag=t1": 1,
+	}
+	if len(warnings) != len(want) {
+		t.Errorf("warnings %v, want %v", warnings, want)
+	}
+	for k, n := range want {
+		if warnings[k] != n {
+			t.Errorf("%q logged %d times, want %d (all: %v)", k, warnings[k], n, warnings)
+		}
+	}
+	for _, c := range []struct {
+		message, field string
+		want           float64
+	}{
+		{"RunFunctionRequest", "100", 2},
+		{"RunFunctionRequest.meta", "99", 2},
+		// Two resources carry it, on each of two calls.
+		{"RunFunctionRequest.observed.resources[*]", "50", 4},
+	} {
+		got := testutil.ToFloat64(m.unknownFields.WithLabelValues(c.message, c.field))
+		if got != c.want {
+			t.Errorf("ocifn_unknown_fields_total{message=%q,field=%q} = %v, want %v", c.message, c.field, got, c.want)
+		}
+	}
+}
