@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -270,5 +271,102 @@ func TestFunctionIOModeMismatch(t *testing.T) {
 				t.Errorf("the Fatal result quotes a connection detail: %s", rs[0].GetMessage())
 			}
 		})
+	}
+}
+
+// TestFunctionIOMigratedComposition: the README's migration guide, run. A
+// Crossplane 1.13 Composition's `functions:` entry becomes a pipeline step
+// whose Function is the same image packaged with `ocifn build --io
+// functionio`; `ocifn render` runs that package in the mode it records,
+// next to a json function (the labelizer), with the bucket observed so
+// that its readiness check passes.
+func TestFunctionIOMigratedComposition(t *testing.T) {
+	dir := t.TempDir()
+	pkg := filepath.Join(dir, "function-xfn-bucket.xpkg")
+	if out, err := runOcifn(t, "build", "--from-oci-tarball", image("xfn-legacy.tar"), "--name", "function-xfn-bucket",
+		"--runtime-image-tarball", runtimeImage(t), "--io", "functionio", "-o", pkg); err != nil {
+		t.Fatalf("ocifn build: %v\n%s", err, out)
+	}
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("xr.yaml", "apiVersion: example.org/v1\nkind: XBucket\nmetadata:\n  name: demo\nspec:\n  region: eu\n")
+	write("composition.yaml", `apiVersion: apiextensions.crossplane.io/v1
+kind: Composition
+metadata:
+  name: xbuckets.example.org
+spec:
+  compositeTypeRef:
+    apiVersion: example.org/v1
+    kind: XBucket
+  mode: Pipeline
+  pipeline:
+  - step: compose-bucket
+    functionRef:
+      name: function-xfn-bucket
+    input:
+      apiVersion: xfn.example.org/v1alpha1
+      kind: Config
+      resources:
+      - name: bucket
+        resource:
+          apiVersion: s3.example.org/v1
+          kind: Bucket
+          spec:
+            region: eu
+        readinessChecks:
+        - type: MatchString
+          fieldPath: status.phase
+          matchString: Available
+        connectionDetails:
+        - name: endpoint
+          type: FromFieldPath
+          fromFieldPath: status.endpoint
+  - step: labels
+    functionRef:
+      name: function-labelizer
+`)
+	write("functions.yaml", `apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: function-xfn-bucket
+  annotations:
+    render.ocifn.dev/tarball: function-xfn-bucket.xpkg
+spec:
+  package: registry.example.com/function-xfn-bucket:v0.1.0
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: function-labelizer
+  annotations:
+    render.ocifn.dev/tarball: `+image("labelizer.tar")+`
+spec:
+  package: registry.example.com/function-labelizer:v0.1.0
+`)
+	write("observed.yaml", `apiVersion: s3.example.org/v1
+kind: Bucket
+metadata:
+  name: demo-bucket
+  annotations:
+    crossplane.io/composition-resource-name: bucket
+spec:
+  region: eu
+status:
+  phase: Available
+  endpoint: demo.s3.example
+`)
+	r := runIn(t, dir, nil, "render", "--cache-dir", cacheDir(t), "-r", "--observed-resources", "observed.yaml",
+		"xr.yaml", "composition.yaml", "functions.yaml")
+	if r.exit != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.exit, r.stdout, r.stderr)
+	}
+	mustContain(t, "render's output", r.stdout,
+		"xfnLegacy: composed 1 resources", "kind: Bucket", "ocifn.dev/labelized: \"true\"",
+		"message: 'xfn-legacy: composed 1 resources'", "step: compose-bucket")
+	if strings.Contains(r.stdout, "Unready resources") {
+		t.Errorf("the bucket is not ready, although its MatchString check passes on the observed bucket:\n%s", r.stdout)
 	}
 }
