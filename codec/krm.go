@@ -145,7 +145,11 @@ func (KRM) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
 		Items:          []map[string]any{},
 		FunctionConfig: structMap(req.GetInput()),
 	}
-	if xr := krmComposite(req); xr != nil {
+	xr, err := krmComposite(req)
+	if err != nil {
+		return nil, err
+	}
+	if xr != nil {
 		rl.Items = append(rl.Items, xr)
 	}
 	desired := req.GetDesired().GetResources()
@@ -154,7 +158,9 @@ func (KRM) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
 		if item == nil {
 			item = map[string]any{}
 		}
-		setAnnotation(item, AnnotationResourceName, name)
+		if err := setAnnotation(item, AnnotationResourceName, name); err != nil {
+			return nil, fmt.Errorf("desired resource %q: %w", name, err)
+		}
 		rl.Items = append(rl.Items, item)
 	}
 	b, err := yaml.Marshal(rl)
@@ -167,15 +173,17 @@ func (KRM) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
 // krmComposite is the XR as the function sees it: the observed XR with
 // what earlier steps desired of it laid over, annotated as the composite;
 // nil when the call has no XR (an Operation).
-func krmComposite(req *fnv1.RunFunctionRequest) map[string]any {
+func krmComposite(req *fnv1.RunFunctionRequest) (map[string]any, error) {
 	observed := structMap(req.GetObserved().GetComposite().GetResource())
 	desired := structMap(req.GetDesired().GetComposite().GetResource())
 	if observed == nil && desired == nil {
-		return nil
+		return nil, nil
 	}
 	xr := overlay(observed, desired)
-	setAnnotation(xr, AnnotationComposite, "true")
-	return xr
+	if err := setAnnotation(xr, AnnotationComposite, "true"); err != nil {
+		return nil, fmt.Errorf("the composite resource: %w", err)
+	}
+	return xr, nil
 }
 
 // Decode maps the ResourceList the function printed back to a response.
@@ -224,7 +232,10 @@ func (KRM) response(req *fnv1.RunFunctionRequest, rl *resourceList) (*fnv1.RunFu
 	// resource the function returned.
 	var unnamed []int
 	names := make([]string, len(rl.Items)) // each item's name in the Composition
-	sentXR := krmComposite(req)
+	sentXR, err := krmComposite(req)
+	if err != nil {
+		return nil, err
+	}
 	xrSeen := false
 	for i, item := range rl.Items {
 		if item == nil {
@@ -299,6 +310,7 @@ func (KRM) response(req *fnv1.RunFunctionRequest, rl *resourceList) (*fnv1.RunFu
 // connection details kept from the request.
 func krmResource(item map[string]any, before *fnv1.Resource, keep map[string]bool) (*fnv1.Resource, error) {
 	stripAnnotations(item, keep)
+	restoreEmpty(item, structMap(before.GetResource()))
 	s, err := structpb.NewStruct(item)
 	if err != nil {
 		return nil, err
@@ -528,11 +540,23 @@ func annotations(obj map[string]any) map[string]string {
 	return out
 }
 
-func setAnnotation(obj map[string]any, key, value string) {
+// setAnnotation sets an annotation, refusing to replace a metadata or
+// annotations field that is not an object.
+func setAnnotation(obj map[string]any, key, value string) error {
+	if v, ok := obj["metadata"]; ok && v != nil {
+		if _, isMap := v.(map[string]any); !isMap {
+			return fmt.Errorf("metadata is not an object")
+		}
+	}
 	meta, _ := obj["metadata"].(map[string]any)
 	if meta == nil {
 		meta = map[string]any{}
 		obj["metadata"] = meta
+	}
+	if v, ok := meta["annotations"]; ok && v != nil {
+		if _, isMap := v.(map[string]any); !isMap {
+			return fmt.Errorf("metadata.annotations is not an object")
+		}
 	}
 	ann, _ := meta["annotations"].(map[string]any)
 	if ann == nil {
@@ -540,6 +564,7 @@ func setAnnotation(obj map[string]any, key, value string) {
 		meta["annotations"] = ann
 	}
 	ann[key] = value
+	return nil
 }
 
 // stripAnnotations removes ocifn's annotations and the KRM reader's (unless
@@ -561,5 +586,25 @@ func stripAnnotations(obj map[string]any, keep map[string]bool) {
 	}
 	if len(meta) == 0 {
 		delete(obj, "metadata")
+	}
+}
+
+// restoreEmpty puts back an empty metadata or annotations object the
+// resource had before ocifn annotated it, so that a resource the function
+// did not touch comes back as it was.
+func restoreEmpty(item, orig map[string]any) {
+	om, ok := orig["metadata"].(map[string]any)
+	if !ok {
+		return
+	}
+	meta, _ := item["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		item["metadata"] = meta
+	}
+	if oa, ok := om["annotations"].(map[string]any); ok && len(oa) == 0 {
+		if _, has := meta["annotations"]; !has {
+			meta["annotations"] = map[string]any{}
+		}
 	}
 }

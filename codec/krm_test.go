@@ -270,3 +270,11 @@ func TestKRMDecodeFailure(t *testing.T) {
 		t.Errorf("no output: error %v, want one saying the function printed nothing", err)
 	}
 }
+
+func TestKRMEncodeRefusesMetadataThatIsNotAnObject(t *testing.T) {
+	req := krmRequest(t)
+	req.Desired.Resources["queue"].Resource = obj(t, "kind: Queue\nmetadata: oops\n")
+	if _, err := (KRM{}).Encode(req); err == nil || !strings.Contains(err.Error(), `desired resource "queue": metadata is not an object`) {
+		t.Errorf("error %v, want one naming the queue's metadata", err)
+	}
+}
