@@ -110,54 +110,12 @@ func TestIOModeFromImage(t *testing.T) {
 	}
 }
 
-// TestBuildRecordsIOMode: ocifn build --io records the mode in the
-// package's config, for ocifn serve in the pod; without --io nothing is
-// recorded; an unknown mode is refused before anything is built.
-func TestBuildRecordsIOMode(t *testing.T) {
+// TestBuildRefusesUnknownIOMode: an unknown --io is refused before
+// anything is built. (What a known one records: TestBuildMetadata.)
+func TestBuildRefusesUnknownIOMode(t *testing.T) {
 	dir := t.TempDir()
-	runtimeTar := runtimeImage(t)
-	for _, tc := range []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"recorded", []string{"--io", "json"}, "json"},
-		{"not_given", nil, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			pkg := filepath.Join(dir, tc.name+".xpkg")
-			args := append([]string{"build", "--from-oci-tarball", image("echo.tar"), "--name", "function-echo",
-				"--runtime-image-tarball", runtimeTar, "-o", pkg}, tc.args...)
-			if out, err := runOcifn(t, args...); err != nil {
-				t.Fatalf("build: %v\n%s", err, out)
-			}
-			img, err := oci.Open(pkg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer img.Close()
-			cf := img.ConfigFile()
-			env := ""
-			for _, e := range cf.Config.Env {
-				if v, ok := strings.CutPrefix(e, oci.EnvIO+"="); ok {
-					env = v
-				}
-			}
-			if cf.Config.Labels[oci.LabelIO] != tc.want || env != tc.want {
-				t.Errorf("label %q, env %q; want %q", cf.Config.Labels[oci.LabelIO], env, tc.want)
-			}
-			fn, err := oci.OpenFunction(pkg, oci.WithScratchDir(dir))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fn.Close()
-			if fn.IOMode() != tc.want {
-				t.Errorf("the served function's mode %q, want %q", fn.IOMode(), tc.want)
-			}
-		})
-	}
 	out, err := runOcifn(t, "build", "--from-oci-tarball", image("echo.tar"), "--name", "function-echo",
-		"--runtime-image-tarball", runtimeTar, "-o", filepath.Join(dir, "bad.xpkg"), "--io", "yaml")
+		"--runtime-image-tarball", runtimeImage(t), "-o", filepath.Join(dir, "bad.xpkg"), "--io", "yaml")
 	if err == nil {
 		t.Fatalf("build accepted --io yaml:\n%s", out)
 	}

@@ -51,10 +51,12 @@ func TestOperationCall(t *testing.T) {
 	}
 }
 
-// TestBuildCapabilities: ocifn build declares spec.capabilities in the
+// TestBuildMetadata: ocifn build declares spec.capabilities in the
 // metadata it generates, [composition, operation] unless --capabilities
-// says otherwise, and packages an explicit --package-file as it is.
-func TestBuildCapabilities(t *testing.T) {
+// says otherwise, and packages an explicit --package-file as it is; --io
+// records the I/O mode in the package's config (label and environment,
+// for ocifn serve in the pod), and nothing is recorded without it.
+func TestBuildMetadata(t *testing.T) {
 	rt := runtimeImage(t)
 	dir := t.TempDir()
 	fnFile := func(name, extra string) string {
@@ -66,15 +68,16 @@ func TestBuildCapabilities(t *testing.T) {
 		return p
 	}
 	for _, tc := range []struct {
-		name string
-		args []string
-		want []string
+		name     string
+		args     []string
+		wantCaps []string
+		wantIO   string
 	}{
-		{"generated_default", []string{"--name", "function-a"}, []string{"composition", "operation"}},
-		{"generated_composition_only", []string{"--name", "function-a", "--capabilities", "composition"}, []string{"composition"}},
-		{"generated_none", []string{"--name", "function-a", "--capabilities", ""}, nil},
-		{"package_file_without_capabilities_kept", []string{"--package-file", fnFile("plain.yaml", "")}, nil},
-		{"package_file_with_capabilities_kept", []string{"--package-file", fnFile("op.yaml", "spec:\n  capabilities:\n  - operation\n")}, []string{"operation"}},
+		{"generated_default", []string{"--name", "function-a"}, []string{"composition", "operation"}, ""},
+		{"generated_composition_only_with_io", []string{"--name", "function-a", "--capabilities", "composition", "--io", "json"}, []string{"composition"}, "json"},
+		{"generated_none", []string{"--name", "function-a", "--capabilities", ""}, nil, ""},
+		{"package_file_without_capabilities_kept", []string{"--package-file", fnFile("plain.yaml", "")}, nil, ""},
+		{"package_file_with_capabilities_kept", []string{"--package-file", fnFile("op.yaml", "spec:\n  capabilities:\n  - operation\n")}, []string{"operation"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pkg := filepath.Join(dir, tc.name+".xpkg")
@@ -95,18 +98,38 @@ func TestBuildCapabilities(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(meta.Function.Capabilities, tc.want) {
-				t.Errorf("spec.capabilities %v, want %v:\n%s", meta.Function.Capabilities, tc.want, data)
+			if !slices.Equal(meta.Function.Capabilities, tc.wantCaps) {
+				t.Errorf("spec.capabilities %v, want %v:\n%s", meta.Function.Capabilities, tc.wantCaps, data)
 			}
-			if tc.want == nil && strings.Contains(string(data), "capabilities") {
+			if tc.wantCaps == nil && strings.Contains(string(data), "capabilities") {
 				t.Errorf("package.yaml declares capabilities:\n%s", data)
 			}
+
+			cf := img.ConfigFile()
+			env := ""
+			for _, e := range cf.Config.Env {
+				if v, ok := strings.CutPrefix(e, oci.EnvIO+"="); ok {
+					env = v
+				}
+			}
+			if cf.Config.Labels[oci.LabelIO] != tc.wantIO || env != tc.wantIO {
+				t.Errorf("I/O mode: label %q, env %q; want %q", cf.Config.Labels[oci.LabelIO], env, tc.wantIO)
+			}
+			fn, err := oci.OpenFunction(pkg, oci.WithScratchDir(dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fn.Close()
+			if fn.IOMode() != tc.wantIO {
+				t.Errorf("the served function's mode %q, want %q", fn.IOMode(), tc.wantIO)
+			}
+
 			out, err := runOcifn(t, "inspect", pkg)
 			if err != nil {
 				t.Fatalf("inspect: %v\n%s", err, out)
 			}
-			if tc.want != nil {
-				mustContain(t, "inspect", out, "capabilities "+strings.Join(tc.want, ", "))
+			if tc.wantCaps != nil {
+				mustContain(t, "inspect", out, "capabilities "+strings.Join(tc.wantCaps, ", "))
 			}
 		})
 	}
