@@ -128,7 +128,7 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 	if err := yaml.UnmarshalStrict(stdout, &fio); err != nil {
 		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), hint("functionio", stdout))
 	}
-	if fio.APIVersion != "" && fio.APIVersion != "apiextensions.crossplane.io/v1alpha1" || fio.Kind != "" && fio.Kind != "FunctionIO" {
+	if (fio.APIVersion != "" && fio.APIVersion != "apiextensions.crossplane.io/v1alpha1") || (fio.Kind != "" && fio.Kind != "FunctionIO") {
 		return nil, fmt.Errorf("the function's output is %s %s, not a FunctionIO document (apiextensions.crossplane.io/v1alpha1)%s", fio.APIVersion, fio.Kind, hint("functionio", stdout))
 	}
 	if fio.Desired.Composite.Resource == nil && fio.Desired.Resources == nil && fio.Observed.Composite.Resource == nil {
