@@ -183,7 +183,7 @@ func TestKRMRenderPipeline(t *testing.T) {
 		{"valid", "private", 0,
 			[]string{"kind: Bucket", "acl: private", "kind: Queue", "team: platform",
 				"crossplane.io/composition-resource-name: bucket", "crossplane.io/composition-resource-name: queue",
-				"message: labelled 3 resources", "message: validated 2 composed resources"},
+				"labelled 3 resources", "validated 2 composed resources"},
 			nil},
 		{"refused", "public-read", 1, nil,
 			[]string{"validate-composed-resources", `spec.acl must not be "public-read"`, `composition resource "bucket"`}},
