@@ -258,6 +258,23 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 	case exit.RuntimeError != "":
 		return fail(OutcomeFatal, fmt.Sprintf("the container runtime could not run the function (exit code %d): %s", exit.Code, exit.RuntimeError))
 	case exit.Code != 0:
+		// Some modes' functions still answer when they fail: a KRM
+		// function exits 1 when a result is an error and prints its
+		// ResourceList, whose results say why.
+		if fd, ok := f.codec.(codec.FailureDecoder); ok && stdout.buf.Len() > 0 {
+			if rsp, err := fd.DecodeFailure(req, stdout.Bytes()); err == nil {
+				complete(req, rsp)
+				if !hasFatal(rsp) {
+					rsp.Results = append(rsp.Results, &fnv1.Result{
+						Severity: fnv1.Severity_SEVERITY_FATAL,
+						Message:  withStderr(fmt.Sprintf("the function exited with code %d", exit.Code), stderr.Tail()),
+					})
+				}
+				res.Outcome, res.Response = OutcomeFatal, rsp
+				res.Reason = fmt.Sprintf("the function exited with code %d and printed its answer", exit.Code)
+				return res, nil
+			}
+		}
 		return fail(OutcomeFatal, fmt.Sprintf("the function exited with code %d", exit.Code))
 	}
 	rsp, err := f.decode(ctx, req, stdout.Bytes())
@@ -304,4 +321,14 @@ func (c metadataCarrier) Keys() []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// hasFatal says whether a response has a Fatal result.
+func hasFatal(rsp *fnv1.RunFunctionResponse) bool {
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+			return true
+		}
+	}
+	return false
 }

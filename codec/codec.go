@@ -30,7 +30,9 @@ const Default = "json"
 
 // modes are the codecs --io can name, by name.
 var modes = map[string]Codec{
-	"json": JSON{},
+	"json":       JSON{},
+	"functionio": FunctionIO{},
+	"krm":        KRM{},
 }
 
 // ByName returns the codec of an I/O mode; "" is the default mode.

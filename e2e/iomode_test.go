@@ -94,7 +94,7 @@ func TestIOModeFromImage(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%s accepted --io yaml:\n%s", args[0], out)
 		}
-		mustContain(t, args[0]+"'s error", out, `--io: unknown I/O mode "yaml"; valid modes are json`)
+		mustContain(t, args[0]+"'s error", out, `--io: unknown I/O mode "yaml"; valid modes are functionio, json, krm`)
 	}
 	// An explicit --io json renders the example as without it.
 	ex := filepath.Join(repoRoot, "examples", "buckets")

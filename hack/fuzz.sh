@@ -18,6 +18,10 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(
 	./codec:FuzzJSONEncode
 	./codec:FuzzJSONDecode
+	./codec:FuzzFunctionIODecode
+	./codec:FuzzFunctionIORoundTrip
+	./codec:FuzzKRMDecode
+	./codec:FuzzKRMRoundTrip
 	./adaptor:FuzzContract
 	./oci:FuzzOpen
 	./oci:FuzzUnpack

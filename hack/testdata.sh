@@ -3,7 +3,8 @@
 # their Dockerfiles, without pulling anything: every image is FROM scratch and
 # copies pieces staged here from Debian packages (busybox-static, jq and its
 # libraries), from the Go module proxy (yq, built static) and from this
-# repository (the probe function's Go program, built static).
+# repository (the probe function's Go program and the KRM functions' Go
+# programs, each in a module of its own, built static).
 #
 #   hack/testdata.sh [--check] [OUTDIR]        (OUTDIR defaults to testdata/build)
 #
@@ -189,11 +190,32 @@ stage_probe() {
 	finish probe
 }
 
+# A KRM function's program: static Go in a module of its own
+# (testdata/functions/NAME/go.mod, which requires kyaml), so that kyaml's
+# fn/framework stays out of ocifn's go.mod. Its modules come from the Go
+# module proxy, as yq's do.
+stage_krm() {
+	local name=$1 src=$FUNCTIONS/$1
+	# shellcheck disable=SC2046 # one path a word
+	fresh "$name" $(find "$src" -name '*.go' -o -name 'go.mod' -o -name 'go.sum') && return 0
+	local d=$stage/$name.new log=$logs/$name.log
+	rm -rf "$d"
+	mkdir -p "$d/bin"
+	if ! (cd "$src" && GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 \
+		go build -trimpath -ldflags='-s -w' -o "$d/bin/$name" .) >"$log" 2>&1; then
+		cat "$log" >&2
+		die "building $name failed"
+	fi
+	finish "$name"
+}
+
 stage_base
 stage_busybox
 stage_jq
 stage_yq
 stage_probe
+stage_krm krm-labels
+stage_krm krm-validate
 
 # ---------------------------------------------------------------- images
 # A private store: nothing read from or written to the host's containers

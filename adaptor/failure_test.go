@@ -1,0 +1,55 @@
+package adaptor
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/ocifn/ocifn/codec"
+)
+
+// TestRunFailureDecoder: in a mode whose functions answer when they fail
+// (krm), a non-zero exit with an answer on stdout returns that answer; a
+// Fatal result for the exit, with stderr, is added only when the answer has
+// none; output that holds no answer gets today's Fatal result.
+func TestRunFailureDecoder(t *testing.T) {
+	list := "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: A, metadata: {annotations: {ocifn.io/composition-resource-name: a}}}]\n"
+	cases := []struct {
+		name   string
+		runner scriptedRunner
+		want   []string // the results' messages
+	}{
+		{"error_results_are_the_answer",
+			scriptedRunner{stdout: list + "results: [{message: bad a, severity: error}]\n", stderr: "1 validation error\n", code: 1},
+			[]string{"bad a"}},
+		{"no_error_result_gets_one_for_the_exit",
+			scriptedRunner{stdout: list + "results: [{message: looked, severity: info}]\n", stderr: "boom\n", code: 2},
+			[]string{"looked", "the function exited with code 2; stderr: boom"}},
+		{"no_answer_is_the_exit",
+			scriptedRunner{stdout: "panic: oh no\n", stderr: "goroutine 1\n", code: 2},
+			[]string{"the function exited with code 2; stderr: goroutine 1"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFunction(&tc.runner, quiet(), WithCodec(codec.KRM{}))
+			rsp, err := f.Run(context.Background(), request(t, req1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			fatal := false
+			for _, r := range rsp.GetResults() {
+				got = append(got, r.GetMessage())
+				fatal = fatal || r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL
+			}
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") || !fatal {
+				t.Errorf("results %v, want %q with a Fatal one", rsp.GetResults(), tc.want)
+			}
+			if rsp.GetMeta().GetTag() != "t1" || rsp.GetDesired().GetResources()["a"] == nil {
+				t.Errorf("response %v: want the request's tag and the resource a", rsp)
+			}
+		})
+	}
+}

@@ -1,0 +1,294 @@
+package codec
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"slices"
+	"unicode/utf8"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"sigs.k8s.io/yaml"
+)
+
+// FunctionIO is the I/O mode of container functions written for Crossplane
+// 1.11 to 1.13 (xfn, alpha): a FunctionIO YAML document on stdin and on
+// stdout. Readiness checks and derived connection details, which 1.13's
+// Crossplane evaluated itself, are evaluated here against the observed
+// state, so that an image from then runs unchanged behind RunFunction.
+type FunctionIO struct{}
+
+// Name is "functionio".
+func (FunctionIO) Name() string { return "functionio" }
+
+// The FunctionIO document, field for field as Crossplane 1.13 marshalled it.
+// apiVersion and kind were not sent; a function that prints them back is
+// answered all the same.
+type functionIO struct {
+	APIVersion string         `json:"apiVersion,omitempty"`
+	Kind       string         `json:"kind,omitempty"`
+	Config     map[string]any `json:"config,omitempty"`
+	Observed   fioObserved    `json:"observed"`
+	Desired    fioDesired     `json:"desired"`
+	Results    []fioResult    `json:"results,omitempty"`
+}
+
+type fioObserved struct {
+	Composite fioComposite          `json:"composite"`
+	Resources []fioObservedResource `json:"resources,omitempty"`
+}
+
+type fioDesired struct {
+	Composite fioComposite         `json:"composite"`
+	Resources []fioDesiredResource `json:"resources,omitempty"`
+}
+
+type fioComposite struct {
+	Resource          map[string]any        `json:"resource"`
+	ConnectionDetails []fioConnectionDetail `json:"connectionDetails"`
+}
+
+type fioObservedResource struct {
+	Name              string                `json:"name"`
+	Resource          map[string]any        `json:"resource"`
+	ConnectionDetails []fioConnectionDetail `json:"connectionDetails"`
+}
+
+type fioDesiredResource struct {
+	Name     string         `json:"name"`
+	Resource map[string]any `json:"resource"`
+	// ConnectionDetails are the XR's connection details to derive from
+	// this resource, not the resource's own.
+	ConnectionDetails []derivedConnectionDetail `json:"connectionDetails,omitempty"`
+	ReadinessChecks   []readinessCheck          `json:"readinessChecks,omitempty"`
+}
+
+type fioConnectionDetail struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+type fioResult struct {
+	Severity string `json:"severity"`
+	Message  string `json:"message"`
+}
+
+// fioSeverities maps FunctionIO severities to RunFunction's.
+var fioSeverities = map[string]fnv1.Severity{
+	"Fatal":   fnv1.Severity_SEVERITY_FATAL,
+	"Warning": fnv1.Severity_SEVERITY_WARNING,
+	"Normal":  fnv1.Severity_SEVERITY_NORMAL,
+}
+
+// Encode renders the request as a FunctionIO document. What FunctionIO has
+// no place for (context, credentials, required resources, capabilities)
+// does not reach the function; the context is carried over to the
+// response by Decode.
+func (FunctionIO) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
+	fio := functionIO{Config: structMap(req.GetInput())}
+	fio.Observed.Composite = fioCompositeOf(req.GetObserved().GetComposite())
+	fio.Desired.Composite = fioCompositeOf(req.GetDesired().GetComposite())
+	for _, name := range keysOf(req.GetObserved().GetResources()) {
+		r := req.GetObserved().GetResources()[name]
+		fio.Observed.Resources = append(fio.Observed.Resources, fioObservedResource{
+			Name:              name,
+			Resource:          structMap(r.GetResource()),
+			ConnectionDetails: fioConnectionDetailsOf(r.GetConnectionDetails()),
+		})
+	}
+	for _, name := range keysOf(req.GetDesired().GetResources()) {
+		r := req.GetDesired().GetResources()[name]
+		fio.Desired.Resources = append(fio.Desired.Resources, fioDesiredResource{
+			Name:     name,
+			Resource: structMap(r.GetResource()),
+		})
+	}
+	b, err := yaml.Marshal(fio)
+	if err != nil {
+		return nil, fmt.Errorf("cannot encode the request as a FunctionIO document: %w", err)
+	}
+	return b, nil
+}
+
+// Decode maps the FunctionIO document the function printed back to a
+// response: the desired resources list becomes the desired map, with
+// readiness and the XR's connection details evaluated against the observed
+// state as Crossplane 1.13 did.
+func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.RunFunctionResponse, error) {
+	if len(bytes.TrimSpace(stdout)) == 0 {
+		return nil, fmt.Errorf("the function printed nothing on stdout; in the functionio I/O mode it must print a FunctionIO YAML document")
+	}
+	if !utf8.Valid(stdout) {
+		return nil, fmt.Errorf("the function's output is not valid UTF-8; output began with %s", QuoteHead(stdout))
+	}
+	var fio functionIO
+	if err := yaml.UnmarshalStrict(stdout, &fio); err != nil {
+		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), hint("functionio", stdout))
+	}
+	if (fio.APIVersion != "" && fio.APIVersion != "apiextensions.crossplane.io/v1alpha1") || (fio.Kind != "" && fio.Kind != "FunctionIO") {
+		return nil, fmt.Errorf("the function's output is %s %s, not a FunctionIO document (apiextensions.crossplane.io/v1alpha1)%s", fio.APIVersion, fio.Kind, hint("functionio", stdout))
+	}
+	if fio.Desired.Composite.Resource == nil && fio.Desired.Resources == nil && fio.Observed.Composite.Resource == nil {
+		return nil, fmt.Errorf("the function's output has neither desired nor observed state, so it is not a FunctionIO document; output began with %s%s", QuoteHead(stdout), hint("functionio", stdout))
+	}
+
+	rsp := &fnv1.RunFunctionResponse{
+		Meta:    &fnv1.ResponseMeta{Tag: req.GetMeta().GetTag()},
+		Desired: &fnv1.State{Resources: map[string]*fnv1.Resource{}},
+		Context: req.GetContext(),
+	}
+	// The XR: a function that leaves it out keeps the request's.
+	rsp.Desired.Composite = req.GetDesired().GetComposite()
+	if r := fio.Desired.Composite.Resource; r != nil {
+		s, err := structpb.NewStruct(r)
+		if err != nil {
+			return nil, fmt.Errorf("desired.composite.resource: %w", err)
+		}
+		rsp.Desired.Composite = &fnv1.Resource{Resource: s}
+	}
+
+	conn := map[string][]byte{}
+	for i, d := range fio.Desired.Resources {
+		at := fmt.Sprintf("desired.resources[%d]", i)
+		if d.Name == "" {
+			return nil, fmt.Errorf("%s has no name", at)
+		}
+		at = fmt.Sprintf("%s (%s)", at, d.Name)
+		if _, dup := rsp.Desired.Resources[d.Name]; dup {
+			return nil, fmt.Errorf("%s: the name is used twice; names must be unique", at)
+		}
+		if d.Resource == nil {
+			return nil, fmt.Errorf("%s has no resource", at)
+		}
+		s, err := structpb.NewStruct(d.Resource)
+		if err != nil {
+			return nil, fmt.Errorf("%s.resource: %w", at, err)
+		}
+		var body map[string]any
+		var details map[string][]byte
+		if o := req.GetObserved().GetResources()[d.Name]; o != nil {
+			if body, err = k8sMap(o.GetResource()); err != nil {
+				return nil, fmt.Errorf("observed resource %s: %w", d.Name, err)
+			}
+			details = o.GetConnectionDetails()
+		}
+		ready, err := fioReady(req.GetDesired().GetResources()[d.Name], body, d.ReadinessChecks)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at, err)
+		}
+		derived, err := deriveConnectionDetails(body, details, d.ConnectionDetails)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at, err)
+		}
+		for k, v := range derived {
+			conn[k] = v
+		}
+		rsp.Desired.Resources[d.Name] = &fnv1.Resource{Resource: s, Ready: ready}
+	}
+	// The XR's own connection details, as the function passed them on or
+	// set them, win over derived ones of the same name.
+	for i, cd := range fio.Desired.Composite.ConnectionDetails {
+		if cd.Name == "" {
+			return nil, fmt.Errorf("desired.composite.connectionDetails[%d] has no name", i)
+		}
+		conn[cd.Name] = []byte(cd.Value)
+	}
+	if len(conn) > 0 {
+		if rsp.Desired.Composite == nil {
+			rsp.Desired.Composite = &fnv1.Resource{}
+		}
+		rsp.Desired.Composite.ConnectionDetails = conn
+	}
+
+	for i, r := range fio.Results {
+		sev, ok := fioSeverities[r.Severity]
+		if !ok {
+			return nil, fmt.Errorf("results[%d]: unknown severity %q (want Fatal, Warning or Normal)", i, r.Severity)
+		}
+		rsp.Results = append(rsp.Results, &fnv1.Result{Severity: sev, Message: r.Message})
+	}
+	return rsp, nil
+}
+
+// fioReady is the readiness of a desired composed resource. With checks, or
+// with none and no earlier step having decided, they are run against the
+// observed resource; one that does not exist yet is not ready. With no
+// checks, what an earlier step of the pipeline decided is kept.
+func fioReady(before *fnv1.Resource, observed map[string]any, checks []readinessCheck) (fnv1.Ready, error) {
+	for i, c := range checks {
+		if err := c.validate(); err != nil {
+			return fnv1.Ready_READY_UNSPECIFIED, fmt.Errorf("readinessChecks[%d]: %w", i, err)
+		}
+	}
+	if len(checks) == 0 && before.GetReady() != fnv1.Ready_READY_UNSPECIFIED {
+		return before.GetReady(), nil
+	}
+	if observed == nil {
+		return fnv1.Ready_READY_FALSE, nil
+	}
+	ok, err := resourceReady(observed, checks)
+	if err != nil {
+		return fnv1.Ready_READY_UNSPECIFIED, err
+	}
+	if ok {
+		return fnv1.Ready_READY_TRUE, nil
+	}
+	return fnv1.Ready_READY_FALSE, nil
+}
+
+func fioCompositeOf(r *fnv1.Resource) fioComposite {
+	return fioComposite{
+		Resource:          structMap(r.GetResource()),
+		ConnectionDetails: fioConnectionDetailsOf(r.GetConnectionDetails()),
+	}
+}
+
+// fioConnectionDetailsOf lists connection details sorted by name; never nil,
+// so the document says `connectionDetails: []` rather than null.
+func fioConnectionDetailsOf(m map[string][]byte) []fioConnectionDetail {
+	out := make([]fioConnectionDetail, 0, len(m))
+	for _, k := range keysOf(m) {
+		out = append(out, fioConnectionDetail{Name: k, Value: string(m[k])})
+	}
+	return out
+}
+
+// structMap is a Struct as a plain map; nil for nil.
+func structMap(s *structpb.Struct) map[string]any {
+	if s == nil {
+		return nil
+	}
+	return s.AsMap()
+}
+
+// k8sMap is a Struct as Kubernetes reads an object: whole numbers are
+// int64, as Crossplane's field paths (MatchInteger) expect.
+func k8sMap(s *structpb.Struct) (map[string]any, error) {
+	if s == nil {
+		return map[string]any{}, nil
+	}
+	b, err := protojson.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := utiljson.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// hint is the end of a decode error when the output looks like another
+// mode's: which --io the function was likely written for.
+func hint(mode string, out []byte) string {
+	if h := Mismatch(mode, out); h != "" {
+		return "; " + h
+	}
+	return ""
+}
+
+// keysOf is a map's keys, sorted: documents list things in a stable order.
+func keysOf[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -1,0 +1,280 @@
+package codec
+
+import (
+	"strings"
+	"testing"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/structpb"
+	"sigs.k8s.io/yaml"
+)
+
+// krmRequest has an XR (observed, with a status an earlier step desired)
+// and two desired composed resources, one of them ready.
+func krmRequest(t *testing.T) *fnv1.RunFunctionRequest {
+	return &fnv1.RunFunctionRequest{
+		Meta:    &fnv1.RequestMeta{Tag: "k1"},
+		Input:   obj(t, "apiVersion: fn.example.org/v1\nkind: Labels\nlabels: {team: a}\n"),
+		Context: &structpb.Struct{Fields: map[string]*structpb.Value{"k": structpb.NewStringValue("v")}},
+		Observed: &fnv1.State{
+			Composite: &fnv1.Resource{Resource: obj(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: xa, labels: {env: dev}}\nspec: {size: 2}\n")},
+		},
+		Desired: &fnv1.State{
+			Composite: &fnv1.Resource{Resource: obj(t, "apiVersion: example.org/v1\nkind: XApp\nstatus: {phase: Pending}\n")},
+			Resources: map[string]*fnv1.Resource{
+				"bucket": {Resource: obj(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata: {name: b1}\n"), Ready: fnv1.Ready_READY_TRUE},
+				"queue":  {Resource: obj(t, "apiVersion: sqs.example.org/v1\nkind: Queue\n")},
+			},
+		},
+	}
+}
+
+func TestKRMEncode(t *testing.T) {
+	b, err := KRM{}.Encode(krmRequest(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want map[string]any
+	if err := yaml.Unmarshal(b, &got); err != nil {
+		t.Fatalf("not YAML: %v\n%s", err, b)
+	}
+	if err := yaml.Unmarshal([]byte(`
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+functionConfig: {apiVersion: fn.example.org/v1, kind: Labels, labels: {team: a}}
+items:
+- apiVersion: example.org/v1
+  kind: XApp
+  metadata: {name: xa, labels: {env: dev}, annotations: {ocifn.io/composite: "true"}}
+  spec: {size: 2}
+  status: {phase: Pending}
+- apiVersion: s3.example.org/v1
+  kind: Bucket
+  metadata: {name: b1, annotations: {ocifn.io/composition-resource-name: bucket}}
+- apiVersion: sqs.example.org/v1
+  kind: Queue
+  metadata: {annotations: {ocifn.io/composition-resource-name: queue}}
+`), &want); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("ResourceList (-want +got):\n%s", d)
+	}
+}
+
+func TestKRMEncodeWithoutComposite(t *testing.T) {
+	req := krmRequest(t)
+	req.Observed.Composite, req.Desired.Composite, req.Input = nil, nil, nil
+	b, err := KRM{}.Encode(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), AnnotationComposite) || strings.Contains(string(b), "functionConfig") {
+		t.Errorf("an XR item or a functionConfig for a call that has neither:\n%s", b)
+	}
+}
+
+func TestKRMDecode(t *testing.T) {
+	cases := map[string]struct {
+		out     string
+		want    *fnv1.State
+		results []*fnv1.Result
+	}{
+		"round_trip_changes_nothing": {
+			out: `
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- apiVersion: example.org/v1
+  kind: XApp
+  metadata: {name: xa, labels: {env: dev}, annotations: {ocifn.io/composite: "true", config.kubernetes.io/index: "0", internal.config.kubernetes.io/index: "0"}}
+  spec: {size: 2}
+  status: {phase: Pending}
+- apiVersion: s3.example.org/v1
+  kind: Bucket
+  metadata: {name: b1, annotations: {ocifn.io/composition-resource-name: bucket, config.kubernetes.io/index: "1"}}
+- apiVersion: sqs.example.org/v1
+  kind: Queue
+  metadata: {annotations: {ocifn.io/composition-resource-name: queue}}
+`,
+			want: krmRequest(t).Desired,
+		},
+		"labels_added_everywhere": {
+			out: `
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- apiVersion: example.org/v1
+  kind: XApp
+  metadata: {name: xa, labels: {env: dev, team: a}, annotations: {ocifn.io/composite: "true"}}
+  spec: {size: 2}
+  status: {phase: Pending}
+- apiVersion: s3.example.org/v1
+  kind: Bucket
+  metadata: {name: b1, labels: {team: a}, annotations: {ocifn.io/composition-resource-name: bucket}}
+- apiVersion: sqs.example.org/v1
+  kind: Queue
+  metadata: {labels: {team: a}, annotations: {ocifn.io/composition-resource-name: queue}}
+`,
+			want: &fnv1.State{
+				Composite: &fnv1.Resource{Resource: obj(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata: {labels: {team: a}}\nstatus: {phase: Pending}\n")},
+				Resources: map[string]*fnv1.Resource{
+					"bucket": {Resource: obj(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata: {name: b1, labels: {team: a}}\n"), Ready: fnv1.Ready_READY_TRUE},
+					"queue":  {Resource: obj(t, "apiVersion: sqs.example.org/v1\nkind: Queue\nmetadata: {labels: {team: a}}\n")},
+				},
+			},
+		},
+		"dropped_item_is_no_longer_desired_and_new_items_get_names": {
+			out: `
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- apiVersion: s3.example.org/v1
+  kind: Bucket
+  metadata: {name: b1, annotations: {ocifn.io/composition-resource-name: bucket}}
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: Settings_1}}
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: settings-1, namespace: other}}
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: a, annotations: {ocifn.io/composition-resource-name: configmap-settings-1}}}
+`,
+			want: &fnv1.State{
+				Composite: krmRequest(t).Desired.Composite,
+				Resources: map[string]*fnv1.Resource{
+					"bucket":                 {Resource: obj(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata: {name: b1}\n"), Ready: fnv1.Ready_READY_TRUE},
+					"configmap-settings-1":   {Resource: obj(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n")},
+					"configmap-settings-1-2": {Resource: obj(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: Settings_1}\n")},
+					"configmap-settings-1-3": {Resource: obj(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings-1, namespace: other}\n")},
+				},
+			},
+		},
+		"results_map_with_where_they_point": {
+			out: `
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- apiVersion: s3.example.org/v1
+  kind: Bucket
+  metadata: {name: b1, annotations: {ocifn.io/composition-resource-name: bucket}}
+results:
+- message: bucket is public
+  severity: error
+  resourceRef: {apiVersion: s3.example.org/v1, kind: Bucket, name: b1}
+  field: {path: spec.acl, currentValue: public-read, proposedValue: private}
+- {message: size is large, severity: warning, resourceRef: {apiVersion: v1, kind: ConfigMap, name: c, namespace: ns}}
+- {message: checked 1 resource, severity: info, file: {path: a.yaml, index: 2}, tags: {b: "2", a: "1"}}
+- {message: no severity}
+`,
+			want: &fnv1.State{
+				Composite: krmRequest(t).Desired.Composite,
+				Resources: map[string]*fnv1.Resource{
+					"bucket": {Resource: obj(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata: {name: b1}\n"), Ready: fnv1.Ready_READY_TRUE},
+				},
+			},
+			results: []*fnv1.Result{
+				{Severity: fnv1.Severity_SEVERITY_FATAL, Message: `bucket is public (resource s3.example.org/v1 Bucket b1 (composition resource "bucket"); field spec.acl, current value "public-read", proposed value "private")`},
+				{Severity: fnv1.Severity_SEVERITY_WARNING, Message: `size is large (resource v1 ConfigMap ns/c)`},
+				{Severity: fnv1.Severity_SEVERITY_NORMAL, Message: `checked 1 resource (file a.yaml index 2; tags a=1,b=2)`},
+				{Severity: fnv1.Severity_SEVERITY_WARNING, Message: `no severity`},
+			},
+		},
+		"legacy_results_object_and_v1beta1": {
+			out: `
+apiVersion: config.kubernetes.io/v1beta1
+kind: ResourceList
+items: []
+results:
+  name: old
+  results:
+  - {message: hello, severity: info}
+`,
+			want:    &fnv1.State{Composite: krmRequest(t).Desired.Composite, Resources: map[string]*fnv1.Resource{}},
+			results: []*fnv1.Result{{Severity: fnv1.Severity_SEVERITY_NORMAL, Message: "hello"}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rsp, err := KRM{}.Decode(krmRequest(t), []byte(tc.out))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, rsp.Desired, protocmp.Transform()); d != "" {
+				t.Errorf("desired (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.results, rsp.Results, protocmp.Transform()); d != "" {
+				t.Errorf("results (-want +got):\n%s", d)
+			}
+			if rsp.GetMeta().GetTag() != "k1" || rsp.GetContext().GetFields()["k"].GetStringValue() != "v" {
+				t.Errorf("tag %q and context %v, want the request's", rsp.GetMeta().GetTag(), rsp.GetContext())
+			}
+		})
+	}
+}
+
+func TestKRMDecodeRemovedXRFieldWarns(t *testing.T) {
+	rsp, err := KRM{}.Decode(krmRequest(t), []byte(`
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- {apiVersion: example.org/v1, kind: XApp, metadata: {name: xa, annotations: {ocifn.io/composite: "true"}}, spec: {size: 3}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := obj(t, "apiVersion: example.org/v1\nkind: XApp\nspec: {size: 3}\nstatus: {phase: Pending}\n")
+	if d := cmp.Diff(want, rsp.Desired.Composite.Resource, protocmp.Transform()); d != "" {
+		t.Errorf("desired XR (-want +got):\n%s", d)
+	}
+	if len(rsp.Results) != 1 || !strings.Contains(rsp.Results[0].Message, "removed metadata.labels, status from the composite resource") {
+		t.Errorf("results %v, want one Warning naming metadata.labels and status", rsp.Results)
+	}
+}
+
+func TestKRMDecodeErrors(t *testing.T) {
+	cases := map[string]struct {
+		out  string
+		want string
+	}{
+		"empty":             {"", "in the krm I/O mode it must print a ResourceList"},
+		"not_a_list":        {"apiVersion: v1\nkind: ConfigMap\n", `is "v1" "ConfigMap", not a ResourceList`},
+		"unknown_field":     {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitemz: []\n", `unknown field "itemz"`},
+		"bad_severity":      {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nresults: [{message: m, severity: fatal}]\n", `results[0]: unknown severity "fatal" (want error, warning or info)`},
+		"unnamed_no_name":   {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: ConfigMap}]\n", "items[0] has no ocifn.io/composition-resource-name annotation and no kind and metadata.name"},
+		"name_twice":        {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: A, metadata: {annotations: {ocifn.io/composition-resource-name: x}}}, {kind: B, metadata: {annotations: {ocifn.io/composition-resource-name: x}}}]\n", "items[1]: a second item is annotated ocifn.io/composition-resource-name: x"},
+		"two_xrs":           {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: A, metadata: {annotations: {ocifn.io/composite: 'true'}}}, {kind: A, metadata: {annotations: {ocifn.io/composite: 'true'}}}]\n", "items[1]: a second item is annotated ocifn.io/composite"},
+		"json_mode":         {`{"meta":{"tag":"k1"},"desired":{"resources":{}}}`, "run it with --io json"},
+		"functionio_mode":   {"desired:\n  composite:\n    resource: {kind: X}\n  resources:\n  - name: a\n    resource: {kind: Y}\n", "run it with --io functionio"},
+		"functionio_as_krm": {"observed: {composite: {resource: {}}}\ndesired: {resources: []}\n", "FunctionIO document"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := KRM{}.Decode(krmRequest(t), []byte(tc.out))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestKRMDecodeFailure(t *testing.T) {
+	var fd FailureDecoder = KRM{}
+	rsp, err := fd.DecodeFailure(krmRequest(t), []byte("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nresults: [{message: bad, severity: error}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*fnv1.Result{{Severity: fnv1.Severity_SEVERITY_FATAL, Message: "bad"}}
+	if d := cmp.Diff(want, rsp.Results, protocmp.Transform()); d != "" {
+		t.Errorf("results (-want +got):\n%s", d)
+	}
+	if _, err := fd.DecodeFailure(krmRequest(t), nil); err == nil || !strings.Contains(err.Error(), "printed nothing") {
+		t.Errorf("no output: error %v, want one saying the function printed nothing", err)
+	}
+}
+
+func TestKRMEncodeRefusesMetadataThatIsNotAnObject(t *testing.T) {
+	req := krmRequest(t)
+	req.Desired.Resources["queue"].Resource = obj(t, "kind: Queue\nmetadata: oops\n")
+	if _, err := (KRM{}).Encode(req); err == nil || !strings.Contains(err.Error(), `desired resource "queue": metadata is not an object`) {
+		t.Errorf("error %v, want one naming the queue's metadata", err)
+	}
+}

@@ -1,0 +1,279 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// krmRequest is a call with an XR (observed, and a status an earlier step
+// desired) and three desired composed resources, the bucket ready, the
+// given functionConfig as the step's input.
+func krmRequest(t *testing.T, tag, functionConfig string) *fnv1.RunFunctionRequest {
+	t.Helper()
+	return &fnv1.RunFunctionRequest{
+		Meta:  &fnv1.RequestMeta{Tag: tag},
+		Input: yamlStruct(t, "apiVersion: fn.example.org/v1\nkind: Config\nmetadata: {name: cfg}\n"+functionConfig),
+		Observed: &fnv1.State{
+			Composite: &fnv1.Resource{Resource: yamlStruct(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: demo, labels: {env: dev}}\nspec: {size: 2}\n")},
+		},
+		Desired: &fnv1.State{
+			Composite: &fnv1.Resource{Resource: yamlStruct(t, "apiVersion: example.org/v1\nkind: XApp\nstatus: {phase: Composing}\n")},
+			Resources: map[string]*fnv1.Resource{
+				"bucket": {Resource: yamlStruct(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata: {name: demo-bucket}\nspec: {acl: private}\n"), Ready: fnv1.Ready_READY_TRUE},
+				"queue":  {Resource: yamlStruct(t, "apiVersion: sqs.example.org/v1\nkind: Queue\nmetadata: {name: demo-queue}\n")},
+				"topic":  {Resource: yamlStruct(t, "apiVersion: sns.example.org/v1\nkind: Topic\nmetadata: {name: demo-topic, labels: {team: data}}\n")},
+			},
+		},
+		Context: yamlStruct(t, "k: v\n"),
+	}
+}
+
+// structField returns the value at a dotted path of a Struct, nil if absent.
+func structField(s *structpb.Struct, path string) *structpb.Value {
+	parts := strings.Split(path, ".")
+	for i, p := range parts {
+		v := s.GetFields()[p]
+		if i == len(parts)-1 || v == nil {
+			return v
+		}
+		s = v.GetStructValue()
+	}
+	return nil
+}
+
+// TestKRMTransformer: the kyaml transformer behind --io krm: its labels
+// reach every composed resource and the XR (only what it changed becomes
+// the desired XR), a dropped item is no longer desired, the item it adds
+// gets a name from its kind and name, ocifn's and kyaml's annotations do
+// not come back, readiness is kept and its info result is Normal.
+func TestKRMTransformer(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("krm-labels.tar"), "--io", "krm", "--warm", "0"})
+	rsp := s.call(t, krmRequest(t, "labels", "labels: {team: platform}\ndrop: [Queue]\nconfigMap: summary\n"))
+
+	res := rsp.GetDesired().GetResources()
+	if len(res) != 3 || res["bucket"] == nil || res["topic"] == nil || res["configmap-summary"] == nil {
+		t.Fatalf("desired resources %v, want bucket, topic and configmap-summary (queue dropped)", res)
+	}
+	for name, r := range res {
+		if got := structField(r.GetResource(), "metadata.labels.team").GetStringValue(); got != "platform" && name != "configmap-summary" {
+			t.Errorf("%s: label team = %q, want platform", name, got)
+		}
+		if a := structField(r.GetResource(), "metadata.annotations"); a != nil {
+			t.Errorf("%s: annotations came back: %v", name, a)
+		}
+	}
+	if got := structField(res["configmap-summary"].GetResource(), "data.labelled").GetStringValue(); got != "XApp/demo,Bucket/demo-bucket,Topic/demo-topic" {
+		t.Errorf("configmap-summary data.labelled = %q", got)
+	}
+	if res["bucket"].GetReady() != fnv1.Ready_READY_TRUE {
+		t.Errorf("bucket ready = %v, want the request's READY_TRUE", res["bucket"].GetReady())
+	}
+	if got := structField(res["bucket"].GetResource(), "spec.acl").GetStringValue(); got != "private" {
+		t.Errorf("bucket spec.acl = %q, want private", got)
+	}
+
+	xr := rsp.GetDesired().GetComposite().GetResource()
+	if got := structField(xr, "metadata.labels.team").GetStringValue(); got != "platform" {
+		t.Errorf("desired XR %v, want label team=platform", xr)
+	}
+	if structField(xr, "metadata.labels.env") != nil || structField(xr, "spec") != nil || structField(xr, "metadata.name") != nil {
+		t.Errorf("desired XR %v carries fields the function did not change", xr)
+	}
+	if got := structField(xr, "status.phase").GetStringValue(); got != "Composing" {
+		t.Errorf("desired XR %v lost what an earlier step desired (status.phase)", xr)
+	}
+
+	rs := rsp.GetResults()
+	if len(rs) != 1 || rs[0].GetSeverity() != fnv1.Severity_SEVERITY_NORMAL || rs[0].GetMessage() != "labelled 3 resources" {
+		t.Errorf("results %v, want one Normal \"labelled 3 resources\"", rs)
+	}
+	if rsp.GetMeta().GetTag() != "labels" || structField(rsp.GetContext(), "k").GetStringValue() != "v" {
+		t.Errorf("tag %q, context %v: want the request's", rsp.GetMeta().GetTag(), rsp.GetContext())
+	}
+
+	// A function error (exit 1, no results) is Fatal, with its stderr.
+	rsp = s.call(t, krmRequest(t, "nolabels", "labels: {}\n"))
+	rs = rsp.GetResults()
+	if len(rs) != 1 || rs[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
+		t.Fatalf("results %v, want one Fatal", rs)
+	}
+	mustContain(t, "the Fatal result", rs[0].GetMessage(), "exited with code 1", "functionConfig.labels is empty")
+	if len(rsp.GetDesired().GetResources()) != 3 {
+		t.Errorf("desired after a failure %v, want the request's", rsp.GetDesired().GetResources())
+	}
+}
+
+// TestKRMValidator: the kyaml validator behind --io krm, the
+// "validate-composed-resources" step: good resources give its info result,
+// a bad one its error results as Fatal ones naming the resource, its name
+// in the Composition and the field, although the function exits 1.
+func TestKRMValidator(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("krm-validate.tar"), "--io", "krm", "--warm", "0"})
+	cfg := "requiredLabels: [team]\ndeny: [{fieldPath: spec.acl, value: public-read}]\n"
+
+	good := krmRequest(t, "good", cfg)
+	for _, r := range good.Desired.Resources {
+		meta := r.Resource.GetFields()["metadata"].GetStructValue()
+		meta.Fields["labels"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"team": structpb.NewStringValue("data")}})
+	}
+	rsp := s.call(t, good)
+	rs := rsp.GetResults()
+	if len(rs) != 1 || rs[0].GetSeverity() != fnv1.Severity_SEVERITY_NORMAL || rs[0].GetMessage() != "validated 3 composed resources" {
+		t.Errorf("results %v, want one Normal \"validated 3 composed resources\"", rs)
+	}
+	if len(rsp.GetDesired().GetResources()) != 3 {
+		t.Errorf("desired %v, want the three resources unchanged", rsp.GetDesired().GetResources())
+	}
+
+	bad := krmRequest(t, "bad", cfg)
+	bad.Desired.Resources["bucket"].Resource = yamlStruct(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata: {name: demo-bucket, labels: {team: web}}\nspec: {acl: public-read}\n")
+	rsp = s.call(t, bad)
+	var msgs []string
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
+			t.Errorf("result %v, want Fatal", r)
+		}
+		msgs = append(msgs, r.GetMessage())
+	}
+	want := []string{
+		`spec.acl must not be "public-read" (resource s3.example.org/v1 Bucket demo-bucket (composition resource "bucket"); field spec.acl, current value "public-read")`,
+		`label team is required (resource sqs.example.org/v1 Queue demo-queue (composition resource "queue"); field metadata.labels.team)`,
+	}
+	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
+		t.Errorf("results:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
+	}
+	if got := structField(rsp.GetDesired().GetResources()["bucket"].GetResource(), "spec.acl").GetStringValue(); got != "public-read" {
+		t.Errorf("desired bucket changed: %v", rsp.GetDesired().GetResources()["bucket"])
+	}
+}
+
+// TestKRMModeMismatch: a json image served in krm mode gets a Fatal result
+// that names json.
+func TestKRMModeMismatch(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("trivial.tar"), "--io", "krm", "--warm", "0"})
+	rsp := s.call(t, krmRequest(t, "mismatch", "labels: {a: b}\n"))
+	rs := rsp.GetResults()
+	if len(rs) != 1 || rs[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
+		t.Fatalf("results %v, want one Fatal", rs)
+	}
+	mustContain(t, "the Fatal result", rs[0].GetMessage(), "not a valid ResourceList", "a RunFunctionResponse", "--io json")
+}
+
+// TestKRMRenderPipeline: both KRM functions run as steps of a rendered
+// pipeline next to a native json function: jq composes a bucket and a
+// queue, krm-labels labels them, krm-validate (the
+// "validate-composed-resources" step) checks them. The KRM steps are
+// `ocifn serve --io krm`, called through the Development runtime as
+// Crossplane's render calls any function. A bucket the validator refuses
+// stops the pipeline with its error result.
+func TestKRMRenderPipeline(t *testing.T) {
+	labels := startServer(t, []string{"--tarball", image("krm-labels.tar"), "--io", "krm", "--warm", "0"})
+	validate := startServer(t, []string{"--tarball", image("krm-validate.tar"), "--io", "krm", "--warm", "0"})
+	for _, tc := range []struct {
+		name, acl string
+		exit      int
+		stdout    []string
+		stderr    []string
+	}{
+		{"valid", "private", 0,
+			[]string{"kind: Bucket", "acl: private", "kind: Queue", "team: platform",
+				"crossplane.io/composition-resource-name: bucket", "crossplane.io/composition-resource-name: queue",
+				"labelled 3 resources", "validated 2 composed resources"},
+			nil},
+		{"refused", "public-read", 1, nil,
+			[]string{"validate-composed-resources", `spec.acl must not be "public-read"`, `composition resource "bucket"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			write := func(name, text string) {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write("xr.yaml", "apiVersion: example.org/v1\nkind: XApp\nmetadata:\n  name: demo\nspec:\n  size: 2\n")
+			write("composition.yaml", `apiVersion: apiextensions.crossplane.io/v1
+kind: Composition
+metadata:
+  name: xapps.example.org
+spec:
+  compositeTypeRef:
+    apiVersion: example.org/v1
+    kind: XApp
+  mode: Pipeline
+  pipeline:
+  - step: compose
+    functionRef:
+      name: function-jq
+    input:
+      apiVersion: ocifn.dev/v1alpha1
+      kind: Input
+      filter: '{desired: (.desired | .resources.bucket = {resource: {apiVersion: "s3.example.org/v1", kind: "Bucket", spec: {acl: "`+tc.acl+`"}}} | .resources.queue = {resource: {apiVersion: "sqs.example.org/v1", kind: "Queue"}})}'
+  - step: labels
+    functionRef:
+      name: function-krm-labels
+    input:
+      apiVersion: fn.example.org/v1
+      kind: Labels
+      metadata:
+        name: labels
+      labels:
+        team: platform
+  - step: validate-composed-resources
+    functionRef:
+      name: function-krm-validate
+    input:
+      apiVersion: fn.example.org/v1
+      kind: Rules
+      metadata:
+        name: rules
+      requiredLabels: [team]
+      deny:
+      - fieldPath: spec.acl
+        value: public-read
+`)
+			write("functions.yaml", `apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: function-jq
+  annotations:
+    render.ocifn.dev/tarball: `+image("jq-function.tar")+`
+spec:
+  package: registry.example.com/function-jq:v0.1.0
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: function-krm-labels
+  annotations:
+    render.crossplane.io/runtime: Development
+    render.crossplane.io/runtime-development-target: `+labels.addr+`
+spec:
+  package: registry.example.com/function-krm-labels:v0.1.0
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: function-krm-validate
+  annotations:
+    render.crossplane.io/runtime: Development
+    render.crossplane.io/runtime-development-target: `+validate.addr+`
+spec:
+  package: registry.example.com/function-krm-validate:v0.1.0
+`)
+			r := runIn(t, dir, nil, "render", "--cache-dir", cacheDir(t), "-r", "xr.yaml", "composition.yaml", "functions.yaml")
+			if r.exit != tc.exit {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.exit, tc.exit, r.stdout, r.stderr)
+			}
+			mustContain(t, "render's output", r.stdout, tc.stdout...)
+			mustContain(t, "render's error", r.stderr, tc.stderr...)
+			if strings.Contains(r.stdout, "ocifn.io/") {
+				t.Errorf("ocifn's KRM annotations leaked into the rendered output:\n%s", r.stdout)
+			}
+		})
+	}
+}
