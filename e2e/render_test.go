@@ -8,10 +8,12 @@ import (
 )
 
 // TestRenderGolden runs `ocifn render` on every pipeline in
-// testdata/render/ and compares what it prints with the golden files there.
+// testdata/render/ (an XR and a Composition, or an Operation) and compares
+// what it prints with the golden files there. TestRenderMatchesCrossplane
+// checks the same pipelines against the crossplane CLI.
 func TestRenderGolden(t *testing.T) {
 	root := filepath.Join(repoRoot, "testdata", "render")
-	dirs, err := filepath.Glob(filepath.Join(root, "*", "composition.yaml"))
+	dirs, err := filepath.Glob(filepath.Join(root, "*", "functions.yaml"))
 	if err != nil || len(dirs) == 0 {
 		t.Fatalf("no render cases in %s: %v", root, err)
 	}
@@ -25,6 +27,9 @@ func TestRenderGolden(t *testing.T) {
 				fns = withPlaceholders(t, filepath.Join(dir, fns), map[string]string{"${TARGET}": s.addr, "${IMAGES}": images})
 			}
 			args := []string{"render", "--cache-dir", cacheDir(t), "xr.yaml", "composition.yaml", fns}
+			if _, err := os.Stat(filepath.Join(dir, "operation.yaml")); err == nil {
+				args = []string{"render", "--cache-dir", cacheDir(t), "operation.yaml", fns}
+			}
 			if extra, err := os.ReadFile(filepath.Join(dir, "args")); err == nil {
 				args = append(args, strings.Fields(string(extra))...)
 			}

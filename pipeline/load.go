@@ -47,6 +47,22 @@ type Step struct {
 	FunctionRef struct{ Name string } `json:"functionRef"`
 	Input       Object                `json:"input,omitempty"`
 	Credentials []StepCredentials     `json:"credentials,omitempty"`
+	// Requirements are resources the step gets on its first call, without
+	// asking for them.
+	Requirements *struct {
+		RequiredResources []RequiredResource `json:"requiredResources"`
+	} `json:"requirements,omitempty"`
+}
+
+// RequiredResource selects resources a step gets up front: by name or by
+// labels, in a namespace or not.
+type RequiredResource struct {
+	RequirementName string            `json:"requirementName"`
+	APIVersion      string            `json:"apiVersion"`
+	Kind            string            `json:"kind"`
+	Name            *string           `json:"name,omitempty"`
+	MatchLabels     map[string]string `json:"matchLabels,omitempty"`
+	Namespace       *string           `json:"namespace,omitempty"`
 }
 
 // StepCredentials names a Secret whose data a step receives as credentials.
