@@ -375,6 +375,15 @@ func setPath(o Object, v any, path ...string) {
 	cur[path[len(path)-1]] = v
 }
 
+// capabilities are what render tells functions it supports, as Crossplane
+// does; required schemas are not among them.
+var capabilities = []fnv1.Capability{
+	fnv1.Capability_CAPABILITY_CAPABILITIES,
+	fnv1.Capability_CAPABILITY_REQUIRED_RESOURCES,
+	fnv1.Capability_CAPABILITY_CREDENTIALS,
+	fnv1.Capability_CAPABILITY_CONDITIONS,
+}
+
 // runStep calls a step's function, again and again while it asks for
 // required resources it has not been given yet (at most
 // maxRequirementsIterations times), as Crossplane does.
@@ -395,7 +404,7 @@ func runStep(ctx context.Context, fn Function, req *fnv1.RunFunctionRequest, in 
 		req.RequiredResources = maps.Clone(bootstrap)
 	}
 	for i := 0; i <= maxRequirementsIterations; i++ {
-		req.Meta = &fnv1.RequestMeta{Tag: tag(req)}
+		req.Meta = &fnv1.RequestMeta{Tag: tag(req), Capabilities: capabilities}
 		if in.BeforeCall != nil {
 			in.BeforeCall(s.Step, s.FunctionRef.Name, i)
 		}

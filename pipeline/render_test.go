@@ -100,6 +100,9 @@ func TestRenderPassesStateAndContextFromStepToStep(t *testing.T) {
 	if seen[0].GetMeta().GetTag() == "" || seen[0].GetMeta().GetTag() == seen[1].GetMeta().GetTag() {
 		t.Errorf("each request needs its own tag: %q %q", seen[0].GetMeta().GetTag(), seen[1].GetMeta().GetTag())
 	}
+	if got := seen[0].GetMeta().GetCapabilities(); len(got) != 4 || got[0] != fnv1.Capability_CAPABILITY_CAPABILITIES {
+		t.Errorf("capabilities: %v", got)
+	}
 
 	// Only the desired status reaches the XR, with Crossplane's conditions
 	// after the functions' (Ready is Crossplane's alone), and references

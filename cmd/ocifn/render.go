@@ -65,11 +65,16 @@ it. Steps run in order; each sees the desired state and the context the step
 before returned. A Fatal result stops the pipeline: the error names the step
 and its message, nothing is printed on stdout and the exit code is 1.
 
-Composed resources are printed sorted by name with the metadata Crossplane
-adds (crossplane.io/composition-resource-name annotation, crossplane.io/composite
-label, a generateName, the XR as controller). The XR carries what the pipeline
-desired of it and a Ready condition. Functions' stderr is shown on stderr,
-each line starting with "  STEP | ".`,
+The output is what crossplane composition render prints: the XR with its
+resource references, the status the pipeline desired and Crossplane's
+conditions; the composed resources, sorted by name, with the metadata and
+the name Crossplane gives them. Functions' stderr is shown on stderr, each
+line starting with "  STEP | ".
+
+With OPERATION FUNCTIONS (an ops.crossplane.io Operation), render runs the
+Operation's pipeline and prints what crossplane operation render does: the
+Operation with its status (each step's output, the resources applied), then
+those resources.`,
 		Example: `  # Simulate creating a new XR:
   ocifn render xr.yaml composition.yaml functions.yaml
 
@@ -78,6 +83,9 @@ each line starting with "  STEP | ".`,
 
   # Also print the functions' results and the final context:
   ocifn render -r -c xr.yaml composition.yaml functions.yaml
+
+  # Run an Operation:
+  ocifn render operation.yaml functions.yaml -r
 
   # Pass context values and resources the functions may ask for:
   ocifn render xr.yaml composition.yaml functions.yaml \
