@@ -56,3 +56,26 @@ func withPlaceholders(t *testing.T, path string, values map[string]string) strin
 	}
 	return out
 }
+
+// TestRenderInputMistakes: inputs that do not go together are refused before
+// anything runs, with a message that names what is wrong.
+func TestRenderInputMistakes(t *testing.T) {
+	root := filepath.Join(repoRoot, "testdata", "render")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"an XR without a Composition", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/functions.yaml"}, "with two arguments render runs an Operation"},
+		{"an Operation with a Composition", []string{"operation/operation.yaml", "jq-yq-labelizer/composition.yaml", "operation/functions.yaml"}, "render it as OPERATION FUNCTIONS"},
+		{"an XRD of another kind", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/composition.yaml", "jq-yq-labelizer/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, `CompositeResourceDefinition "xdatabases.example.org" defines XDatabase`},
+		{"an XR flag with an Operation", []string{"operation/operation.yaml", "operation/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, "are for a composite resource, not an Operation"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runIn(t, root, nil, append([]string{"render"}, tc.args...)...)
+			if r.exit == 0 || r.stdout != "" || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want a failure saying %q", r.exit, r.stdout, r.stderr, tc.want)
+			}
+		})
+	}
+}
