@@ -104,4 +104,3 @@ func TestParseOperation(t *testing.T) {
 		}
 	}
 }
-
