@@ -33,6 +33,9 @@ type Composition struct {
 	Labels           map[string]string
 	CompositeTypeRef TypeRef
 	Steps            []Step
+	// WriteConnectionSecretsToNamespace is where a legacy XR's connection
+	// Secret goes, unless the XR names one.
+	WriteConnectionSecretsToNamespace string
 }
 
 // TypeRef is the type of composite resource a Composition is for.
@@ -82,10 +85,11 @@ func ParseComposition(o Object) (*Composition, error) {
 	}
 	var c struct {
 		Spec struct {
-			CompositeTypeRef TypeRef `json:"compositeTypeRef"`
-			Mode             string  `json:"mode"`
-			Pipeline         []Step  `json:"pipeline"`
-			Resources        []any   `json:"resources"`
+			CompositeTypeRef                  TypeRef `json:"compositeTypeRef"`
+			Mode                              string  `json:"mode"`
+			WriteConnectionSecretsToNamespace string  `json:"writeConnectionSecretsToNamespace"`
+			Pipeline                          []Step  `json:"pipeline"`
+			Resources                         []any   `json:"resources"`
 		} `json:"spec"`
 	}
 	if err := remarshal(o, &c); err != nil {
@@ -112,7 +116,8 @@ func ParseComposition(o Object) (*Composition, error) {
 			return nil, fmt.Errorf("Composition %q: pipeline step %q has no functionRef.name", o.Name(), s.Step)
 		}
 	}
-	return &Composition{Name: o.Name(), Labels: o.Labels(), CompositeTypeRef: c.Spec.CompositeTypeRef, Steps: c.Spec.Pipeline}, nil
+	return &Composition{Name: o.Name(), Labels: o.Labels(), CompositeTypeRef: c.Spec.CompositeTypeRef, Steps: c.Spec.Pipeline,
+		WriteConnectionSecretsToNamespace: c.Spec.WriteConnectionSecretsToNamespace}, nil
 }
 
 // FunctionObject is a pkg.crossplane.io Function as render reads it.

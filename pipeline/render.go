@@ -276,6 +276,11 @@ func observedXR(in Inputs) (Object, error) {
 		xr.addToMetaMap("labels", map[string]string{LabelComposite: xr.Name()})
 	}
 	setPath(xr, map[string]any{"name": in.Composition.Name}, in.Schema.path("compositionRef")...)
+	// A legacy XR's connection Secret is named after its uid, in the
+	// Composition's namespace for them, unless the XR names one.
+	if ns := in.Composition.WriteConnectionSecretsToNamespace; in.Schema == SchemaLegacy && ns != "" && lookup(xr, "spec", "writeConnectionSecretToRef") == nil {
+		setPath(xr, map[string]any{"name": xr.metaString("uid"), "namespace": ns}, "spec", "writeConnectionSecretToRef")
+	}
 	setConditions(xr, newCondition(conditionResponsive, "True", "WatchCircuitClosed", ""))
 	return xr, nil
 }
