@@ -600,7 +600,8 @@ func condition(c *fnv1.Condition) Object {
 		status = "False"
 	}
 	o := Object{"type": c.GetType(), "status": status, "reason": c.GetReason(), "lastTransitionTime": conditionTime}
-	if c.Message != nil {
+	// As Crossplane's condition type: an empty message is left out.
+	if c.GetMessage() != "" {
 		o["message"] = c.GetMessage()
 	}
 	return o
