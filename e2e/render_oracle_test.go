@@ -110,8 +110,11 @@ func TestRenderMatchesCrossplane(t *testing.T) {
 			}
 			want := runOracle(t, c.dir, cli, append(append(append(xpCmd, inputs...), c.args...), "--crossplane-binary="+engine)...)
 			got := runIn(t, c.dir, nil, append(append([]string{"render"}, inputs...), c.args...)...)
-			if (want.exit == 0) != (got.exit == 0) {
+			if want.exit != got.exit {
 				t.Fatalf("crossplane exited %d, ocifn %d\ncrossplane stderr:\n%s\nocifn stderr:\n%s", want.exit, got.exit, want.stderr, got.stderr)
+			}
+			if got.exit != 0 {
+				t.Logf("both failed: crossplane with exit code %d:\n%s\nocifn with exit code %d:\n%s", want.exit, want.stderr, got.exit, got.stderr)
 			}
 			// Only a pipeline meant to fail (its golden exit code is not
 			// 0) may fail here.
