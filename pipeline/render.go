@@ -152,9 +152,9 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	}
 
 	var (
-		events     []event
-		conditions []Object
-		results    []Object
+		events       []event
+		fnConditions []Object
+		results      []Object
 	)
 	// The reconciler records that it selected the Composition, unless the
 	// XR already references it.
@@ -182,7 +182,7 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		desired = rsp.GetDesired()
 		fctx = rsp.GetContext()
 		for _, c := range rsp.GetConditions() {
-			conditions = append(conditions, condition(c))
+			fnConditions = append(fnConditions, condition(c))
 		}
 		for _, r := range rsp.GetResults() {
 			reason := r.GetReason()
@@ -233,7 +233,7 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		out.Composed = append(out.Composed, cd)
 	}
 
-	out.XR = renderedXR(in, xr, desired, out.Composed, conditions, unready)
+	out.XR = renderedXR(in, xr, desired, out.Composed, fnConditions, unready)
 	for _, name := range unready {
 		events = append(events, event{reason: reasonComposeResources, message: fmt.Sprintf("Composed resource %q is not yet ready", name)})
 	}
