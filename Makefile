@@ -8,6 +8,7 @@
 #   make bench     what a call costs: ocifn next to the bare program and podman
 #   make build     the static ocifn binary in bin/
 #   make golden    rewrite the expected outputs of the render and example tests
+#   make crossplane build the render oracle (crossplane CLI and engine) in build/
 #   make image     the runtime image build/ocifn-runtime.tar (buildah, no daemon)
 
 GO        ?= go
@@ -19,7 +20,7 @@ GOTESTFLAGS ?=
 
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all build deps testdata test unit e2e run vet fmt clean image golden fuzz soak bench
+.PHONY: all build deps testdata test unit e2e run vet fmt clean image golden fuzz soak bench crossplane
 
 all: build
 
@@ -37,7 +38,12 @@ image: deps build
 testdata: deps
 	@hack/testdata.sh
 
-test: deps testdata vet
+# The oracle of the render tests: the crossplane CLI and its render engine,
+# built from the Go module proxy into build/crossplane/ (kept between runs).
+crossplane:
+	@hack/crossplane.sh
+
+test: deps testdata crossplane vet
 	$(GO) test $(GOTESTFLAGS) -count=1 ./...
 	@FUZZTIME=10s hack/fuzz.sh
 
@@ -58,7 +64,7 @@ bench: deps build testdata
 unit:
 	$(GO) test $(GOTESTFLAGS) -count=1 $$($(GO) list ./... | grep -v /e2e)
 
-e2e: deps testdata
+e2e: deps testdata crossplane
 	$(GO) test $(GOTESTFLAGS) -count=1 -v ./e2e/
 
 # Rewrite the expected outputs of the render golden tests (testdata/render)

@@ -8,10 +8,12 @@ import (
 )
 
 // TestRenderGolden runs `ocifn render` on every pipeline in
-// testdata/render/ and compares what it prints with the golden files there.
+// testdata/render/ (an XR and a Composition, or an Operation) and compares
+// what it prints with the golden files there. TestRenderMatchesCrossplane
+// checks the same pipelines against the crossplane CLI.
 func TestRenderGolden(t *testing.T) {
 	root := filepath.Join(repoRoot, "testdata", "render")
-	dirs, err := filepath.Glob(filepath.Join(root, "*", "composition.yaml"))
+	dirs, err := filepath.Glob(filepath.Join(root, "*", "functions.yaml"))
 	if err != nil || len(dirs) == 0 {
 		t.Fatalf("no render cases in %s: %v", root, err)
 	}
@@ -25,6 +27,9 @@ func TestRenderGolden(t *testing.T) {
 				fns = withPlaceholders(t, filepath.Join(dir, fns), map[string]string{"${TARGET}": s.addr, "${IMAGES}": images})
 			}
 			args := []string{"render", "--cache-dir", cacheDir(t), "xr.yaml", "composition.yaml", fns}
+			if _, err := os.Stat(filepath.Join(dir, "operation.yaml")); err == nil {
+				args = []string{"render", "--cache-dir", cacheDir(t), "operation.yaml", fns}
+			}
 			if extra, err := os.ReadFile(filepath.Join(dir, "args")); err == nil {
 				args = append(args, strings.Fields(string(extra))...)
 			}
@@ -50,4 +55,27 @@ func withPlaceholders(t *testing.T, path string, values map[string]string) strin
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestRenderInputMistakes: inputs that do not go together are refused before
+// anything runs, with a message that names what is wrong.
+func TestRenderInputMistakes(t *testing.T) {
+	root := filepath.Join(repoRoot, "testdata", "render")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"an XR without a Composition", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/functions.yaml"}, "with two arguments render runs an Operation"},
+		{"an Operation with a Composition", []string{"operation/operation.yaml", "jq-yq-labelizer/composition.yaml", "operation/functions.yaml"}, "render it as OPERATION FUNCTIONS"},
+		{"an XRD of another kind", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/composition.yaml", "jq-yq-labelizer/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, `CompositeResourceDefinition "xdatabases.example.org" defines XDatabase`},
+		{"an XR flag with an Operation", []string{"operation/operation.yaml", "operation/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, "are for a composite resource, not an Operation"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runIn(t, root, nil, append([]string{"render"}, tc.args...)...)
+			if r.exit == 0 || r.stdout != "" || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want a failure saying %q", r.exit, r.stdout, r.stderr, tc.want)
+			}
+		})
+	}
 }

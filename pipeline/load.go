@@ -33,6 +33,9 @@ type Composition struct {
 	Labels           map[string]string
 	CompositeTypeRef TypeRef
 	Steps            []Step
+	// WriteConnectionSecretsToNamespace is where a legacy XR's connection
+	// Secret goes, unless the XR names one.
+	WriteConnectionSecretsToNamespace string
 }
 
 // TypeRef is the type of composite resource a Composition is for.
@@ -47,6 +50,22 @@ type Step struct {
 	FunctionRef struct{ Name string } `json:"functionRef"`
 	Input       Object                `json:"input,omitempty"`
 	Credentials []StepCredentials     `json:"credentials,omitempty"`
+	// Requirements are resources the step gets on its first call, without
+	// asking for them.
+	Requirements *struct {
+		RequiredResources []RequiredResource `json:"requiredResources"`
+	} `json:"requirements,omitempty"`
+}
+
+// RequiredResource selects resources a step gets up front: by name or by
+// labels, in a namespace or not.
+type RequiredResource struct {
+	RequirementName string            `json:"requirementName"`
+	APIVersion      string            `json:"apiVersion"`
+	Kind            string            `json:"kind"`
+	Name            *string           `json:"name,omitempty"`
+	MatchLabels     map[string]string `json:"matchLabels,omitempty"`
+	Namespace       *string           `json:"namespace,omitempty"`
 }
 
 // StepCredentials names a Secret whose data a step receives as credentials.
@@ -66,10 +85,11 @@ func ParseComposition(o Object) (*Composition, error) {
 	}
 	var c struct {
 		Spec struct {
-			CompositeTypeRef TypeRef `json:"compositeTypeRef"`
-			Mode             string  `json:"mode"`
-			Pipeline         []Step  `json:"pipeline"`
-			Resources        []any   `json:"resources"`
+			CompositeTypeRef                  TypeRef `json:"compositeTypeRef"`
+			Mode                              string  `json:"mode"`
+			WriteConnectionSecretsToNamespace string  `json:"writeConnectionSecretsToNamespace"`
+			Pipeline                          []Step  `json:"pipeline"`
+			Resources                         []any   `json:"resources"`
 		} `json:"spec"`
 	}
 	if err := remarshal(o, &c); err != nil {
@@ -96,7 +116,8 @@ func ParseComposition(o Object) (*Composition, error) {
 			return nil, fmt.Errorf("Composition %q: pipeline step %q has no functionRef.name", o.Name(), s.Step)
 		}
 	}
-	return &Composition{Name: o.Name(), Labels: o.Labels(), CompositeTypeRef: c.Spec.CompositeTypeRef, Steps: c.Spec.Pipeline}, nil
+	return &Composition{Name: o.Name(), Labels: o.Labels(), CompositeTypeRef: c.Spec.CompositeTypeRef, Steps: c.Spec.Pipeline,
+		WriteConnectionSecretsToNamespace: c.Spec.WriteConnectionSecretsToNamespace}, nil
 }
 
 // FunctionObject is a pkg.crossplane.io Function as render reads it.

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
@@ -37,6 +38,8 @@ type Inputs struct {
 	Composition *Composition
 	// Functions are the runnable functions by Function name.
 	Functions map[string]Function
+	// Schema is where the XR keeps Crossplane's fields.
+	Schema Schema
 	// Observed are the composed resources that exist already, each named by
 	// its crossplane.io/composition-resource-name annotation.
 	Observed []Document
@@ -120,10 +123,16 @@ func Check(xr Object, comp *Composition, functions []string) error {
 
 // Render runs the Composition's pipeline for the XR, step by step, each
 // step seeing the desired state and context the previous one returned, and
-// returns the desired XR and composed resources the way Crossplane would
-// apply them. A Fatal result stops the pipeline with a *FatalError.
+// returns what Crossplane's reconciler would write: the XR (its identity,
+// resource references and status) and the composed resources it applies,
+// with the metadata Crossplane adds. A Fatal result stops the pipeline with
+// a *FatalError.
 func Render(ctx context.Context, in Inputs) (Outputs, error) {
-	xrStruct, err := in.XR.Struct()
+	xr, err := observedXR(in)
+	if err != nil {
+		return Outputs{}, err
+	}
+	xrStruct, err := xr.Struct()
 	if err != nil {
 		return Outputs{}, fmt.Errorf("the composite resource: %w", err)
 	}
@@ -143,9 +152,15 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	}
 
 	var (
-		results    []Object
-		conditions []Object
+		events       []event
+		fnConditions []Object
+		results      []Object
 	)
+	// The reconciler records that it selected the Composition, unless the
+	// XR already references it.
+	if ref, _ := lookup(in.XR, in.Schema.path("compositionRef")...).(map[string]any); len(ref) != 1 || ref["name"] != in.Composition.Name {
+		events = append(events, event{reason: reasonSelectComposition, message: "Successfully selected composition: " + in.Composition.Name})
+	}
 	for _, s := range in.Composition.Steps {
 		fn, ok := in.Functions[s.FunctionRef.Name]
 		if !ok {
@@ -164,34 +179,34 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		if err != nil {
 			return Outputs{}, fmt.Errorf("cannot run pipeline step %q: %w", s.Step, err)
 		}
-		for _, r := range rsp.GetResults() {
-			res := Object{
-				"apiVersion": "render.crossplane.io/v1beta1",
-				"kind":       "Result",
-				"step":       s.Step,
-				"severity":   r.GetSeverity().String(),
-				"message":    r.GetMessage(),
-			}
-			if r.Reason != nil {
-				res["reason"] = r.GetReason()
-			}
-			results = append(results, res)
-			if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
-				return Outputs{}, &FatalError{Step: s.Step, Message: r.GetMessage(), Results: results}
-			}
-		}
-		for _, c := range rsp.GetConditions() {
-			conditions = append(conditions, condition(c))
-		}
 		desired = rsp.GetDesired()
-		if desired == nil {
-			desired = &fnv1.State{}
-		}
 		fctx = rsp.GetContext()
+		for _, c := range rsp.GetConditions() {
+			fnConditions = append(fnConditions, condition(c))
+		}
+		for _, r := range rsp.GetResults() {
+			reason := r.GetReason()
+			if reason == "" {
+				reason = reasonComposeResources
+			}
+			e := event{reason: reason, message: fmt.Sprintf("Pipeline step %q: %s", s.Step, r.GetMessage())}
+			switch r.GetSeverity() {
+			case fnv1.Severity_SEVERITY_FATAL:
+				return Outputs{}, &FatalError{Step: s.Step, Message: r.GetMessage(), Results: results}
+			case fnv1.Severity_SEVERITY_WARNING:
+				e.warning = true
+			case fnv1.Severity_SEVERITY_NORMAL:
+			default:
+				e = event{warning: true, reason: reason, message: fmt.Sprintf("Pipeline step %q returned a result of unknown severity (assuming warning): %s", s.Step, r.GetMessage())}
+			}
+			events = append(events, e)
+			results = append(results, e.object())
+		}
 	}
 
-	out := Outputs{Results: results}
+	out := Outputs{}
 	var unready []string
+	uid := xr.metaString("uid")
 	for _, name := range sortedKeys(desired.GetResources()) {
 		r := desired.GetResources()[name]
 		if r.GetReady() != fnv1.Ready_READY_TRUE {
@@ -204,40 +219,174 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 				cd.setMeta(k, o.metaString(k))
 			}
 		}
-		if err := setComposedMetadata(cd, in.XR, name); err != nil {
+		if ns := xr.Namespace(); ns != "" && cd.Namespace() != "" && cd.Namespace() != ns {
+			events = append(events, event{warning: true, reason: reasonNamespaceOverridden,
+				message: fmt.Sprintf("cannot create composed resource %q in namespace %q, using XR namespace %q instead", name, cd.Namespace(), ns)})
+		}
+		if err := setComposedMetadata(cd, xr, name); err != nil {
 			return Outputs{}, fmt.Errorf("composed resource %q: %w", name, err)
 		}
+		if cd.Name() == "" && cd.metaString("generateName") != "" {
+			cd.setMeta("name", ChildName(cd.metaString("generateName"), uid, name))
+		}
+		fixConditionTimes(cd)
 		out.Composed = append(out.Composed, cd)
 	}
 
-	xr := Object(desired.GetComposite().GetResource().AsMap())
-	// The pipeline returns only what it wants of the XR; its identity comes
-	// from the input.
-	xr["apiVersion"], xr["kind"] = in.XR.APIVersion(), in.XR.Kind()
-	xr.setMeta("name", in.XR.Name())
-	xr.setMeta("namespace", in.XR.Namespace())
-	ready := Object{"type": "Ready", "status": "True", "reason": "Available", "lastTransitionTime": conditionTime}
-	switch {
-	case desired.GetComposite().GetReady() == fnv1.Ready_READY_FALSE:
-		ready = Object{"type": "Ready", "status": "False", "reason": "Creating", "lastTransitionTime": conditionTime}
-	case desired.GetComposite().GetReady() == fnv1.Ready_READY_UNSPECIFIED && len(unready) > 0:
-		ready = Object{"type": "Ready", "status": "False", "reason": "Creating", "lastTransitionTime": conditionTime,
-			"message": "Unready resources: " + firstNAndMore(3, unready)}
+	out.XR = renderedXR(in, xr, desired, out.Composed, fnConditions, unready)
+	for _, name := range unready {
+		events = append(events, event{reason: reasonComposeResources, message: fmt.Sprintf("Composed resource %q is not yet ready", name)})
 	}
-	setCondition(xr, ready)
-	for _, c := range conditions {
-		switch c["type"] {
-		case "Ready", "Synced", "Healthy":
-			// Crossplane owns these; functions cannot set them.
-			continue
-		}
-		setCondition(xr, c)
+	for _, e := range events {
+		out.Results = append(out.Results, e.object())
 	}
-	out.XR = xr
 	if fctx != nil {
 		out.Context = Object{"apiVersion": "render.crossplane.io/v1beta1", "kind": "Context", "fields": fctx.AsMap()}
 	}
 	return out, nil
+}
+
+// observedXR is the XR as the functions observe it once Crossplane's
+// reconciler has prepared it: a uid, a resourceVersion, the
+// crossplane.io/composite label, the selected Composition, references to
+// the observed composed resources and a Responsive condition.
+func observedXR(in Inputs) (Object, error) {
+	xr := in.XR.deepCopy()
+	if xr.metaString("uid") == "" {
+		xr.setMeta("uid", XRUID(xr))
+	}
+	for _, d := range in.Observed {
+		ref := metav1OwnerController(d.Object)
+		if ref != nil && ref["uid"] != xr.metaString("uid") {
+			return nil, fmt.Errorf("%s: observed resource %s has a controller reference but is not controlled by the XR", d.Source, d.Object.Name())
+		}
+		if xr.Namespace() != "" && d.Object.Namespace() != xr.Namespace() {
+			return nil, fmt.Errorf("%s: observed resource %s is not in the XR's namespace %s", d.Source, d.Object.Name(), xr.Namespace())
+		}
+	}
+	xr.setMeta("resourceVersion", "999")
+	if len(in.Observed) > 0 {
+		refs := make([]any, len(in.Observed))
+		for i, d := range in.Observed {
+			refs[i] = objectRef(d.Object, xr.Namespace() == "")
+		}
+		setPath(xr, refs, in.Schema.path("resourceRefs")...)
+	}
+	if xr.Labels()[LabelComposite] == "" {
+		xr.addToMetaMap("labels", map[string]string{LabelComposite: xr.Name()})
+	}
+	setPath(xr, map[string]any{"name": in.Composition.Name}, in.Schema.path("compositionRef")...)
+	// A legacy XR's connection Secret is named after its uid, in the
+	// Composition's namespace for them, unless the XR names one.
+	if ns := in.Composition.WriteConnectionSecretsToNamespace; in.Schema == SchemaLegacy && ns != "" && lookup(xr, "spec", "writeConnectionSecretToRef") == nil {
+		setPath(xr, map[string]any{"name": xr.metaString("uid"), "namespace": ns}, "spec", "writeConnectionSecretToRef")
+	}
+	setConditions(xr, newCondition(conditionResponsive, "True", "WatchCircuitClosed", ""))
+	return xr, nil
+}
+
+// renderedXR is the XR as Crossplane writes it at the end of a reconcile:
+// its identity, references to the composed resources, and the status the
+// pipeline desired with Crossplane's conditions added.
+func renderedXR(in Inputs, observed Object, desired *fnv1.State, composed []Object, fnConditions []Object, unready []string) Object {
+	xr := Object{"apiVersion": in.XR.APIVersion(), "kind": in.XR.Kind()}
+	xr.setMeta("name", in.XR.Name())
+	xr.setMeta("namespace", in.XR.Namespace())
+	refs := make([]any, len(composed))
+	for i, cd := range composed {
+		refs[i] = objectRef(cd, observed.Namespace() == "")
+	}
+	sort.SliceStable(refs, func(i, j int) bool { return refKey(refs[i]) < refKey(refs[j]) })
+	setPath(xr, refs, in.Schema.path("resourceRefs")...)
+
+	// Only the desired status (and a top-level conditions field) of the
+	// desired XR reach it: Crossplane patches the XR's status subresource.
+	d := Object(desired.GetComposite().GetResource().AsMap())
+	status := Object{}
+	if st, ok := d["status"]; ok {
+		status["status"] = st
+	}
+	before, _ := conditions(observed)
+	setConditions(status, before...)
+	for _, c := range fnConditions {
+		if !isSystemCondition(fmt.Sprint(c["type"])) {
+			setConditions(status, c)
+		}
+	}
+	ready := newCondition(conditionReady, "True", "Available", "")
+	if len(unready) > 0 {
+		ready = newCondition(conditionReady, "False", "Creating", "Unready resources: "+firstNAndMore(3, unready))
+	}
+	switch desired.GetComposite().GetReady() {
+	case fnv1.Ready_READY_TRUE:
+		ready = newCondition(conditionReady, "True", "Available", "")
+	case fnv1.Ready_READY_FALSE:
+		ready = newCondition(conditionReady, "False", "Creating", "")
+	}
+	setConditions(status, newCondition(conditionSynced, "True", "ReconcileSuccess", ""), ready)
+	xr["status"] = status["status"]
+	if c, ok := d["conditions"]; ok {
+		xr["conditions"] = c
+	}
+	fixConditionTimes(xr)
+	return xr
+}
+
+// objectRef is a corev1.ObjectReference to o; the namespace only when
+// withNamespace (a namespaced XR's references have none).
+func objectRef(o Object, withNamespace bool) map[string]any {
+	ref := map[string]any{"apiVersion": o.APIVersion(), "kind": o.Kind(), "name": o.Name()}
+	if withNamespace && o.Namespace() != "" {
+		ref["namespace"] = o.Namespace()
+	}
+	for k, v := range ref {
+		if v == "" {
+			delete(ref, k)
+		}
+	}
+	return ref
+}
+
+func refKey(r any) string {
+	m, _ := r.(map[string]any)
+	s := func(k string) string { v, _ := m[k].(string); return v }
+	return s("apiVersion") + s("kind") + s("name") + s("namespace")
+}
+
+// metav1OwnerController returns the owner reference that is o's
+// controller, or nil.
+func metav1OwnerController(o Object) map[string]any {
+	refs, _ := o.metadata()["ownerReferences"].([]any)
+	for _, r := range refs {
+		ref, _ := r.(map[string]any)
+		if c, _ := ref["controller"].(bool); c {
+			return ref
+		}
+	}
+	return nil
+}
+
+// setPath sets a field, creating the objects on its path.
+func setPath(o Object, v any, path ...string) {
+	cur := map[string]any(o)
+	for _, p := range path[:len(path)-1] {
+		next, ok := cur[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			cur[p] = next
+		}
+		cur = next
+	}
+	cur[path[len(path)-1]] = v
+}
+
+// capabilities are what render tells functions it supports, as Crossplane
+// does; required schemas are not among them.
+var capabilities = []fnv1.Capability{
+	fnv1.Capability_CAPABILITY_CAPABILITIES,
+	fnv1.Capability_CAPABILITY_REQUIRED_RESOURCES,
+	fnv1.Capability_CAPABILITY_CREDENTIALS,
+	fnv1.Capability_CAPABILITY_CONDITIONS,
 }
 
 // runStep calls a step's function, again and again while it asks for
@@ -245,8 +394,22 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 // maxRequirementsIterations times), as Crossplane does.
 func runStep(ctx context.Context, fn Function, req *fnv1.RunFunctionRequest, in Inputs, s Step) (*fnv1.RunFunctionResponse, error) {
 	var asked *fnv1.Requirements
+	// Resources the step requires up front; each later call gets them too.
+	bootstrap := map[string]*fnv1.Resources{}
+	if s.Requirements != nil {
+		for _, r := range s.Requirements.RequiredResources {
+			sel := &fnv1.ResourceSelector{ApiVersion: r.APIVersion, Kind: r.Kind, Namespace: r.Namespace}
+			if r.Name != nil {
+				sel.Match = &fnv1.ResourceSelector_MatchName{MatchName: *r.Name}
+			} else {
+				sel.Match = &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: r.MatchLabels}}
+			}
+			bootstrap[r.RequirementName] = fetch(sel, in.Required)
+		}
+		req.RequiredResources = maps.Clone(bootstrap)
+	}
 	for i := 0; i <= maxRequirementsIterations; i++ {
-		req.Meta = &fnv1.RequestMeta{Tag: tag(req)}
+		req.Meta = &fnv1.RequestMeta{Tag: tag(req), Capabilities: capabilities}
 		if in.BeforeCall != nil {
 			in.BeforeCall(s.Step, s.FunctionRef.Name, i)
 		}
@@ -264,7 +427,10 @@ func runStep(ctx context.Context, fn Function, req *fnv1.RunFunctionRequest, in 
 		}
 		asked = rsp.GetRequirements()
 		req.ExtraResources = fetchAll(asked.GetExtraResources(), in.Required)
-		req.RequiredResources = fetchAll(asked.GetResources(), in.Required)
+		req.RequiredResources = maps.Clone(bootstrap)
+		for name, rs := range fetchAll(asked.GetResources(), in.Required) {
+			req.RequiredResources[name] = rs
+		}
 		req.Context = rsp.GetContext()
 	}
 	return nil, fmt.Errorf("the function kept asking for different required resources; gave up after %d calls", maxRequirementsIterations+1)
@@ -308,7 +474,9 @@ func fetch(sel *fnv1.ResourceSelector, from []Object) *fnv1.Resources {
 		}
 		switch m := sel.GetMatch().(type) {
 		case *fnv1.ResourceSelector_MatchName:
-			if m.MatchName != o.Name() {
+			// Crossplane gets the resource by namespace and name: no
+			// namespace means a cluster-scoped one.
+			if m.MatchName != o.Name() || sel.GetNamespace() != o.Namespace() {
 				continue
 			}
 		case *fnv1.ResourceSelector_MatchLabels:
@@ -382,7 +550,7 @@ func findSecret(secrets []Object, ns, name string) Object {
 }
 
 // setComposedMetadata adds what Crossplane adds to every composed resource:
-// a generated name unless it has one, the XR's namespace, the resource name
+// a generateName unless it has a name, the XR's namespace, the resource name
 // annotation, the composite (and claim) labels and the XR as controller.
 func setComposedMetadata(cd, xr Object, name string) error {
 	prefix := xr.Labels()[LabelComposite]
@@ -400,10 +568,6 @@ func setComposedMetadata(cd, xr Object, name string) error {
 	xl := xr.Labels()
 	if xl[LabelClaimName] != "" && xl[LabelClaimNamespace] != "" {
 		cd.addToMetaMap("labels", map[string]string{LabelClaimName: xl[LabelClaimName], LabelClaimNamespace: xl[LabelClaimNamespace]})
-	} else if ref, ok := lookup(xr, "spec", "claimRef").(map[string]any); ok {
-		n, _ := ref["name"].(string)
-		ns, _ := ref["namespace"].(string)
-		cd.addToMetaMap("labels", map[string]string{LabelClaimName: n, LabelClaimNamespace: ns})
 	}
 
 	uid := xr.metaString("uid")
@@ -411,18 +575,16 @@ func setComposedMetadata(cd, xr Object, name string) error {
 		"apiVersion": xr.APIVersion(), "kind": xr.Kind(), "name": xr.Name(), "uid": uid,
 		"controller": true, "blockOwnerDeletion": true,
 	}
+	if c := metav1OwnerController(cd); c != nil && c["uid"] != uid {
+		return fmt.Errorf("it is already controlled by %v %v (uid %v)", c["kind"], c["name"], c["uid"])
+	}
 	md := cd.ensureMetadata()
 	refs, _ := md["ownerReferences"].([]any)
 	for i, r := range refs {
-		ref, _ := r.(map[string]any)
-		if c, _ := ref["controller"].(bool); !c {
-			continue
+		if ref, _ := r.(map[string]any); ref["uid"] == uid {
+			refs[i] = owner
+			return nil
 		}
-		if ref["uid"] != uid {
-			return fmt.Errorf("it is already controlled by %v %v (uid %v)", ref["kind"], ref["name"], ref["uid"])
-		}
-		refs[i] = owner
-		return nil
 	}
 	md["ownerReferences"] = append(refs, owner)
 	return nil
@@ -438,7 +600,8 @@ func condition(c *fnv1.Condition) Object {
 		status = "False"
 	}
 	o := Object{"type": c.GetType(), "status": status, "reason": c.GetReason(), "lastTransitionTime": conditionTime}
-	if c.Message != nil {
+	// As Crossplane's condition type: an empty message is left out.
+	if c.GetMessage() != "" {
 		o["message"] = c.GetMessage()
 	}
 	return o
@@ -462,13 +625,16 @@ func setCondition(o, c Object) {
 	st["conditions"] = append(conds, map[string]any(c))
 }
 
-// firstNAndMore lists names as Crossplane does in messages: "a, b, c, and 2
-// more".
+// firstNAndMore lists names as Crossplane does in messages, sorted: "a, b,
+// and c" or "a, b, c, and 2 more".
 func firstNAndMore(n int, names []string) string {
 	s := append([]string(nil), names...)
 	sort.Strings(s)
-	if len(s) > n {
+	switch {
+	case len(s) > n:
 		return fmt.Sprintf("%s, and %d more", strings.Join(s[:n], ", "), len(s)-n)
+	case len(s) == n:
+		return fmt.Sprintf("%s, and %s", strings.Join(s[:n-1], ", "), s[n-1])
 	}
 	return strings.Join(s, ", ")
 }

@@ -80,8 +80,13 @@ func TestRenderPassesStateAndContextFromStepToStep(t *testing.T) {
 	if len(seen) != 2 {
 		t.Fatalf("%d calls, want 2", len(seen))
 	}
-	if got := seen[0].GetObserved().GetComposite().GetResource().AsMap()["spec"]; cmp.Diff(map[string]any{"size": 2.0}, got) != "" {
+	// The functions observe the XR as Crossplane's reconciler prepared it.
+	obsXR := Object(seen[0].GetObserved().GetComposite().GetResource().AsMap())
+	if got := obsXR["spec"]; cmp.Diff(map[string]any{"size": 2.0, "crossplane": map[string]any{"compositionRef": map[string]any{"name": "c"}}}, got) != "" {
 		t.Errorf("first step's observed XR spec: %v", got)
+	}
+	if obsXR.Labels()[LabelComposite] != "demo" || obsXR.metaString("uid") != "u-1" || obsXR.metaString("resourceVersion") != "999" {
+		t.Errorf("first step's observed XR metadata: %v", obsXR["metadata"])
 	}
 	if len(seen[0].GetDesired().GetResources()) != 0 {
 		t.Errorf("the first step must start with empty desired state: %v", seen[0].GetDesired())
@@ -95,24 +100,40 @@ func TestRenderPassesStateAndContextFromStepToStep(t *testing.T) {
 	if seen[0].GetMeta().GetTag() == "" || seen[0].GetMeta().GetTag() == seen[1].GetMeta().GetTag() {
 		t.Errorf("each request needs its own tag: %q %q", seen[0].GetMeta().GetTag(), seen[1].GetMeta().GetTag())
 	}
+	if got := seen[0].GetMeta().GetCapabilities(); len(got) != 4 || got[0] != fnv1.Capability_CAPABILITY_CAPABILITIES {
+		t.Errorf("capabilities: %v", got)
+	}
 
+	// Only the desired status reaches the XR, with Crossplane's conditions
+	// after the functions' (Ready is Crossplane's alone), and references
+	// to the composed resources.
 	wantXR := mustObject(t, `apiVersion: example.org/v1
 kind: XApp
 metadata:
   name: demo
   namespace: team-a
+spec:
+  crossplane:
+    resourceRefs:
+    - {apiVersion: v1, kind: ConfigMap, name: demo-befee9f8a203}
+    - {apiVersion: v1, kind: Secret, name: fixed}
 status:
   phase: composed
   conditions:
-  - {type: Ready, status: "False", reason: Creating, message: "Unready resources: a", lastTransitionTime: "2024-01-01T00:00:00Z"}
+  - {type: Responsive, status: "True", reason: WatchCircuitClosed, lastTransitionTime: "2024-01-01T00:00:00Z"}
   - {type: Custom, status: "True", reason: Done, lastTransitionTime: "2024-01-01T00:00:00Z"}
+  - {type: Synced, status: "True", reason: ReconcileSuccess, lastTransitionTime: "2024-01-01T00:00:00Z"}
+  - {type: Ready, status: "False", reason: Creating, message: "Unready resources: a", lastTransitionTime: "2024-01-01T00:00:00Z"}
 `)
 	if d := cmp.Diff(wantXR, out.XR); d != "" {
 		t.Errorf("XR (-want +got):\n%s", d)
 	}
+	// The name is the generateName and sha256("u-1" + "a"), as Crossplane
+	// derives it.
 	wantA := mustObject(t, `apiVersion: v1
 kind: ConfigMap
 metadata:
+  name: demo-befee9f8a203
   generateName: demo-
   namespace: team-a
   annotations: {crossplane.io/composition-resource-name: a}
@@ -129,8 +150,13 @@ metadata:
 	if n := out.Composed[1].Name(); n != "fixed" || out.Composed[1].metaString("generateName") != "" {
 		t.Errorf("a resource with a name keeps it and gets no generateName: %v", out.Composed[1])
 	}
-	if len(out.Results) != 1 || out.Results[0]["step"] != "first" || out.Results[0]["message"] != "one" {
-		t.Errorf("results: %v", out.Results)
+	wantResults := []Object{
+		{"apiVersion": "render.crossplane.io/v1beta1", "kind": "Result", "severity": "Normal", "reason": "SelectComposition", "message": "Successfully selected composition: c"},
+		{"apiVersion": "render.crossplane.io/v1beta1", "kind": "Result", "severity": "Normal", "reason": "ComposeResources", "message": `Pipeline step "first": one`},
+		{"apiVersion": "render.crossplane.io/v1beta1", "kind": "Result", "severity": "Normal", "reason": "ComposeResources", "message": `Composed resource "a" is not yet ready`},
+	}
+	if d := cmp.Diff(wantResults, out.Results); d != "" {
+		t.Errorf("results (-want +got):\n%s", d)
 	}
 	if got := out.Context["fields"].(map[string]any)["k"]; got != "from-first" {
 		t.Errorf("context: %v", out.Context)
@@ -167,7 +193,7 @@ func TestRenderStopsAtAFatalResult(t *testing.T) {
 		Functions: map[string]Function{"fn-a": fatal, "fn-b": fatal},
 	})
 	var fe *FatalError
-	if !errors.As(err, &fe) || fe.Step != "a" || fe.Message != "no way" || len(fe.Results) != 2 {
+	if !errors.As(err, &fe) || fe.Step != "a" || fe.Message != "no way" || len(fe.Results) != 1 {
 		t.Fatalf("want a FatalError of step a, got %#v", err)
 	}
 	if calls != 1 {
@@ -200,7 +226,8 @@ func TestRenderObservedResourcesKeepTheirIdentity(t *testing.T) {
 	if cd.Name() != "demo-x1" || cd.Namespace() != "other" || cd.metaString("generateName") != "" {
 		t.Errorf("the observed name and namespace must be kept: %v", cd)
 	}
-	cond := out.XR["status"].(map[string]any)["conditions"].([]any)[0].(map[string]any)
+	conds := out.XR["status"].(map[string]any)["conditions"].([]any)
+	cond := conds[len(conds)-1].(map[string]any)
 	if cond["status"] != "True" || cond["reason"] != "Available" {
 		t.Errorf("all resources ready: the XR should be Available: %v", cond)
 	}
@@ -319,6 +346,9 @@ func TestFirstNAndMore(t *testing.T) {
 	if got := firstNAndMore(3, []string{"d", "b", "a", "c", "e"}); got != "a, b, c, and 2 more" {
 		t.Errorf("got %q", got)
 	}
+	if got := firstNAndMore(3, []string{"c", "b", "a"}); got != "a, b, and c" {
+		t.Errorf("got %q", got)
+	}
 	if got := firstNAndMore(3, []string{"b", "a"}); got != "a, b" {
 		t.Errorf("got %q", got)
 	}
@@ -340,3 +370,79 @@ func TestTagIgnoresMetaAndFollowsContent(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestXRUIDAndChildName(t *testing.T) {
+	// The values crossplane render (engine v2.3.4) prints for these.
+	xr := mustObject(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata:\n  name: demo\n  namespace: team-a\n")
+	if got := XRUID(xr); got != "9d6ec4b5-e8fe-5891-ac50-e2481aa33cd2" {
+		t.Errorf("XRUID: %s", got)
+	}
+	if got := ChildName("demo-", "9d6ec4b5-e8fe-5891-ac50-e2481aa33cd2", "config"); got != "demo-17c23d646520" {
+		t.Errorf("ChildName: %s", got)
+	}
+	long := strings.Repeat("a", 60) + "-"
+	if got := ChildName(long, "u", "r"); len(got) != 63 || !strings.HasPrefix(got, strings.Repeat("a", 50)+"-") {
+		t.Errorf("a long generateName is cut to fit 63 characters: %s (%d)", got, len(got))
+	}
+	if got := gvkString("v1", "ConfigMap"); got != "/v1, Kind=ConfigMap" {
+		t.Errorf("core group: %s", got)
+	}
+}
+
+func TestMergeXR(t *testing.T) {
+	given := mustObject(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata:\n  name: demo\n  labels: {a: b}\nspec:\n  list: [1, 2]\n  keep: yes\nstatus:\n  old: 1\n")
+	rendered := mustObject(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata:\n  name: demo\nspec:\n  list: [3]\n  crossplane: {resourceRefs: []}\nstatus:\n  new: 2\n")
+	want := mustObject(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata:\n  name: demo\n  labels: {a: b}\nspec:\n  list: [3]\n  keep: yes\n  crossplane: {resourceRefs: []}\nstatus:\n  old: 1\n  new: 2\n  conditions: null\n")
+	if d := cmp.Diff(want, MergeXR(given, rendered)); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
+func TestXRDDefaults(t *testing.T) {
+	xrd, err := ParseXRD(mustObject(t, `apiVersion: apiextensions.crossplane.io/v1
+kind: CompositeResourceDefinition
+metadata: {name: xapps.example.org}
+spec:
+  group: example.org
+  names: {kind: XApp}
+  defaultCompositionUpdatePolicy: Manual
+  versions:
+  - name: v1
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: string, default: small}
+              tags: {type: object, default: {team: none}}
+              disks:
+                type: array
+                items: {type: object, properties: {gb: {type: integer, default: 10}}}
+              opts:
+                type: object
+                additionalProperties: {type: object, properties: {on: {type: boolean, default: true}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if xrd.Schema != SchemaLegacy {
+		t.Errorf("a v1 XRD without scope is legacy cluster-scoped")
+	}
+	xr := mustObject(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: demo}\nspec:\n  disks: [{gb: 1}, {}]\n  opts: {x: {}}\n")
+	if err := xrd.Check(xr); err != nil {
+		t.Fatal(err)
+	}
+	if err := xrd.ApplyDefaults(xr); err != nil {
+		t.Fatal(err)
+	}
+	want := mustObject(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: demo}\nspec:\n  size: small\n  tags: {team: none}\n  disks: [{gb: 1}, {gb: 10}]\n  opts: {x: {on: true}}\n  compositionUpdatePolicy: Manual\n")
+	if d := cmp.Diff(want, xr); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	other := mustObject(t, "apiVersion: example.org/v2\nkind: XApp\nmetadata: {name: demo}\n")
+	if err := xrd.ApplyDefaults(other); err == nil || !strings.Contains(err.Error(), "not a version") {
+		t.Errorf("an unknown version: %v", err)
+	}
+}

@@ -25,6 +25,8 @@ type renderOptions struct {
 	includeResults    bool
 	includeFullXR     bool
 	includeContext    bool
+	xrd               string
+	includeFullOp     bool
 	debug             bool
 	insecureReg       bool
 }
@@ -32,7 +34,7 @@ type renderOptions struct {
 func newRenderCommand() *cobra.Command {
 	o := &renderOptions{}
 	cmd := &cobra.Command{
-		Use:   "render XR COMPOSITION FUNCTIONS",
+		Use:   "render (XR COMPOSITION | OPERATION) FUNCTIONS",
 		Short: "Run a Composition's function pipeline locally and print what it composes, like crossplane render",
 		Long: `Show what Crossplane would compose for a composite resource (XR): run the
 function pipeline of a Composition (spec.mode: Pipeline) on this machine, step
@@ -63,11 +65,16 @@ it. Steps run in order; each sees the desired state and the context the step
 before returned. A Fatal result stops the pipeline: the error names the step
 and its message, nothing is printed on stdout and the exit code is 1.
 
-Composed resources are printed sorted by name with the metadata Crossplane
-adds (crossplane.io/composition-resource-name annotation, crossplane.io/composite
-label, a generateName, the XR as controller). The XR carries what the pipeline
-desired of it and a Ready condition. Functions' stderr is shown on stderr,
-each line starting with "  STEP | ".`,
+The output is what crossplane composition render prints: the XR with its
+resource references, the status the pipeline desired and Crossplane's
+conditions; the composed resources, sorted by name, with the metadata and
+the name Crossplane gives them. Functions' stderr is shown on stderr, each
+line starting with "  STEP | ".
+
+With OPERATION FUNCTIONS (an ops.crossplane.io Operation), render runs the
+Operation's pipeline and prints what crossplane operation render does: the
+Operation with its status (each step's output, the resources applied), then
+those resources.`,
 		Example: `  # Simulate creating a new XR:
   ocifn render xr.yaml composition.yaml functions.yaml
 
@@ -77,12 +84,19 @@ each line starting with "  STEP | ".`,
   # Also print the functions' results and the final context:
   ocifn render -r -c xr.yaml composition.yaml functions.yaml
 
+  # Run an Operation:
+  ocifn render operation.yaml functions.yaml -r
+
   # Pass context values and resources the functions may ask for:
   ocifn render xr.yaml composition.yaml functions.yaml \
     --context-values=apiextensions.crossplane.io/environment='{"region": "eu-west-1"}' \
     --required-resources=environment-configs.yaml`,
-		Args: cobra.ExactArgs(3),
+		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 2 {
+				// OPERATION FUNCTIONS
+				return o.run(cmd.Context(), args[0], "", args[1], cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			return o.run(cmd.Context(), args[0], args[1], args[2], cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -100,6 +114,8 @@ each line starting with "  STEP | ".`,
 	f.BoolVarP(&o.includeResults, "include-function-results", "r", false, "also print the functions' results, as objects of kind Result")
 	f.BoolVarP(&o.includeFullXR, "include-full-xr", "x", false, "print the XR's spec and metadata as given, not only what the pipeline desired")
 	f.BoolVarP(&o.includeContext, "include-context", "c", false, "also print the pipeline's final context, as an object of kind Context")
+	f.StringVar(&o.xrd, "xrd", "", "YAML file with the XR's CompositeResourceDefinition: its schema's defaults are applied to the XR, and its scope says where the XR keeps Crossplane's fields")
+	f.BoolVar(&o.includeFullOp, "include-full-operation", false, "with an Operation: print its spec as given (crossplane operation render's -o)")
 	f.BoolVar(&o.insecureReg, "insecure-registry", false, "allow plain HTTP to registries (for a local test registry)")
 	f.BoolVar(&o.debug, "debug", false, "also show ocifn's own progress (images unpacked, each call and its duration)")
 	return cmd
@@ -107,45 +123,86 @@ each line starting with "  STEP | ".`,
 
 // renderInputs is what the render command read from its files.
 type renderInputs struct {
-	in        pipeline.Inputs
+	in pipeline.Inputs
+	// op is the Operation to run instead of a Composition.
+	op        *pipeline.Operation
 	functions map[string]pipeline.FunctionObject
 }
 
-// loadPipeline reads the Composition and the Functions.
-func loadPipeline(compPath, fnsPath string) (*renderInputs, error) {
+// steps are the pipeline steps the render runs.
+func (r *renderInputs) steps() []pipeline.Step {
+	if r.op != nil {
+		return r.op.Steps
+	}
+	return r.in.Composition.Steps
+}
+
+// loadPipeline reads the Composition, or the Operation when compPath is
+// "" (firstPath is then the Operation), and the Functions.
+func loadPipeline(firstPath, compPath, fnsPath string) (*renderInputs, error) {
+	r := &renderInputs{functions: map[string]pipeline.FunctionObject{}}
+	first, err := pipeline.ReadObject(firstPath)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", firstPath, err)
+	}
+	switch {
+	case compPath == "" && !pipeline.IsOperation(first):
+		return nil, fmt.Errorf("%s holds %s: with two arguments render runs an Operation (ops.crossplane.io/v1alpha1); a composite resource needs XR COMPOSITION FUNCTIONS", firstPath, first.Describe())
+	case compPath != "" && pipeline.IsOperation(first):
+		return nil, fmt.Errorf("%s holds an Operation: render it as OPERATION FUNCTIONS, without a Composition", firstPath)
+	case compPath == "":
+		if r.op, err = pipeline.ParseOperation(first); err != nil {
+			return nil, fmt.Errorf("%s: %w", firstPath, err)
+		}
+		return r, r.loadFunctions(fnsPath)
+	}
 	compObj, err := pipeline.ReadObject(compPath)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the Composition: %w", err)
 	}
-	comp, err := pipeline.ParseComposition(compObj)
-	if err != nil {
+	if r.in.Composition, err = pipeline.ParseComposition(compObj); err != nil {
 		return nil, fmt.Errorf("%s: %w", compPath, err)
 	}
+	r.in.XR = first
+	return r, r.loadFunctions(fnsPath)
+}
+
+func (r *renderInputs) loadFunctions(fnsPath string) error {
 	fnDocs, err := pipeline.ReadDocuments(fnsPath)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read the Functions: %w", err)
+		return fmt.Errorf("cannot read the Functions: %w", err)
 	}
 	fns, err := pipeline.ParseFunctions(fnDocs)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	r := &renderInputs{in: pipeline.Inputs{Composition: comp}, functions: map[string]pipeline.FunctionObject{}}
 	for _, f := range fns {
 		r.functions[f.Name] = f
 	}
-	return r, nil
+	return nil
 }
 
 // load reads every input and checks that they go together.
 func (o *renderOptions) load(xrPath, compPath, fnsPath string) (*renderInputs, error) {
-	r, err := loadPipeline(compPath, fnsPath)
+	r, err := loadPipeline(xrPath, compPath, fnsPath)
 	if err != nil {
 		return nil, err
 	}
-	xr, err := pipeline.ReadObject(xrPath)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the composite resource: %w", err)
+	if r.op != nil {
+		for _, s := range r.op.Steps {
+			if _, ok := r.functions[s.FunctionRef.Name]; !ok {
+				return nil, fmt.Errorf("pipeline step %q uses the Function %q, which the functions file does not declare", s.Step, s.FunctionRef.Name)
+			}
+		}
+		if o.observed != "" || o.xrd != "" || o.includeFullXR {
+			return nil, fmt.Errorf("--observed-resources, --xrd and --include-full-xr are for a composite resource, not an Operation")
+		}
+		return r, o.loadShared(r)
 	}
+	if o.includeFullOp {
+		return nil, fmt.Errorf("--include-full-operation is for an Operation, not a composite resource")
+	}
+	xr := r.in.XR
 	names := make([]string, 0, len(r.functions))
 	for n := range r.functions {
 		names = append(names, n)
@@ -153,7 +210,23 @@ func (o *renderOptions) load(xrPath, compPath, fnsPath string) (*renderInputs, e
 	if err := pipeline.Check(xr, r.in.Composition, names); err != nil {
 		return nil, err
 	}
-	r.in.XR = xr
+	if o.xrd != "" {
+		obj, err := pipeline.ReadObject(o.xrd)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the XRD: %w", err)
+		}
+		xrd, err := pipeline.ParseXRD(obj)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", o.xrd, err)
+		}
+		if err := xrd.Check(xr); err != nil {
+			return nil, fmt.Errorf("%s: %w", o.xrd, err)
+		}
+		if err := xrd.ApplyDefaults(xr); err != nil {
+			return nil, fmt.Errorf("%s: %w", o.xrd, err)
+		}
+		r.in.Schema = xrd.Schema
+	}
 	if o.observed != "" {
 		if r.in.Observed, err = pipeline.ReadDocuments(o.observed); err != nil {
 			return nil, fmt.Errorf("cannot read the observed resources: %w", err)
@@ -162,13 +235,20 @@ func (o *renderOptions) load(xrPath, compPath, fnsPath string) (*renderInputs, e
 			return nil, fmt.Errorf("observed resources: %w", err)
 		}
 	}
+	return r, o.loadShared(r)
+}
+
+// loadShared reads what a composite and an Operation render both take:
+// required resources, credentials and context.
+func (o *renderOptions) loadShared(r *renderInputs) error {
+	var err error
 	for _, p := range []string{o.extraResources, o.requiredResources} {
 		if p == "" {
 			continue
 		}
 		docs, err := pipeline.ReadDocuments(p)
 		if err != nil {
-			return nil, fmt.Errorf("cannot read the required resources: %w", err)
+			return fmt.Errorf("cannot read the required resources: %w", err)
 		}
 		for _, d := range docs {
 			r.in.Required = append(r.in.Required, d.Object)
@@ -177,16 +257,14 @@ func (o *renderOptions) load(xrPath, compPath, fnsPath string) (*renderInputs, e
 	if o.credentials != "" {
 		docs, err := pipeline.ReadDocuments(o.credentials)
 		if err != nil {
-			return nil, fmt.Errorf("cannot read the function credentials: %w", err)
+			return fmt.Errorf("cannot read the function credentials: %w", err)
 		}
 		for _, d := range docs {
 			r.in.Credentials = append(r.in.Credentials, d.Object)
 		}
 	}
-	if r.in.Context, err = pipeline.ParseContext(o.contextFiles, o.contextValues); err != nil {
-		return nil, err
-	}
-	return r, nil
+	r.in.Context, err = pipeline.ParseContext(o.contextFiles, o.contextValues)
+	return err
 }
 
 // runtimes returns how each Function the pipeline uses runs, and whether
@@ -194,7 +272,7 @@ func (o *renderOptions) load(xrPath, compPath, fnsPath string) (*renderInputs, e
 func (r *renderInputs) runtimes() (map[string]pipeline.Runtime, bool, error) {
 	out := map[string]pipeline.Runtime{}
 	local := false
-	for _, s := range r.in.Composition.Steps {
+	for _, s := range r.steps() {
 		name := s.FunctionRef.Name
 		if _, ok := out[name]; ok {
 			continue
@@ -224,8 +302,8 @@ func (o *renderOptions) run(ctx context.Context, xrPath, compPath, fnsPath strin
 	// ocifn re-executes itself, unless an input is a pipe that only the
 	// re-executed ocifn may read.
 	local := true
-	if readableTwice(compPath, fnsPath) {
-		p, err := loadPipeline(compPath, fnsPath)
+	if readableTwice(xrPath, compPath, fnsPath) {
+		p, err := loadPipeline(xrPath, compPath, fnsPath)
 		if err != nil {
 			return err
 		}
@@ -233,7 +311,7 @@ func (o *renderOptions) run(ctx context.Context, xrPath, compPath, fnsPath strin
 			return err
 		}
 	}
-	if readableTwice(append([]string{xrPath, compPath, fnsPath, o.observed, o.extraResources, o.requiredResources, o.credentials},
+	if readableTwice(append([]string{xrPath, compPath, fnsPath, o.observed, o.extraResources, o.requiredResources, o.credentials, o.xrd},
 		contextFilePaths(o.contextFiles)...)...) {
 		if _, err := o.load(xrPath, compPath, fnsPath); err != nil {
 			return err
@@ -299,6 +377,9 @@ func (o *renderOptions) run(ctx context.Context, xrPath, compPath, fnsPath strin
 		}
 	}
 
+	if r.op != nil {
+		return o.printOperation(ctx, r, stdout, stderr)
+	}
 	out, err := pipeline.Render(ctx, r.in)
 	var fatal *pipeline.FatalError
 	if errors.As(err, &fatal) {
@@ -309,11 +390,7 @@ func (o *renderOptions) run(ctx context.Context, xrPath, compPath, fnsPath strin
 		return err
 	}
 	if o.includeFullXR {
-		for _, k := range []string{"spec", "metadata"} {
-			if v, ok := r.in.XR[k]; ok {
-				out.XR[k] = v
-			}
-		}
+		out.XR = pipeline.MergeXR(r.in.XR, out.XR)
 	}
 	objs := append([]pipeline.Object{out.XR}, out.Composed...)
 	if o.includeResults {
@@ -323,4 +400,63 @@ func (o *renderOptions) run(ctx context.Context, xrPath, compPath, fnsPath strin
 		objs = append(objs, out.Context)
 	}
 	return pipeline.WriteStream(stdout, objs)
+}
+
+// printOperation runs an Operation and prints it, as crossplane operation
+// render does: the Operation with its status, the resources it applies,
+// then results and context when asked for.
+func (o *renderOptions) printOperation(ctx context.Context, r *renderInputs, stdout, stderr io.Writer) error {
+	op := r.op
+	if len(r.in.Context) > 0 || o.includeContext {
+		op = withContextSteps(op, len(r.in.Context) > 0, o.includeContext)
+	}
+	out, err := pipeline.RenderOperation(ctx, pipeline.OperationInputs{
+		Operation: op, Functions: r.in.Functions, Required: r.in.Required,
+		Credentials: r.in.Credentials, Context: r.in.Context, BeforeCall: r.in.BeforeCall,
+	})
+	var fatal *pipeline.FatalError
+	if errors.As(err, &fatal) {
+		fmt.Fprintf(stderr, "ocifn: %v\n", fatal)
+		return exitError{code: 1}
+	}
+	if err != nil {
+		return err
+	}
+	objs := append([]pipeline.Object{out.Operation}, out.Applied...)
+	if o.includeResults {
+		objs = append(objs, out.Results...)
+	}
+	if o.includeContext && out.Context != nil {
+		objs = append(objs, out.Context)
+	}
+	return pipeline.WriteStream(stdout, objs)
+}
+
+// withContextSteps adds to the Operation's spec the steps through which
+// crossplane operation render seeds and captures the context, so that the
+// printed spec is the same; ocifn passes the context itself, so nothing
+// runs them.
+func withContextSteps(op *pipeline.Operation, seed, capture bool) *pipeline.Operation {
+	o := pipeline.Object{}
+	for k, v := range op.Object {
+		o[k] = v
+	}
+	spec, _ := o["spec"].(map[string]any)
+	c := map[string]any{}
+	for k, v := range spec {
+		c[k] = v
+	}
+	steps, _ := c["pipeline"].([]any)
+	step := func(name, mode string) map[string]any {
+		return map[string]any{"step": name, "functionRef": map[string]any{"name": "crossplane-render-context"}, "input": map[string]any{"mode": mode}}
+	}
+	if seed {
+		steps = append([]any{step("crossplane-render-inject-context", "Seed")}, steps...)
+	}
+	if capture {
+		steps = append(append([]any(nil), steps...), step("crossplane-render-extract-context", "Capture"))
+	}
+	c["pipeline"] = steps
+	o["spec"] = c
+	return &pipeline.Operation{Object: o, Steps: op.Steps}
 }

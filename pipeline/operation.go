@@ -1,0 +1,229 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Operation is what render needs of an ops.crossplane.io Operation.
+type Operation struct {
+	// Object is the Operation as given.
+	Object Object
+	Steps  []Step
+}
+
+// IsOperation reports whether an object is an ops.crossplane.io Operation.
+func IsOperation(o Object) bool {
+	return o.Kind() == "Operation" && strings.HasPrefix(o.APIVersion(), "ops.crossplane.io/")
+}
+
+// ParseOperation reads an Operation.
+func ParseOperation(o Object) (*Operation, error) {
+	if !IsOperation(o) {
+		return nil, fmt.Errorf("%s (apiVersion %q) is not an Operation (ops.crossplane.io/v1alpha1)", o.Describe(), o.APIVersion())
+	}
+	if o.Name() == "" {
+		return nil, fmt.Errorf("the Operation needs metadata.name")
+	}
+	var op struct {
+		Spec struct {
+			Pipeline []Step `json:"pipeline"`
+		} `json:"spec"`
+	}
+	if err := remarshal(o, &op); err != nil {
+		return nil, fmt.Errorf("Operation %q: %w", o.Name(), err)
+	}
+	if len(op.Spec.Pipeline) == 0 {
+		return nil, fmt.Errorf("Operation %q has no spec.pipeline steps", o.Name())
+	}
+	seen := map[string]bool{}
+	for i, s := range op.Spec.Pipeline {
+		switch {
+		case s.Step == "":
+			return nil, fmt.Errorf("Operation %q: pipeline step %d has no name (step:)", o.Name(), i+1)
+		case seen[s.Step]:
+			return nil, fmt.Errorf("Operation %q: two pipeline steps are named %q", o.Name(), s.Step)
+		case s.FunctionRef.Name == "":
+			return nil, fmt.Errorf("Operation %q: pipeline step %q has no functionRef.name", o.Name(), s.Step)
+		}
+		seen[s.Step] = true
+	}
+	return &Operation{Object: o, Steps: op.Spec.Pipeline}, nil
+}
+
+// OperationInputs is everything an Operation render needs.
+type OperationInputs struct {
+	Operation *Operation
+	// Functions are the runnable functions by Function name.
+	Functions map[string]Function
+	// Required are resources the functions may ask for.
+	Required []Object
+	// Credentials are Secrets that steps name in their credentials.
+	Credentials []Object
+	// Context is the pipeline's context before the first step.
+	Context map[string]any
+	// BeforeCall, when set, is called before every call of a step.
+	BeforeCall func(step, function string, iteration int)
+}
+
+// OperationOutputs is what an Operation render produced.
+type OperationOutputs struct {
+	// Operation is the Operation with the status Crossplane writes: its
+	// conditions, each step's output and the resources it applied.
+	Operation Object
+	// Applied are the resources the pipeline desired, which Crossplane
+	// applies as they are.
+	Applied []Object
+	// Results are the steps' results, as Result objects.
+	Results []Object
+	// Context is the pipeline's context after the last step.
+	Context Object
+}
+
+// RenderOperation runs an Operation's pipeline, as Crossplane's Operation
+// reconciler does: no composite, each step's output recorded in
+// status.pipeline, the desired resources applied as they are. A Fatal
+// result stops it with a *FatalError.
+func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs, error) {
+	op := in.Operation.Object.deepCopy()
+	op.setMeta("resourceVersion", "999")
+	setConditions(op, newCondition("Succeeded", "Unknown", "PipelineRunning", ""), newCondition("ValidPipeline", "True", "ValidPipeline", ""))
+
+	desired := &fnv1.State{}
+	fctx, err := structpb.NewStruct(in.Context)
+	if err != nil {
+		return OperationOutputs{}, fmt.Errorf("the context: %w", err)
+	}
+	var (
+		results []Object
+		outputs []any
+	)
+	cin := Inputs{Required: in.Required, BeforeCall: in.BeforeCall}
+	for _, s := range in.Operation.Steps {
+		fn, ok := in.Functions[s.FunctionRef.Name]
+		if !ok {
+			return OperationOutputs{}, fmt.Errorf("pipeline step %q uses the Function %q, which the functions file does not declare", s.Step, s.FunctionRef.Name)
+		}
+		req := &fnv1.RunFunctionRequest{Desired: desired, Context: fctx}
+		if s.Input != nil {
+			if req.Input, err = s.Input.Struct(); err != nil {
+				return OperationOutputs{}, fmt.Errorf("pipeline step %q: the input: %w", s.Step, err)
+			}
+		}
+		if req.Credentials, err = credentials(s, in.Credentials); err != nil {
+			return OperationOutputs{}, fmt.Errorf("pipeline step %q: %w", s.Step, err)
+		}
+		rsp, err := runStep(ctx, fn, req, cin, s)
+		if err != nil {
+			return OperationOutputs{}, fmt.Errorf("cannot run pipeline step %q: %w", s.Step, err)
+		}
+		desired = rsp.GetDesired()
+		fctx = rsp.GetContext()
+		for _, r := range rsp.GetResults() {
+			e := event{reason: "RunPipelineStep", message: fmt.Sprintf("Pipeline step %q: %s", s.Step, r.GetMessage())}
+			switch r.GetSeverity() {
+			case fnv1.Severity_SEVERITY_FATAL:
+				return OperationOutputs{}, &FatalError{Step: s.Step, Message: r.GetMessage(), Results: results}
+			case fnv1.Severity_SEVERITY_WARNING:
+				e.warning = true
+			case fnv1.Severity_SEVERITY_NORMAL:
+			default:
+				e = event{warning: true, reason: "RunPipelineStep", message: fmt.Sprintf("Pipeline step %q returned a result of unknown severity (assuming warning): %s", s.Step, r.GetMessage())}
+			}
+			results = append(results, e.object())
+		}
+		if o := rsp.GetOutput(); o != nil {
+			// Crossplane keeps the output as the JSON protojson makes.
+			b, err := protojson.Marshal(o)
+			if err != nil {
+				return OperationOutputs{}, fmt.Errorf("pipeline step %q: the output: %w", s.Step, err)
+			}
+			out, err := ParseObject(b)
+			if err != nil {
+				return OperationOutputs{}, fmt.Errorf("pipeline step %q: the output: %w", s.Step, err)
+			}
+			outputs = setStepOutput(outputs, s.Step, out)
+		}
+	}
+
+	out := OperationOutputs{Results: results}
+	var refs []any
+	for _, name := range sortedKeys(desired.GetResources()) {
+		r := Object(desired.GetResources()[name].GetResource().AsMap())
+		fixConditionTimes(r)
+		out.Applied = append(out.Applied, r)
+		ref := map[string]any{"apiVersion": r.APIVersion(), "kind": r.Kind(), "name": r.Name()}
+		if r.Namespace() != "" {
+			ref["namespace"] = r.Namespace()
+		}
+		refs = addAppliedRef(refs, ref)
+	}
+	st, _ := op["status"].(map[string]any)
+	if len(outputs) > 0 {
+		st["pipeline"] = outputs
+	}
+	if len(refs) > 0 {
+		st["appliedResourceRefs"] = refs
+	}
+	setConditions(op, newCondition(conditionSynced, "True", "ReconcileSuccess", ""), newCondition("Succeeded", "True", "PipelineSuccess", ""))
+	out.Operation = typedOperation(op)
+	if fctx != nil {
+		out.Context = Object{"apiVersion": "render.crossplane.io/v1beta1", "kind": "Context", "fields": fctx.AsMap()}
+	}
+	return out, nil
+}
+
+// setStepOutput records a step's output in status.pipeline, replacing an
+// earlier output of the same step.
+func setStepOutput(pipeline []any, step string, output Object) []any {
+	for _, p := range pipeline {
+		if m := p.(map[string]any); m["step"] == step {
+			m["output"] = map[string]any(output)
+			return pipeline
+		}
+	}
+	return append(pipeline, map[string]any{"step": step, "output": map[string]any(output)})
+}
+
+// addAppliedRef adds a reference once, keeping the list sorted as
+// Crossplane does (by apiVersion, kind, namespace and name run together).
+func addAppliedRef(refs []any, ref map[string]any) []any {
+	key := func(r any) string {
+		m := r.(map[string]any)
+		ns, _ := m["namespace"].(string)
+		return fmt.Sprint(m["apiVersion"], m["kind"], ns, m["name"])
+	}
+	for _, r := range refs {
+		if key(r) == key(ref) {
+			return refs
+		}
+	}
+	refs = append(refs, ref)
+	sort.SliceStable(refs, func(i, j int) bool { return key(refs[i]) < key(refs[j]) })
+	return refs
+}
+
+// typedOperation is the Operation as the crossplane CLI prints it, through
+// its Go type: spec.mode always present, and condition times fixed (the CLI
+// means to fix them but prints the real ones; see the README).
+func typedOperation(op Object) Object {
+	spec, _ := op["spec"].(map[string]any)
+	if spec == nil {
+		spec = map[string]any{}
+		op["spec"] = spec
+	}
+	if _, ok := spec["mode"]; !ok {
+		spec["mode"] = ""
+	}
+	if _, ok := spec["pipeline"]; !ok {
+		spec["pipeline"] = nil
+	}
+	fixConditionTimes(op)
+	return op
+}

@@ -1,0 +1,106 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+const opYAML = `apiVersion: ops.crossplane.io/v1alpha1
+kind: Operation
+metadata:
+  name: rotate
+spec:
+  mode: Pipeline
+  pipeline:
+  - step: one
+    functionRef: {name: fn}
+  - step: two
+    functionRef: {name: fn}
+`
+
+func TestRenderOperation(t *testing.T) {
+	op, err := ParseOperation(mustObject(t, opYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	fn := scripted(func(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+		calls++
+		if req.GetObserved() != nil {
+			t.Errorf("an Operation has no observed state: %v", req.GetObserved())
+		}
+		d := copyState(t, req.GetDesired())
+		// Each step applies a resource; the second one twice under two
+		// names, which Crossplane references once.
+		name := map[int]string{1: "b", 2: "a"}[calls]
+		d.Resources[name] = mustResource(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-"+name+", namespace: ops}\n")
+		if calls == 2 {
+			d.Resources["again"] = mustResource(t, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-a, namespace: ops}\n")
+		}
+		out, _ := structpb.NewStruct(map[string]any{"call": float64(calls)})
+		return &fnv1.RunFunctionResponse{Desired: d, Output: out, Results: []*fnv1.Result{{Severity: fnv1.Severity_SEVERITY_WARNING, Message: "careful", Reason: ptr("Ignored")}}}
+	})
+	out, err := RenderOperation(context.Background(), OperationInputs{Operation: op, Functions: map[string]Function{"fn": fn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mustObject(t, opYAML)
+	want.setMeta("resourceVersion", "999")
+	want["status"] = map[string]any(mustObject(t, `
+  conditions:
+  - {type: Succeeded, status: "True", reason: PipelineSuccess, lastTransitionTime: "2024-01-01T00:00:00Z"}
+  - {type: ValidPipeline, status: "True", reason: ValidPipeline, lastTransitionTime: "2024-01-01T00:00:00Z"}
+  - {type: Synced, status: "True", reason: ReconcileSuccess, lastTransitionTime: "2024-01-01T00:00:00Z"}
+  pipeline:
+  - {step: one, output: {call: 1}}
+  - {step: two, output: {call: 2}}
+  appliedResourceRefs:
+  - {apiVersion: v1, kind: ConfigMap, namespace: ops, name: cm-a}
+  - {apiVersion: v1, kind: ConfigMap, namespace: ops, name: cm-b}
+`))
+	if d := cmp.Diff(want, out.Operation); d != "" {
+		t.Errorf("Operation (-want +got):\n%s", d)
+	}
+	if len(out.Applied) != 3 || out.Applied[0].Name() != "cm-a" {
+		t.Errorf("applied, by resource name: %v", out.Applied)
+	}
+	wantResult := Object{"apiVersion": "render.crossplane.io/v1beta1", "kind": "Result", "severity": "Warning", "reason": "RunPipelineStep", "message": `Pipeline step "one": careful`}
+	if len(out.Results) != 2 || cmp.Diff(wantResult, out.Results[0]) != "" {
+		t.Errorf("results: %v", out.Results)
+	}
+}
+
+func TestRenderOperationStopsAtAFatalResult(t *testing.T) {
+	op, err := ParseOperation(mustObject(t, opYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := scripted(func(*fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+		return &fnv1.RunFunctionResponse{Results: []*fnv1.Result{{Severity: fnv1.Severity_SEVERITY_FATAL, Message: "no"}}}
+	})
+	_, err = RenderOperation(context.Background(), OperationInputs{Operation: op, Functions: map[string]Function{"fn": fn}})
+	var fe *FatalError
+	if !errors.As(err, &fe) || fe.Step != "one" {
+		t.Fatalf("want a FatalError of step one: %v", err)
+	}
+}
+
+func TestParseOperation(t *testing.T) {
+	for _, tc := range []struct{ yaml, err string }{
+		{"apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: a}\n", "is not an Operation"},
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\nspec: {}\n", "no spec.pipeline"},
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\nspec:\n  pipeline: [{step: s}]\n", "no functionRef.name"},
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nspec:\n  pipeline: [{step: s, functionRef: {name: f}}]\n", "needs metadata.name"},
+	} {
+		_, err := ParseOperation(mustObject(t, tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q: got %v, want %q", tc.yaml, err, tc.err)
+		}
+	}
+}
