@@ -73,6 +73,7 @@ type Exit struct {
 func (b *Bundle) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
 	start := time.Now()
 	c, err := b.started()
+	defer b.done() // the pool counts the call as running until here
 	if err != nil {
 		return Exit{Duration: time.Since(start)}, err
 	}
@@ -93,6 +94,7 @@ func (b *Bundle) started() (*container, error) {
 		// Its process died while it waited (the OOM killer, a stray
 		// kill): the call gets a new container instead.
 		c.discard()
+		b.misses.Add(1)
 	}
 	c, err := b.create()
 	if err != nil {

@@ -20,6 +20,10 @@ import (
 // millisecond instead of ~10 ms, for two idle processes' worth of memory.
 const defaultWarm = 2
 
+// defaultWarmIdle frees an unused function's containers after a while, as
+// serverless platforms scale an unused function to zero.
+const defaultWarmIdle = 5 * time.Minute
+
 // defaultTarball is where `ocifn build` puts the function image inside a
 // package, so the package's entrypoint needs no arguments.
 const defaultTarball = "/ocifn/function.tar"
@@ -64,7 +68,8 @@ as JSON on stdin, the response as JSON on stdout.`,
 	}
 	f := cmd.Flags()
 	o.functionFlags.register(f)
-	f.IntVar(&o.warm, "warm", defaultWarm, "containers to keep created ahead of calls, so that a call only has to start one; each still serves a single call (0: off)")
+	f.IntVar(&o.warm, "warm", defaultWarm, "fewest containers to keep created ahead of calls, so that a call only has to start one; each still serves a single call; the pool grows to as many calls as ran at once, up to --max-concurrency (0: off)")
+	f.DurationVar(&o.warmIdle, "warm-idle", defaultWarmIdle, "after this long without a call, let every warm container go; the next call refills the pool (0: never)")
 	f.StringVar(&o.tarball, "tarball", defaultTarball, "image tarball of the function: docker save output (optionally gzipped) or an OCI archive")
 	f.StringVar(&o.address, "address", ":9443", "address to serve gRPC on")
 	f.BoolVar(&o.insecure, "insecure", false, "serve plaintext gRPC without TLS (local development only)")
@@ -156,10 +161,12 @@ func (o *serveOptions) run(ctx context.Context) error {
 	defer srv.Stop()
 	log.Info("listening", "address", lis.Addr().String(), "tls", creds != nil)
 
+	o.warmMax = o.maxConcurrency
 	b, err := o.prepare(ctx, log, rt, o.tarball)
 	if err != nil {
 		return err
 	}
+	registerPoolMetrics(reg, b)
 	opts := []adaptor.Option{adaptor.WithMetrics(metrics), adaptor.WithConcurrency(o.maxConcurrency, o.maxQueue)}
 	if o.cache {
 		opts = append(opts, adaptor.WithCache(o.cacheMaxBytes, o.cacheTTL))
