@@ -127,7 +127,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 		dir:     dir,
 		rootfs:  filepath.Join(dir, "rootfs"),
 		config:  filepath.Join(dir, "config.json"),
-		runtime: &Runtime{path: rt.path, version: rt.version, stateDir: state},
+		runtime: &Runtime{path: rt.path, version: rt.version, stateDir: state, sealed: rt.sealed},
 		lock:    lock,
 	}
 
