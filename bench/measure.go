@@ -309,14 +309,14 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Micros
 func mb(b int64) string         { return fmt.Sprintf("%.1f MB", float64(b)/(1<<20)) }
 
 func ratio(a, b float64) string {
-	if b == 0 {
+	if a == 0 || b == 0 {
 		return "–"
 	}
 	return fmt.Sprintf("%.1fx", a/b)
 }
 
 func pctOf(a, b float64) string {
-	if b == 0 {
+	if a == 0 || b == 0 {
 		return "–"
 	}
 	return fmt.Sprintf("%.0f%%", 100*a/b)
