@@ -68,3 +68,10 @@ func TestWarmPoolFollowsCalls(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "the pool refilled to --warm", func() bool { return metric("ocifn_warm_containers") == 1 })
 }
+
+// warmContainers is how many warm containers the server holds now, as its
+// metrics report them.
+func (s *server) warmContainers(t *testing.T) int {
+	t.Helper()
+	return int(metricValue(t, scrape(t, s.metricsURL(t)), "ocifn_warm_containers"))
+}
