@@ -184,6 +184,8 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	}
 	b.spec = s
 	if o.Warm > 0 {
+		// A server: compiling seccomp once pays from the second call.
+		b.precompileSeccomp()
 		b.startPool(PoolOptions{Min: o.Warm, Max: o.WarmMax, Idle: o.WarmIdle})
 	}
 	return b, nil
