@@ -56,10 +56,15 @@ soak: deps testdata
 	OCIFN_SOAK_CALLS=5000 $(GO) test $(GOTESTFLAGS) -count=1 -v -run '^TestSoak$$' -timeout 30m ./e2e/
 
 # A benchmark, not a test: prints Markdown tables (BENCHFLAGS, e.g.
-# "-functions trivial -clients 1"; go run ./bench -h lists them).
+# "-functions trivial -clients 1 -podman=false"; go run ./bench -h lists
+# them). Load comes from ghz, pinned, installed once into BENCHTOOLS.
+GHZ_VERSION ?= v0.121.0
+BENCHTOOLS  ?= $(HOME)/.cache/ocifn-bench/$(GHZ_VERSION)
 bench: deps build testdata
 	@hack/deps.sh podman runc
-	$(GO) run ./bench -ocifn $(BIN) $(BENCHFLAGS)
+	@test -x $(BENCHTOOLS)/ghz || GOFLAGS= GOBIN=$(abspath $(BENCHTOOLS)) $(GO) install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
+	$(GO) build -o bin/bench-peer ./bench/peer
+	$(GO) run ./bench -ocifn $(BIN) -ghz $(BENCHTOOLS)/ghz -peer bin/bench-peer $(BENCHFLAGS)
 
 unit:
 	$(GO) test $(GOTESTFLAGS) -count=1 $$($(GO) list ./... | grep -v /e2e)

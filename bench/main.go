@@ -1,10 +1,12 @@
 // Command bench measures what a call through ocifn costs, next to the same
-// function run directly on the host (the floor) and through `podman run`
-// (what users do today), on the same machine in the same run. It prints
+// function run directly on the host (the floor), served without isolation
+// by a function-sdk-go server that execs it in a chroot (the peer), and
+// through `podman run` (what users do today), on the same machine in the
+// same run. The servers are loaded by ghz. It prints
 // Markdown tables that can be pasted into an issue, with the command line
 // that produced them. It is a benchmark, not a test: nothing passes or fails.
 //
-//	go run ./bench [-functions trivial,labelizer] [-clients 1,4,16] [-duration 3s]
+//	go run ./bench -ghz PATH [-peer PATH] [-functions trivial,labelizer] [-clients 1,4,16] [-duration 3s]
 package main
 
 import (
@@ -33,6 +35,9 @@ type config struct {
 	startup   bool
 	bigMB     int
 	paced     int
+	ghz       string
+	peer      string
+	scaleIdle time.Duration
 }
 
 func main() {
@@ -49,7 +54,10 @@ func main() {
 	flag.StringVar(&clients, "clients", "1,4,16", "concurrent clients")
 	flag.DurationVar(&c.duration, "duration", 3*time.Second, "how long each measurement runs")
 	flag.IntVar(&c.maxCalls, "max-calls", 2000, "most calls per measurement")
-	flag.IntVar(&c.warm, "warm", 4, "--warm value for the warm ocifn runs")
+	flag.IntVar(&c.warm, "warm", 2, "--warm value for the warm ocifn runs (2: serve's default)")
+	flag.StringVar(&c.ghz, "ghz", "", "the ghz binary (github.com/bojand/ghz; make bench installs it)")
+	flag.StringVar(&c.peer, "peer", "", "the no-isolation peer server binary, bench/peer (empty: not measured)")
+	flag.DurationVar(&c.scaleIdle, "scale-idle", 2*time.Second, "also measure memory and the first call after the pool scaled to zero, with this --warm-idle (0: off)")
 	flag.BoolVar(&c.podman, "podman", true, "also measure podman run --rm -i (skipped if podman is missing)")
 	flag.BoolVar(&c.startup, "startup", true, "also measure startup time")
 	flag.IntVar(&c.bigMB, "big-mb", 100, "size of the large image for the startup measurement, in MB")
@@ -101,8 +109,15 @@ func run(ctx context.Context, c config) error {
 			fmt.Printf("podman: skipped (%v)\n\n", err)
 		}
 	}
-	for _, fn := range c.functions {
-		if err := benchFunction(ctx, c, work, fn, pod); err != nil {
+	g, err := findGhz(c.ghz, "")
+	if err != nil {
+		return err
+	}
+	for i, fn := range c.functions {
+		if i > 0 {
+			c.scaleIdle = 0 // once is enough
+		}
+		if err := benchFunction(ctx, c, work, fn, pod, g); err != nil {
 			return fmt.Errorf("%s: %w", fn, err)
 		}
 	}

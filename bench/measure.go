@@ -101,13 +101,27 @@ func childrenCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// split is the CPU of a call, split by who spent it (see cpuSplit).
+type split struct {
+	own, runtime, function time.Duration
+}
+
+func (s split) total() time.Duration { return s.own + s.runtime + s.function }
+
 type row struct {
 	mode    string
 	clients int
 	r       result
+	cpu     split
 }
 
-func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) error {
+// target is a gRPC server under measurement: ocifn serve, or the peer.
+type target struct {
+	name string
+	s    *server
+}
+
+func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, g *ghzTool) error {
 	tarballPath, err := filepath.Abs(filepath.Join(c.images, fn+".tar"))
 	if err != nil {
 		return err
@@ -129,32 +143,42 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) 
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return err
 	}
+	reqFile := filepath.Join(dir, "request.json")
+	if err := os.WriteFile(reqFile, input, 0o644); err != nil {
+		return err
+	}
+	gz := *g
+	gz.request = reqFile
 	fl, err := newFloor(ctx, tarballPath, dir, input)
 	if err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
-	maxClients := slices.Max(c.clients)
 
-	var rows []row
+	var targets []target
 	var idle []memory
-	modes := []struct {
+	for i, m := range []struct {
 		name  string
 		extra []string
-	}{{"ocifn --warm 0", []string{"--warm", "0"}}, {fmt.Sprintf("ocifn --warm %d", c.warm), []string{"--warm", fmt.Sprint(c.warm)}}}
-	servers := make([]*server, len(modes))
-	for i, m := range modes {
+	}{{"ocifn --warm 0", []string{"--warm", "0"}}, {fmt.Sprintf("ocifn --warm %d", c.warm), []string{"--warm", fmt.Sprint(c.warm)}}} {
 		cache := filepath.Join(dir, fmt.Sprintf("cache-%d", i))
 		s, err := startServer(c.ocifn, tarballPath, cache, m.extra...)
 		if err != nil {
 			return err
 		}
 		defer s.stop()
-		if err := s.connect(maxClients, request); err != nil {
+		targets = append(targets, target{m.name, s})
+	}
+	if c.peer != "" {
+		s, err := startPeer(c.peer, fl)
+		if err != nil {
 			return err
 		}
-		servers[i] = s
-		time.Sleep(500 * time.Millisecond)
-		idle = append(idle, s.memory())
+		defer s.stop()
+		targets = append(targets, target{"peer (sdk server, chroot + exec)", s})
+	}
+	time.Sleep(time.Second) // the warm pools fill
+	for _, t := range targets {
+		idle = append(idle, t.s.memory())
 	}
 	var podFn *podman
 	if pod != nil {
@@ -162,21 +186,33 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) 
 			fmt.Printf("podman: skipped for %s (%v)\n\n", fn, err)
 		}
 	}
+
+	var rows []row
+	var floorCPU time.Duration
 	for _, n := range c.clients {
-		rows = append(rows, row{"floor (chroot + exec)", n, measure(ctx, fl.call, n, c.duration, c.maxCalls, 0, childrenCPU)})
-		for i, m := range modes {
-			rows = append(rows, row{m.name, n, measure(ctx, servers[i].call, n, c.duration, c.maxCalls, 0, servers[i].cpu)})
+		f := measure(ctx, fl.call, n, c.duration, c.maxCalls, 0, childrenCPU)
+		floorCPU = f.cpuPerCall
+		rows = append(rows, row{"floor (chroot + exec, no gRPC)", n, f, split{function: f.cpuPerCall}})
+		for _, t := range targets {
+			r, cpu, err := ghzCell(ctx, &gz, t.s, n, c.duration, 0, f.cpuPerCall)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, row{t.name, n, r, cpu})
 		}
 		if podFn != nil {
 			// podman is slow: fewer calls keep the run short.
-			rows = append(rows, row{"podman run --rm -i", n, measure(ctx, podFn.call, n, c.duration, max(n*4, 20), 0, childrenCPU)})
+			r := measure(ctx, podFn.call, n, c.duration, max(n*4, 20), 0, childrenCPU)
+			rows = append(rows, row{"podman run --rm -i (own client)", n, r, split{runtime: r.cpuPerCall}})
 		}
 	}
 
 	fmt.Printf("## %s\n\n", fn)
-	fmt.Printf("| mode | clients | calls | errors | p50 | p90 | p99 | calls/s | CPU/call |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Printf("Latency and throughput by ghz (the floor and podman by the bench's own loop). CPU per call: *server* is ocifn's own processes (the peer's process); *crun & co.* is what the server's reaped children used beyond the floor's CPU per call (crun create/delete and the container's set-up before exec); *function* is the floor's CPU per call (fork, exec and the program in a chroot).\n\n")
+	fmt.Printf("| mode | clients | calls | errors | p50 | p90 | p99 | calls/s | CPU/call: server | crun & co. | function | total |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Printf("| %s | %d | %d | %d | %s | %s | %s | %.0f | %s |\n", r.mode, r.clients, r.r.calls, r.r.errors, ms(r.r.p50), ms(r.r.p90), ms(r.r.p99), r.r.perSecond, ms(r.r.cpuPerCall))
+		fmt.Printf("| %s | %d | %d | %d | %s | %s | %s | %.0f | %s | %s | %s | %s |\n", r.mode, r.clients, r.r.calls, r.r.errors, ms(r.r.p50), ms(r.r.p90), ms(r.r.p99), r.r.perSecond,
+			ms(r.cpu.own), ms(r.cpu.runtime), ms(r.cpu.function), ms(r.cpu.total()))
 	}
 	fmt.Println()
 	for _, r := range rows {
@@ -184,44 +220,81 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman) 
 			fmt.Printf("first error of %s with %d clients: %s\n\n", r.mode, r.clients, oneLine(r.r.firstError))
 		}
 	}
-	fmt.Printf("| clients | cold p50 − floor p50 | warm p50 − floor p50 | cold/floor throughput | warm/floor throughput | podman/cold p50 | podman/warm p50 |\n|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, n := range c.clients {
-		get := func(prefix string) result {
-			for _, r := range rows {
-				if r.clients == n && (r.mode == prefix || strings.HasPrefix(r.mode, prefix+" ")) {
-					return r.r
-				}
+	get := func(n int, prefix string) result {
+		for _, r := range rows {
+			if r.clients == n && strings.HasPrefix(r.mode, prefix) {
+				return r.r
 			}
-			return result{}
 		}
-		f, o, w, p := get("floor"), get(modes[0].name), get(modes[1].name), get("podman")
-		podCold, podWarm := "–", "–"
-		if p.calls > 0 {
-			podCold, podWarm = ratio(p.p50.Seconds(), o.p50.Seconds()), ratio(p.p50.Seconds(), w.p50.Seconds())
-		}
-		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s |\n", n, ms(o.p50-f.p50), ms(w.p50-f.p50),
-			pctOf(o.perSecond, f.perSecond), pctOf(w.perSecond, f.perSecond), podCold, podWarm)
+		return result{}
+	}
+	warmName := targets[1].name
+	fmt.Printf("| clients | warm p50 − floor p50 | warm p99 − floor p99 | warm/floor throughput | warm p50 / peer p50 | warm/peer throughput | podman p50 / warm p50 |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, n := range c.clients {
+		f, w, pe, p := get(n, "floor"), get(n, warmName), get(n, "peer"), get(n, "podman")
+		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s |\n", n, ms(w.p50-f.p50), ms(w.p99-f.p99), pctOf(w.perSecond, f.perSecond),
+			ratio(w.p50.Seconds(), pe.p50.Seconds()), pctOf(w.perSecond, pe.perSecond), ratio(p.p50.Seconds(), w.p50.Seconds()))
 	}
 	fmt.Println()
 	if c.paced > 0 {
 		pace := time.Second / time.Duration(c.paced)
-		fmt.Printf("One client, one call every %s (as calls come from reconciles rather than a closed loop; the warm pool stays full):\n\n", pace)
-		fmt.Printf("| mode | calls | p50 | p90 | p99 | p50 − floor p50 |\n|---|---:|---:|---:|---:|---:|\n")
+		fmt.Printf("One client, %d calls/s (ghz --rps; as calls come from reconciles rather than a closed loop):\n\n", c.paced)
+		fmt.Printf("| mode | calls | p50 | p90 | p99 | p50 − floor p50 | CPU/call: server | crun & co. | function |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		floorRes := measure(ctx, fl.call, 1, c.duration, c.maxCalls, pace, childrenCPU)
-		fmt.Printf("| floor (chroot + exec) | %d | %s | %s | %s | – |\n", floorRes.calls, ms(floorRes.p50), ms(floorRes.p90), ms(floorRes.p99))
-		for i, m := range modes {
-			r := measure(ctx, servers[i].call, 1, c.duration, c.maxCalls, pace, servers[i].cpu)
-			fmt.Printf("| %s | %d | %s | %s | %s | %s |\n", m.name, r.calls, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.p50-floorRes.p50))
+		fmt.Printf("| floor | %d | %s | %s | %s | – | – | – | %s |\n", floorRes.calls, ms(floorRes.p50), ms(floorRes.p90), ms(floorRes.p99), ms(floorRes.cpuPerCall))
+		for _, t := range targets {
+			r, cpu, err := ghzCell(ctx, &gz, t.s, 1, c.duration, c.paced, floorCPU)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", t.name, r.calls, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.p50-floorRes.p50), ms(cpu.own), ms(cpu.runtime), ms(cpu.function))
 		}
 		fmt.Println()
 	}
-	for i, m := range modes {
-		after := servers[i].memory()
-		fmt.Printf("- %s: idle: RSS %s of the serving process, PSS %s of both ocifn processes; after the runs: peak RSS %s, PSS %s\n",
-			m.name, mb(idle[i].rss), mb(idle[i].pss), mb(after.peak), mb(after.pss))
+	fmt.Printf("Memory (PSS counts the pages processes share once):\n\n")
+	for i, t := range targets {
+		after := t.s.memory()
+		fmt.Printf("- %s: idle: PSS %s of the server's processes, %s of its %d warm containers; after the runs: peak RSS %s, PSS %s\n",
+			t.name, mb(idle[i].pss), mb(idle[i].childPss), idle[i].children, mb(after.peak), mb(after.pss))
 	}
 	fmt.Println()
+	if c.scaleIdle > 0 {
+		return benchScaleToZero(ctx, c, &gz, tarballPath, dir)
+	}
 	return nil
+}
+
+// ghzCell measures one cell with ghz and splits the CPU the server used per
+// call. The server's own processes are read from /proc (utime+stime);
+// everything else it caused ran in processes it reaped (crun, and the
+// container's process: crun's set-up inside the container, then the
+// function), whose CPU the kernel adds to the reaper's cutime+cstime. The
+// function's own part of that is taken to be the floor's CPU per call,
+// measured on the same machine in the same run; the rest is the runtime's.
+// Warm containers created but not yet reaped are not counted, nor are ones
+// created before the cell but reaped in it: with a pool of steady size the
+// two even out.
+func ghzCell(ctx context.Context, g *ghzTool, s *server, clients int, d time.Duration, rps int, floorCPU time.Duration) (result, split, error) {
+	// Warm up: connections, caches, the pool's size for this load.
+	if _, err := g.run(ctx, s.addrConn, clients, 300*time.Millisecond, rps); err != nil {
+		return result{}, split{}, err
+	}
+	own0, ch0 := s.cpuSplit()
+	r, err := g.run(ctx, s.addrConn, clients, d, rps)
+	if err != nil {
+		return result{}, split{}, err
+	}
+	own1, ch1 := s.cpuSplit()
+	if r.calls == 0 {
+		return r, split{}, nil
+	}
+	n := time.Duration(r.calls)
+	cpu := split{own: (own1 - own0) / n}
+	children := (ch1 - ch0) / n
+	cpu.function = min(floorCPU, children)
+	cpu.runtime = children - cpu.function
+	r.cpuPerCall = cpu.total()
+	return r, cpu, nil
 }
 
 func oneLine(s string) string {
@@ -236,14 +309,14 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Micros
 func mb(b int64) string         { return fmt.Sprintf("%.1f MB", float64(b)/(1<<20)) }
 
 func ratio(a, b float64) string {
-	if b == 0 {
+	if a == 0 || b == 0 {
 		return "–"
 	}
 	return fmt.Sprintf("%.1fx", a/b)
 }
 
 func pctOf(a, b float64) string {
-	if b == 0 {
+	if a == 0 || b == 0 {
 		return "–"
 	}
 	return fmt.Sprintf("%.0f%%", 100*a/b)

@@ -93,7 +93,7 @@ var servingLine = regexp.MustCompile(`msg=serving address=(\S+)`)
 // startServer starts ocifn serve and waits until it serves; it returns how
 // long that took.
 func startServer(ocifn, tarball, cache string, extra ...string) (*server, error) {
-	args := append([]string{"serve", "--insecure", "--tarball", tarball, "--address", "127.0.0.1:0", "--metrics-address", "", "--cache-dir", cache}, extra...)
+	args := append([]string{"serve", "--insecure", "--tarball", tarball, "--address", "127.0.0.1:0", "--metrics-address", "", "--cache=false", "--cache-dir", cache}, extra...)
 	cmd := exec.Command(ocifn, args...)
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -160,52 +160,86 @@ func (s *server) call(ctx context.Context, worker int) error {
 
 // pid returns the pid of the process that runs the calls: ocifn re-executes
 // itself in its own namespaces where the host needs it, from whichever of
-// its threads, and the parent then has that one child.
+// its threads, and the parent then has that one child running the same
+// binary (its other children are warm containers).
 func (s *server) pid() int {
 	pid := s.cmd.Process.Pid
-	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	var children []string
-	for _, f := range files {
-		if b, err := os.ReadFile(f); err == nil {
-			children = append(children, strings.Fields(string(b))...)
-		}
-	}
-	if len(children) == 1 {
-		if child, err := strconv.Atoi(children[0]); err == nil {
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	for _, child := range childrenOf(pid) {
+		if e, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", child)); e == exe {
 			return child
 		}
 	}
 	return pid
 }
 
-// cpu returns the CPU time of the serving process and its reaped children
-// (crun and the functions), in clock ticks converted to a duration.
-func (s *server) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid()))
+// childrenOf lists the children of pid.
+func childrenOf(pid int) []int {
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var out []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, c := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(c); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// procTicks returns utime+stime and cutime+cstime of a process.
+func procTicks(pid int) (own, children time.Duration) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	// Fields after the command name, which is in parentheses.
 	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	var ticks int64
-	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
-		v, _ := strconv.ParseInt(f[i], 10, 64)
-		ticks += v
+	v := func(i int) time.Duration {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		return time.Duration(n) * time.Second / 100 // USER_HZ
 	}
-	return time.Duration(ticks) * time.Second / 100
+	return v(11) + v(12), v(13) + v(14)
 }
 
-// memory is what the ocifn processes hold: the serving process's resident
-// and peak resident memory, and the proportional set size of both processes
-// (the re-executed child and the parent that waits for it), which counts
-// the binary's pages they share once.
-type memory struct{ rss, peak, pss int64 }
+// cpuSplit returns the CPU time of the server's own processes (the serving
+// process, and the parent that waits for it) and that of the serving
+// process's reaped children.
+func (s *server) cpuSplit() (own, children time.Duration) {
+	serving := s.pid()
+	own, children = procTicks(serving)
+	if parent := s.cmd.Process.Pid; parent != serving {
+		o, _ := procTicks(parent) // its only child, the serving process, is alive
+		own += o
+	}
+	return own, children
+}
+
+// memory is what a server holds: the serving process's resident and peak
+// resident memory, the proportional set size of the server's own processes
+// (the re-executed child and the parent that waits for it; PSS counts the
+// binary's pages they share once), and that of its children now: the warm
+// containers waiting for a call.
+type memory struct {
+	rss, peak, pss int64
+	childPss       int64
+	children       int
+}
 
 func (s *server) memory() memory {
 	var m memory
-	m.rss, m.peak = procStatus(s.pid())
-	for _, pid := range uniq(s.cmd.Process.Pid, s.pid()) {
+	serving := s.pid()
+	m.rss, m.peak = procStatus(serving)
+	for _, pid := range uniq(s.cmd.Process.Pid, serving) {
 		m.pss += procPss(pid)
+	}
+	for _, c := range childrenOf(serving) {
+		m.childPss += procPss(c)
+		m.children++
 	}
 	return m
 }

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/containers/storage/pkg/idtools"
 	securejoin "github.com/cyphar/filepath-securejoin"
@@ -53,8 +55,15 @@ type Options struct {
 	MaxRootfsBytes int64
 	// Limits cap each call's memory and processes (see PrepareLimits).
 	Limits spec.Limits
-	// Warm is how many containers to keep created ahead of calls (0: none).
+	// Warm is how many containers to keep created ahead of calls at
+	// least (0: no pool at all).
 	Warm int
+	// WarmMax is the most the pool grows to when calls overlap (see
+	// PoolOptions; raised to Warm).
+	WarmMax int
+	// WarmIdle lets the pool shrink to no container after that long
+	// without a call (0: never).
+	WarmIdle time.Duration
 }
 
 // Bundle is an image unpacked and configured, ready to run calls.
@@ -71,6 +80,8 @@ type Bundle struct {
 	pending sync.WaitGroup
 	// pool holds containers created ahead of calls; nil when off.
 	pool *warmPool
+	// misses counts calls that found no warm container.
+	misses atomic.Uint64
 }
 
 // lockFile is the name of the lock file in a bundle directory.
@@ -116,7 +127,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 		dir:     dir,
 		rootfs:  filepath.Join(dir, "rootfs"),
 		config:  filepath.Join(dir, "config.json"),
-		runtime: &Runtime{path: rt.path, version: rt.version, stateDir: state},
+		runtime: &Runtime{path: rt.path, version: rt.version, stateDir: state, sealed: rt.sealed},
 		lock:    lock,
 	}
 
@@ -173,7 +184,9 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	}
 	b.spec = s
 	if o.Warm > 0 {
-		b.startPool(o.Warm)
+		// A server: compiling seccomp once pays from the second call.
+		b.precompileSeccomp()
+		b.startPool(PoolOptions{Min: o.Warm, Max: o.WarmMax, Idle: o.WarmIdle})
 	}
 	return b, nil
 }

@@ -1,6 +1,8 @@
 package bundle
 
 import (
+	"runtime"
+	"sync"
 	"time"
 )
 
@@ -8,62 +10,184 @@ import (
 // has to start one. Each container still serves exactly one call: the pool
 // holds containers that never ran, with their standard streams attached
 // and nothing else shared.
+//
+// Its size follows the calls. It holds at least min containers, and as
+// many as the most calls that ran at once in the current or the last
+// window (up to max): a closed loop or a burst of N clients then finds N
+// containers ready on its next round. At each window's end the size falls
+// back to what that window needed. After idle without a call it holds
+// none at all, and the next call refills it.
 type warmPool struct {
-	ready chan *container
-	wake  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
+	min, max int
+	idle     time.Duration
+	window   time.Duration
+
+	mu    sync.Mutex
+	ready []*container
+	// creating counts containers being created for the pool.
+	creating int
+	// target is how many containers the pool fills up to now.
+	target int
+	// inFlight counts calls between take and done.
+	inFlight int
+	// peak and lastPeak are the most calls in flight at once in the
+	// current and the previous window.
+	peak, lastPeak int
+	lastCall       time.Time
+	stopped        bool
+
+	wake chan struct{}
+	stop chan struct{}
+	wg   sync.WaitGroup
 }
 
-// refillBackoff is how long the pool waits after crun failed to create a
-// container before trying again; calls still create their own meanwhile.
+// PoolOptions sizes the warm pool.
+type PoolOptions struct {
+	// Min is the fewest containers kept ready (0: none while no call
+	// comes, see Idle).
+	Min int
+	// Max is the most containers kept ready, however many calls run at
+	// once; it is raised to Min.
+	Max int
+	// Idle is how long the pool waits without a call before it lets
+	// every container go, Min included (0: never).
+	Idle time.Duration
+}
+
+// refillBackoff is how long a pool worker waits after crun failed to
+// create a container before trying again; calls still create their own
+// meanwhile.
 const refillBackoff = time.Second
 
-func (b *Bundle) startPool(n int) {
+// poolWindow is how long the pool remembers how many calls ran at once:
+// it shrinks back at most one window after a burst.
+const poolWindow = 30 * time.Second
+
+// startPool starts the pool when it could hold any container; the bundle
+// runs without one otherwise.
+func (b *Bundle) startPool(o PoolOptions) {
+	if o.Max < o.Min {
+		o.Max = o.Min
+	}
+	if o.Max <= 0 {
+		return
+	}
 	p := &warmPool{
-		ready: make(chan *container, n),
-		wake:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		min: o.Min, max: o.Max, idle: o.Idle, window: poolWindow,
+		target:   o.Min,
+		lastCall: time.Now(),
+		// One worker per CPU: crun's CPU, not its latency, limits how
+		// fast containers come.
+		wake: make(chan struct{}, runtime.NumCPU()),
+		stop: make(chan struct{}),
+	}
+	if p.idle > 0 && p.idle < p.window {
+		p.window = p.idle
 	}
 	b.pool = p
+	for range cap(p.wake) {
+		p.wg.Add(1)
+		go p.worker(b)
+	}
+	p.wg.Add(1)
+	go p.housekeep()
 	p.poke()
-	go b.refill(p)
 }
 
-// poke asks the refill loop to top up the pool.
+// poke wakes every refill worker.
 func (p *warmPool) poke() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
+	for range cap(p.wake) {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+			return
+		}
 	}
 }
 
-// take returns a warm container, or nil when the pool is empty or off. The
-// pool is topped up when the call has ended (see release), so that creating
-// the next container does not compete with the function for the CPU.
+// want is the size the pool should have for the calls seen lately.
+// p.mu is held.
+func (p *warmPool) want() int {
+	return min(p.max, max(p.min, p.peak, p.lastPeak))
+}
+
+// take returns a warm container, or nil when the pool is empty or off, and
+// counts the call as running until done. The pool is topped up when a call
+// has ended (see done), so that creating the next container does not
+// compete with the function for the CPU; a pool that has just grown is
+// filled at once.
 func (b *Bundle) take() *container {
-	if b.pool == nil {
+	p := b.pool
+	if p == nil {
+		b.misses.Add(1)
 		return nil
 	}
-	select {
-	case c := <-b.pool.ready:
-		return c
-	default:
-		return nil
+	p.mu.Lock()
+	p.inFlight++
+	p.peak = max(p.peak, p.inFlight)
+	p.lastCall = time.Now()
+	grew := false
+	if w := p.want(); w > p.target {
+		p.target, grew = w, true
 	}
+	var c *container
+	if n := len(p.ready); n > 0 {
+		c = p.ready[0]
+		p.ready[0] = nil
+		p.ready = p.ready[1:]
+	}
+	p.mu.Unlock()
+	if c == nil {
+		b.misses.Add(1)
+	}
+	if grew {
+		p.poke()
+	}
+	return c
 }
 
-func (b *Bundle) refill(p *warmPool) {
-	defer close(p.done)
+// done ends a call counted by take and lets the pool refill.
+func (b *Bundle) done() {
+	p := b.pool
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.inFlight--
+	p.lastCall = time.Now()
+	p.mu.Unlock()
+	p.poke()
+}
+
+// claim reserves the creation of one container if the pool is short of
+// its target.
+func (p *warmPool) claim() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || len(p.ready)+p.creating >= p.target {
+		return false
+	}
+	p.creating++
+	return true
+}
+
+func (p *warmPool) worker(b *Bundle) {
+	defer p.wg.Done()
 	for {
 		select {
 		case <-p.stop:
 			return
 		case <-p.wake:
 		}
-		for len(p.ready) < cap(p.ready) {
+		for p.claim() {
 			c, err := b.create()
+			p.mu.Lock()
+			p.creating--
+			keep := err == nil && !p.stopped && len(p.ready) < p.target
+			if keep {
+				p.ready = append(p.ready, c)
+			}
+			p.mu.Unlock()
 			if err != nil {
 				select {
 				case <-p.stop:
@@ -72,32 +196,91 @@ func (b *Bundle) refill(p *warmPool) {
 				}
 				continue
 			}
-			select {
-			case p.ready <- c:
-			case <-p.stop:
+			if !keep {
+				// The pool shrank or stopped while crun worked.
 				c.discard()
-				return
 			}
 		}
 	}
 }
 
-// stopPool stops the refill loop and removes every container still waiting
-// in the pool.
-func (b *Bundle) stopPool() {
-	if b.pool == nil {
-		return
-	}
-	close(b.pool.stop)
-	<-b.pool.done
+// housekeep shrinks the pool at the end of each window to what that
+// window's calls needed, and to nothing after idle without a call.
+func (p *warmPool) housekeep() {
+	defer p.wg.Done()
+	tick := time.NewTicker(min(p.window, time.Second))
+	defer tick.Stop()
+	windowEnd := time.Now().Add(p.window)
 	for {
 		select {
-		case c := <-b.pool.ready:
-			c.discard()
-		default:
+		case <-p.stop:
 			return
+		case now := <-tick.C:
+			p.mu.Lock()
+			if !now.Before(windowEnd) {
+				p.lastPeak, p.peak = p.peak, p.inFlight
+				windowEnd = now.Add(p.window)
+				p.target = p.want()
+			}
+			if p.idle > 0 && p.inFlight == 0 && now.Sub(p.lastCall) >= p.idle {
+				p.target, p.peak, p.lastPeak = 0, 0, 0
+			}
+			var excess []*container
+			if n := len(p.ready) - p.target; n > 0 {
+				// The oldest go first.
+				excess = append(excess, p.ready[:n]...)
+				p.ready = append(p.ready[:0], p.ready[n:]...)
+			}
+			p.mu.Unlock()
+			for _, c := range excess {
+				c.discard()
+			}
 		}
 	}
+}
+
+// stopPool stops the pool's goroutines and removes every container still
+// waiting in it.
+func (b *Bundle) stopPool() {
+	p := b.pool
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	close(p.stop)
+	p.wg.Wait()
+	p.mu.Lock()
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	for _, c := range ready {
+		c.discard()
+	}
+}
+
+// PoolStats is what the warm pool did so far.
+type PoolStats struct {
+	// Ready is how many containers wait for a call now.
+	Ready int
+	// Target is how many the pool fills up to now.
+	Target int
+	// Misses counts calls that found no warm container and had to wait
+	// for crun to create one.
+	Misses uint64
+}
+
+// PoolStats reports the warm pool's state (Ready and Target are 0 when it
+// is off, and every call is a miss).
+func (b *Bundle) PoolStats() PoolStats {
+	s := PoolStats{Misses: b.misses.Load()}
+	if p := b.pool; p != nil {
+		p.mu.Lock()
+		s.Ready, s.Target = len(p.ready), p.target
+		p.mu.Unlock()
+	}
+	return s
 }
 
 // discard removes a container that never ran and reaps its process.

@@ -26,6 +26,9 @@ type Runtime struct {
 	path     string
 	stateDir string
 	version  string
+	// sealed is the sealed in-memory copy of the binary that crun is run
+	// from; shared by every copy of this Runtime. nil: run path.
+	sealed *sealedBinary
 }
 
 // FindRuntime locates crun (a path, or a name looked up on PATH) and checks
@@ -40,7 +43,7 @@ func FindRuntime(name string) (*Runtime, error) {
 		return nil, fmt.Errorf("cannot run %s --version: %w", path, err)
 	}
 	version, _, _ := strings.Cut(string(out), "\n")
-	return &Runtime{path: path, version: strings.TrimSpace(version)}, nil
+	return &Runtime{path: path, version: strings.TrimSpace(version), sealed: &sealedBinary{}}, nil
 }
 
 // Version is the first line of `crun --version`, e.g. "crun version 1.8.1".
@@ -116,6 +119,7 @@ func (b *Bundle) Call(ctx context.Context, call Call) (Exit, error) {
 		c, err = b.startedWith(&call)
 	} else {
 		c, err = b.started()
+		defer b.done() // the pool counts the call as running until here
 	}
 	if err != nil {
 		return Exit{Duration: time.Since(start)}, err
@@ -159,6 +163,7 @@ func (b *Bundle) started() (*container, error) {
 		// Its process died while it waited (the OOM killer, a stray
 		// kill): the call gets a new container instead.
 		c.discard()
+		b.misses.Add(1)
 	}
 	c, err := b.create()
 	if err != nil {
@@ -468,6 +473,11 @@ func (r *Runtime) args(a ...string) []string {
 }
 
 func (r *Runtime) command(ctx context.Context, a ...string) *exec.Cmd {
+	if exe := r.sealed.exe(r.path); exe != r.path {
+		cmd := exec.CommandContext(ctx, exe, r.args(a...)...)
+		cmd.Args[0] = filepath.Base(r.path)
+		return cmd
+	}
 	return exec.CommandContext(ctx, r.path, r.args(a...)...)
 }
 

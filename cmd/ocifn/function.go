@@ -43,6 +43,10 @@ type functionFlags struct {
 	io string
 	// codec is the I/O mode prepare resolved for the image.
 	codec codec.Codec
+	// warmMax and warmIdle size the warm pool beyond its minimum, warm
+	// (see bundle.PoolOptions); set by serve only.
+	warmMax  int
+	warmIdle time.Duration
 }
 
 func (o *functionFlags) register(f *pflag.FlagSet) {
@@ -85,6 +89,9 @@ func (o *functionFlags) check() (*bundle.Runtime, error) {
 	}
 	if o.warm < 0 {
 		return nil, fmt.Errorf("--warm %d: must not be negative", o.warm)
+	}
+	if o.warmIdle < 0 {
+		return nil, fmt.Errorf("--warm-idle %s: must not be negative", o.warmIdle)
 	}
 	if o.pidsLimit <= 0 {
 		return nil, fmt.Errorf("--pids-limit %d: must be positive", o.pidsLimit)
@@ -129,7 +136,7 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		log.Info("removed what an earlier run left in the cache directory", "directories", removed)
 	}
 	b, err := bundle.Create(ctx, rt, img.Image(), o.cacheDir, bundle.Options{
-		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network, Warm: o.warm,
+		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network, Warm: o.warm, WarmMax: o.warmMax, WarmIdle: o.warmIdle,
 		MaxRootfsBytes: int64(o.maxRootfsBytes), Limits: o.limits(log),
 	})
 	if err != nil {

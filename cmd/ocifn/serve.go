@@ -23,6 +23,10 @@ import (
 // millisecond instead of ~10 ms, for two idle processes' worth of memory.
 const defaultWarm = 2
 
+// defaultWarmIdle frees an unused function's containers after a while, as
+// serverless platforms scale an unused function to zero.
+const defaultWarmIdle = 5 * time.Minute
+
 // defaultTarball is where `ocifn build` puts the function image inside a
 // package, so the package's entrypoint needs no arguments.
 const defaultTarball = "/ocifn/function.tar"
@@ -126,7 +130,8 @@ another I/O mode.`,
 	f.Var(&o.resultsMaxBytes, "results-max-bytes", "HTTP fronts: the most the results of asynchronous invocations take on disk (e.g. 256Mi); the oldest go first")
 	o.functionFlags.register(f)
 	f.Lookup("io").Usage += " (env " + oci.EnvIO + ")"
-	f.IntVar(&o.warm, "warm", defaultWarm, "containers to keep created ahead of calls, so that a call only has to start one; each still serves a single call (0: off)")
+	f.IntVar(&o.warm, "warm", defaultWarm, "fewest containers to keep created ahead of calls, so that a call only has to start one; each still serves a single call; the pool grows to as many calls as ran at once, up to --max-concurrency (0: off)")
+	f.DurationVar(&o.warmIdle, "warm-idle", defaultWarmIdle, "after this long without a call, let every warm container go; the next call refills the pool (0: never)")
 	f.StringVar(&o.tarball, "tarball", defaultTarball, "image tarball of the function: docker save output (optionally gzipped) or an OCI archive")
 	f.StringVar(&o.address, "address", ":9443", "address to serve on (default :8080 for the HTTP fronts)")
 	f.BoolVar(&o.insecure, "insecure", false, "serve plaintext gRPC without TLS (local development only)")
@@ -247,10 +252,12 @@ func (o *serveOptions) run(ctx context.Context) error {
 	defer srv.Stop()
 	log.Info("listening", "address", lis.Addr().String(), "tls", creds != nil)
 
+	o.warmMax = o.maxConcurrency
 	b, err := o.prepare(ctx, log, rt, o.tarball)
 	if err != nil {
 		return err
 	}
+	registerPoolMetrics(reg, b)
 	fn := o.function(log, b, adaptor.WithGate(gate), adaptor.WithHooks(chain, o.cacheTTL), adaptor.WithMetrics(metrics))
 	// However serving ends, no call may still run when the bundle goes:
 	// stop the server (it waits for its handlers), refuse and wait out

@@ -1,0 +1,77 @@
+package e2e
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+)
+
+// TestWarmPoolFollowsCalls: the warm pool grows to as many containers as
+// calls ran at once, so the next burst finds them ready; after --warm-idle
+// without a call it lets every container go, --warm included, and the next
+// call still gets its answer and refills the pool. Each call that found no
+// warm container is counted.
+func TestWarmPoolFollowsCalls(t *testing.T) {
+	cache := cacheDir(t)
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache,
+		"--warm", "1", "--warm-idle", "3s", "--max-concurrency", "8", "--metrics-address", "127.0.0.1:0"})
+	url := s.metricsURL(t)
+	metric := func(series string) float64 { return metricValue(t, scrape(t, url), series) }
+	eventually(t, 10*time.Second, "one warm container at start", func() bool { return metric("ocifn_warm_containers") == 1 })
+
+	burst := func(round int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for i := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rsp := s.call(t, shRequest(t, fmt.Sprintf("burst-%d-%d", round, i), "sleep 0.5; "+okScript))
+				if len(rsp.GetResults()) > 0 && rsp.GetResults()[0].GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+					t.Errorf("burst %d call %d: %s", round, i, rsp.GetResults()[0].GetMessage())
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	burst(1)
+	if m := metric("ocifn_warm_misses_total"); m < 5 {
+		t.Errorf("ocifn_warm_misses_total = %v after 6 calls at once with 1 warm container, want at least 5", m)
+	}
+	eventually(t, 10*time.Second, "the pool grown to the six calls that overlapped", func() bool {
+		return metric("ocifn_warm_containers") == 6 && len(containerStates(t, cache)) == 6
+	})
+	before := metric("ocifn_warm_misses_total")
+	burst(2)
+	if m := metric("ocifn_warm_misses_total"); m != before {
+		t.Errorf("a second burst of 6 calls found %v without a warm container, want none", m-before)
+	}
+
+	// Scale to zero: no container process and no container state left.
+	eventually(t, 15*time.Second, "no warm container after --warm-idle", func() bool {
+		return metric("ocifn_warm_containers") == 0 && metric("ocifn_warm_target") == 0 &&
+			len(containerStates(t, cache)) == 0 && len(descendants(t, s.cmd.Process.Pid)) <= 1
+	})
+	before = metric("ocifn_warm_misses_total")
+	got := s.call(t, shRequest(t, "after-idle", okScript))
+	if len(got.GetResults()) > 0 {
+		t.Fatalf("the call after scale-down: %v", got.GetResults())
+	}
+	if r := got.GetDesired().GetResources()["a"]; r == nil {
+		t.Fatalf("the call after scale-down answered %v, want desired unchanged", got)
+	}
+	if m := metric("ocifn_warm_misses_total"); m != before+1 {
+		t.Errorf("the first call after scale-down counted %v misses, want 1", m-before)
+	}
+	eventually(t, 10*time.Second, "the pool refilled to --warm", func() bool { return metric("ocifn_warm_containers") == 1 })
+}
+
+// warmContainers is how many warm containers the server holds now, as its
+// metrics report them.
+func (s *server) warmContainers(t *testing.T) int {
+	t.Helper()
+	return int(metricValue(t, scrape(t, s.metricsURL(t)), "ocifn_warm_containers"))
+}
