@@ -29,5 +29,16 @@ for t in "${targets[@]}"; do
 		echo "fuzz: $pkg $name FAILED; the failing input is in $pkg/testdata/fuzz/$name/" >&2
 		exit 1
 	fi
-	echo "$out" | grep -E '^fuzz: elapsed' | tail -1
+	# The last progress line: "fuzz: elapsed: 10s, execs: 12345 (1234/sec), ...".
+	# Its rate covers the last interval only; the average is over the run.
+	last=$(echo "$out" | grep -E '^fuzz: elapsed: [0-9]+s, execs: [0-9]+' | tail -1)
+	if [ -z "$last" ]; then
+		echo "$out" >&2
+		echo "fuzz: $pkg $name printed no progress line" >&2
+		exit 1
+	fi
+	echo "$last" | sed -E 's/^fuzz: elapsed: ([0-9]+)s, execs: ([0-9]+) .*/\1 \2/' | {
+		read -r secs execs
+		echo "fuzz: $pkg $name: $execs execs in ${secs}s, $((execs / (secs > 0 ? secs : 1))) execs/sec"
+	}
 done
