@@ -180,14 +180,14 @@ func unpack(ctx context.Context, img v1.Image, dest string, o unpackOptions) err
 		}
 		if err := applyLayer(ctx, l, digest, cfg.RootFS.DiffIDs[i], dest, tarOpts, budget, seen, o); err != nil {
 			if isNoSpace(err) {
-				err = fmt.Errorf(errNoSpace, need, free, err)
+				err = fmt.Errorf(errNoSpace, budget.used, need, free, err)
 			}
 			return fmt.Errorf(errFmtLayer, i+1, len(layers), digest, err)
 		}
 	}
 	if err := ensureMountPoints(dest, owner); err != nil {
 		if isNoSpace(err) {
-			err = fmt.Errorf(errNoSpace, need, free, err)
+			err = fmt.Errorf(errNoSpace, budget.used, need, free, err)
 		}
 		return err
 	}
@@ -195,7 +195,7 @@ func unpack(ctx context.Context, img v1.Image, dest string, o unpackOptions) err
 }
 
 const (
-	errNoSpace     = "out of space: the image needs at least %d bytes unpacked (the size of its layers), and %d bytes were free: %w"
+	errNoSpace     = "out of space with %d bytes of the layers read: the image needs at least %d bytes unpacked (the size of its layers), and %d bytes were free: %w"
 	errSpaceBefore = "not enough space: the image needs at least %d bytes unpacked (the size of its layers), and %d bytes are free"
 )
 
