@@ -29,16 +29,20 @@ for t in "${targets[@]}"; do
 		echo "fuzz: $pkg $name FAILED; the failing input is in $pkg/testdata/fuzz/$name/" >&2
 		exit 1
 	fi
-	# The last progress line: "fuzz: elapsed: 10s, execs: 12345 (1234/sec), ...".
+	# The last progress line: "fuzz: elapsed: 1m3s, execs: 12345 (1234/sec), ...".
 	# Its rate covers the last interval only; the average is over the run.
-	last=$(echo "$out" | grep -E '^fuzz: elapsed: [0-9]+s, execs: [0-9]+' | tail -1)
+	last=$(echo "$out" | grep -E '^fuzz: elapsed: [0-9hms]+, execs: [0-9]+' | tail -1)
 	if [ -z "$last" ]; then
 		echo "$out" >&2
 		echo "fuzz: $pkg $name printed no progress line" >&2
 		exit 1
 	fi
-	echo "$last" | sed -E 's/^fuzz: elapsed: ([0-9]+)s, execs: ([0-9]+) .*/\1 \2/' | {
-		read -r secs execs
-		echo "fuzz: $pkg $name: $execs execs in ${secs}s, $((execs / (secs > 0 ? secs : 1))) execs/sec"
-	}
+	echo "$last" | awk -v target="$pkg $name" '{
+		d = $3; sub(/,$/, "", d); secs = 0
+		if (match(d, /[0-9]+h/)) secs += 3600 * substr(d, RSTART, RLENGTH - 1)
+		if (match(d, /[0-9]+m/)) secs += 60 * substr(d, RSTART, RLENGTH - 1)
+		if (match(d, /[0-9]+s/)) secs += substr(d, RSTART, RLENGTH - 1)
+		execs = $5
+		printf "fuzz: %s: %d execs in %ds, %d execs/sec\n", target, execs, secs, execs / (secs > 0 ? secs : 1)
+	}'
 done
