@@ -113,6 +113,11 @@ func WithMaxBytes(n int64) UnpackOption {
 // mapped root with WithIDMappings. Existing entries, including symlinks,
 // are left alone.
 //
+// Entries that would reach outside the rootfs and are applied inside it
+// instead are reported to WithWarnings. Unpack refuses to start when the
+// file system of dest has less space free than the layers' sizes, and an
+// error for a disk that fills later says how much was read and was free.
+//
 // On error dest holds a partial rootfs that the caller should remove.
 func Unpack(ctx context.Context, img v1.Image, dest string, opts ...UnpackOption) error {
 	o := unpackOptions{warn: func(Warning) {}, extract: chrootExtract}
