@@ -14,6 +14,15 @@ FUZZTIME=${FUZZTIME:-10s}
 # short run minimizing its first finding instead of fuzzing.
 export FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-2s}
 
+# FuzzOpen and FuzzUnpack write every input to files in temp directories:
+# on a busy disk they wait on it more than they compute (FuzzUnpack: 10 ms
+# an input on disk, 1.3 ms on tmpfs). Give them a tmpfs when there is one.
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+	fuzztmp=$(mktemp -d /dev/shm/ocifn-fuzz-XXXXXX)
+	trap 'rm -rf "$fuzztmp"' EXIT
+	export TMPDIR=$fuzztmp
+fi
+
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(
 	./adaptor:FuzzEncodeRequest
