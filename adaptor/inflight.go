@@ -32,9 +32,10 @@ const reserveWait = time.Second
 
 // inflight is the memory budget of the requests being received or run.
 // gRPC reads a whole request into memory before it can be decoded, and its
-// length is known only then. So a request reserves the largest size
-// accepted before it is read, which keeps the bound true whatever arrives,
-// and then keeps only what its decoded form costs until its call returns.
+// length is known only then. So a request reserves the cost of the
+// largest request accepted before it is read, which keeps the bound true
+// whatever arrives, and then keeps only its own cost until its call
+// returns.
 // Until a request is read, the bytes the client sent wait in HTTP/2 flow
 // control windows (at most 16 MiB per connection).
 type inflight struct {
