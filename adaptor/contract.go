@@ -141,7 +141,7 @@ func decodeResponse(out []byte) (*fnv1.RunFunctionResponse, error) {
 		if why == "" {
 			why = err.Error()
 		}
-		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %s; output began with %s", why, quoteHead(out))
+		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %s; output began with %s", clip(why, reasonBytes), quoteHead(out))
 	}
 	return rsp, nil
 }
@@ -214,6 +214,22 @@ func quoteTag(tag string) string {
 		return fmt.Sprintf("%q…", strings.ToValidUTF8(tag[:64], "\uFFFD"))
 	}
 	return fmt.Sprintf("%q", tag)
+}
+
+// reasonBytes bounds why output is invalid: the explanation quotes the
+// function's own keys and their paths, which can be of any length
+// (FuzzResponse found a 2 KiB key quoted twice).
+const reasonBytes = 1024
+
+// clip cuts s to at most n bytes, on a UTF-8 boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 func quoteHead(b []byte) string {
