@@ -33,11 +33,38 @@ type Server struct {
 	fn     FunctionRef
 }
 
+// ServerOption configures a Server.
+type ServerOption func(*serverOptions)
+
+type serverOptions struct{ maxInflightBytes int64 }
+
+// WithMaxInflightBytes bounds the memory that requests being received or
+// run hold at once (default DefaultMaxInflightBytes); a request beyond it
+// is refused with RESOURCE_EXHAUSTED. It must be at least 4 times the
+// largest request accepted (see CheckInflightBytes).
+func WithMaxInflightBytes(n int64) ServerOption {
+	return func(o *serverOptions) { o.maxInflightBytes = n }
+}
+
+// CheckInflightBytes says why a bound of maxInflight bytes on requests in
+// flight could never admit a request of maxRecvMsgSize bytes, if it could
+// not.
+func CheckInflightBytes(maxInflight int64, maxRecvMsgSize int) error {
+	if need := requestCost(maxRecvMsgSize); maxInflight < need {
+		return fmt.Errorf("--max-inflight-bytes %d: must be at least %d times --max-recv-msg-size %d, %d", maxInflight, requestMemoryFactor, maxRecvMsgSize, need)
+	}
+	return nil
+}
+
 // NewServer returns a gRPC server offering the v1 and v1beta1
 // FunctionRunnerService, the standard health service and server
 // reflection. It reports NOT_SERVING, and refuses calls, until Ready. creds
 // may be nil for plaintext.
-func NewServer(creds credentials.TransportCredentials, maxRecvMsgSize int) *Server {
+func NewServer(creds credentials.TransportCredentials, maxRecvMsgSize int, options ...ServerOption) *Server {
+	so := serverOptions{maxInflightBytes: DefaultMaxInflightBytes}
+	for _, o := range options {
+		o(&so)
+	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.MaxSendMsgSize(maxRecvMsgSize),
@@ -49,7 +76,7 @@ func NewServer(creds credentials.TransportCredentials, maxRecvMsgSize int) *Serv
 		opts = append(opts, grpc.Creds(creds))
 	}
 	srv := &Server{Server: grpc.NewServer(opts...), health: health.NewServer()}
-	Register(srv.Server, &srv.fn)
+	registerBounded(srv.Server, &srv.fn, newInflight(so.maxInflightBytes, int64(maxRecvMsgSize)))
 	srv.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(srv.Server, srv.health)
 	reflection.Register(srv.Server)

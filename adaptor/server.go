@@ -19,6 +19,13 @@ func Register(s grpc.ServiceRegistrar, fn *FunctionRef) {
 	fnv1beta1.RegisterFunctionRunnerServiceServer(s, &v1beta1Server{fn: fn})
 }
 
+// registerBounded is Register with the memory of requests in flight
+// bounded by b (see inflight).
+func registerBounded(s grpc.ServiceRegistrar, fn *FunctionRef, b *inflight) {
+	s.RegisterService(b.bounded(&fnv1.FunctionRunnerService_ServiceDesc), &v1Server{fn: fn})
+	s.RegisterService(b.bounded(&fnv1beta1.FunctionRunnerService_ServiceDesc), &v1beta1Server{fn: fn})
+}
+
 // FunctionRef holds the Function calls go to once it is ready. The server
 // listens, and answers health checks, while the image is still unpacked.
 type FunctionRef struct{ p atomic.Pointer[Function] }

@@ -64,6 +64,9 @@ type Options struct {
 	// WarmIdle lets the pool shrink to no container after that long
 	// without a call (0: never).
 	WarmIdle time.Duration
+	// Warn, if set, hears of each image entry neutralised rather than
+	// refused while unpacking (see oci.Warning).
+	Warn func(oci.Warning)
 }
 
 // Bundle is an image unpacked and configured, ready to run calls.
@@ -140,6 +143,9 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	var unpack []oci.UnpackOption
 	if o.MaxRootfsBytes > 0 {
 		unpack = append(unpack, oci.WithMaxBytes(o.MaxRootfsBytes))
+	}
+	if o.Warn != nil {
+		unpack = append(unpack, oci.WithWarnings(o.Warn))
 	}
 	switch o.Mode {
 	case IDRange:

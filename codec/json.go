@@ -13,6 +13,22 @@ import (
 // outputHeadBytes is how much of invalid output an error quotes.
 const outputHeadBytes = 256
 
+// reasonBytes bounds why output is invalid: the explanation quotes the
+// function's own keys and their paths, which can be of any length
+// (the fuzzer found a 2 KiB key quoted twice).
+const reasonBytes = 1024
+
+// clip cuts s to at most n bytes, on a UTF-8 boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
 // JSON is ocifn's own mode: the RunFunctionRequest as protojson on stdin,
 // a RunFunctionResponse as JSON on stdout.
 type JSON struct{}
@@ -99,7 +115,7 @@ func (JSON) Decode(_ *fnv1.RunFunctionRequest, out []byte) (*fnv1.RunFunctionRes
 		if why == "" {
 			why = err.Error()
 		}
-		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %s; output began with %s", why, QuoteHead(out))
+		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %s; output began with %s", clip(why, reasonBytes), QuoteHead(out))
 	}
 	return rsp, nil
 }

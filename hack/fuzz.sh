@@ -14,6 +14,15 @@ FUZZTIME=${FUZZTIME:-10s}
 # short run minimizing its first finding instead of fuzzing.
 export FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-2s}
 
+# FuzzOpen and FuzzUnpack write every input to files in temp directories:
+# on a busy disk they wait on it more than they compute (FuzzUnpack: 10 ms
+# an input on disk, 1.3 ms on tmpfs). Give them a tmpfs when there is one.
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+	fuzztmp=$(mktemp -d /dev/shm/ocifn-fuzz-XXXXXX)
+	trap 'rm -rf "$fuzztmp"' EXIT
+	export TMPDIR=$fuzztmp
+fi
+
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(
 	./codec:FuzzJSONEncode
@@ -34,5 +43,20 @@ for t in "${targets[@]}"; do
 		echo "fuzz: $pkg $name FAILED; the failing input is in $pkg/testdata/fuzz/$name/" >&2
 		exit 1
 	fi
-	echo "$out" | grep -E '^fuzz: elapsed' | tail -1
+	# The last progress line: "fuzz: elapsed: 1m3s, execs: 12345 (1234/sec), ...".
+	# Its rate covers the last interval only; the average is over the run.
+	last=$(echo "$out" | grep -E '^fuzz: elapsed: [0-9hms]+, execs: [0-9]+' | tail -1)
+	if [ -z "$last" ]; then
+		echo "$out" >&2
+		echo "fuzz: $pkg $name printed no progress line" >&2
+		exit 1
+	fi
+	echo "$last" | awk -v target="$pkg $name" '{
+		d = $3; sub(/,$/, "", d); secs = 0
+		if (match(d, /[0-9]+h/)) secs += 3600 * substr(d, RSTART, RLENGTH - 1)
+		if (match(d, /[0-9]+m/)) secs += 60 * substr(d, RSTART, RLENGTH - 1)
+		if (match(d, /[0-9]+s/)) secs += substr(d, RSTART, RLENGTH - 1)
+		execs = $5
+		printf "fuzz: %s: %d execs in %ds, %d execs/sec\n", target, execs, secs, execs / (secs > 0 ? secs : 1)
+	}'
 done

@@ -36,6 +36,53 @@ var errRefused = errors.New("refused")
 // reserved to root (trusted.*).
 const keptXattrPrefix = "user."
 
+// Warning is an entry of a layer that Unpack neutralised rather than
+// refused: it would have reached outside the rootfs in a plain directory,
+// and the extractor, chrooted into the rootfs, applied it inside instead.
+// An image builder never writes one; an image that has one was made by
+// hand, and perhaps to attack.
+type Warning struct {
+	// Layer is the digest of the layer with the entry.
+	Layer string
+	// Entry is the entry's name as the layer has it ("" for a summary).
+	Entry string
+	// Reason says what the entry aimed at and what was done instead.
+	Reason string
+}
+
+// String implements fmt.Stringer.
+func (w Warning) String() string {
+	return fmt.Sprintf("layer %s: entry %q: %s", w.Layer, w.Entry, w.Reason)
+}
+
+// climbsOut reports whether a name in a layer, taken relative to the root
+// of the rootfs, would reach outside it: an absolute name, or one whose
+// "../" go above its start.
+func climbsOut(name string) bool {
+	clean := path.Clean(name)
+	return path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../")
+}
+
+// neutralised says why an entry the sanitizer keeps gets a Warning, or ""
+// if it does not.
+func neutralised(hdr *tar.Header) string {
+	rooted := rootedName(hdr.Name)
+	if climbsOut(hdr.Name) {
+		if target, ok := strings.CutPrefix(path.Base(hdr.Name), ".wh."); ok {
+			return fmt.Sprintf("a whiteout aimed outside the rootfs; applied inside it, to %s", path.Join(path.Dir(rooted), target))
+		}
+		what := "a name that climbs out of the rootfs"
+		if path.IsAbs(hdr.Name) {
+			what = "an absolute name"
+		}
+		return fmt.Sprintf("%s; unpacked inside the rootfs as %s", what, rooted)
+	}
+	if hdr.Typeflag == tar.TypeLink && climbsOut(hdr.Linkname) {
+		return fmt.Sprintf("a hard link to %q, outside the rootfs; linked inside it to %s", hdr.Linkname, rootedName(hdr.Linkname))
+	}
+	return ""
+}
+
 // sanitize copies the layer tar from r to w, entry by entry:
 //   - setuid and setgid bits are cleared;
 //   - extended attributes other than user.* are dropped;
@@ -48,16 +95,19 @@ const keptXattrPrefix = "user."
 //     refused: the extractor would fail on it too, without saying which
 //     entry it was.
 //
+// An entry that climbs out of the rootfs (see neutralised) is kept, for the
+// extractor puts it inside, and warn is called with its name and why.
+//
 // seen holds the names of the entries of the earlier layers, and gets this
 // layer's. An error names the entry. w is closed with the error (nil at
 // the end of the archive), so the extractor reading it stops too.
-func sanitize(r io.Reader, w *io.PipeWriter, seen map[string]struct{}) error {
-	err := copySanitized(r, w, seen)
+func sanitize(r io.Reader, w *io.PipeWriter, seen map[string]struct{}, warn func(entry, reason string)) error {
+	err := copySanitized(r, w, seen, warn)
 	w.CloseWithError(err)
 	return err
 }
 
-func copySanitized(r io.Reader, w io.Writer, seen map[string]struct{}) error {
+func copySanitized(r io.Reader, w io.Writer, seen map[string]struct{}, warn func(entry, reason string)) error {
 	tr := tar.NewReader(r)
 	tw := tar.NewWriter(w)
 	for {
@@ -79,6 +129,9 @@ func copySanitized(r io.Reader, w io.Writer, seen map[string]struct{}) error {
 		}
 		if !keep {
 			continue
+		}
+		if why := neutralised(hdr); why != "" {
+			warn(hdr.Name, why)
 		}
 		seen[rootedName(hdr.Name)] = struct{}{}
 		if err := tw.WriteHeader(hdr); err != nil {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
@@ -46,6 +47,31 @@ type unpackOptions struct {
 	uids, gids []idtools.IDMap
 	chownToMe  bool
 	maxBytes   int64
+	warn       func(Warning)
+	// extract applies one sanitized layer tar to dest; by default a
+	// re-executed child chrooted into dest (see chrootExtract).
+	extract extractFunc
+}
+
+// extractFunc applies an uncompressed layer tar to the directory dest.
+type extractFunc func(dest string, layer io.Reader, opts *archive.TarOptions) error
+
+// chrootExtract applies a layer in a re-executed child that pivot_roots
+// into dest, so that no entry can reach outside it.
+func chrootExtract(dest string, layer io.Reader, opts *archive.TarOptions) error {
+	_, err := chrootarchive.ApplyUncompressedLayer(dest, layer, opts)
+	return err
+}
+
+// maxWarnings is how many entries of one layer get a Warning of their own;
+// the others are counted in one more.
+const maxWarnings = 10
+
+// WithWarnings calls warn for each entry that Unpack neutralised rather
+// than refused (see Warning), at most maxWarnings per layer and then one
+// that counts the rest.
+func WithWarnings(warn func(Warning)) UnpackOption {
+	return func(o *unpackOptions) { o.warn = warn }
 }
 
 // WithIDMappings shifts file ownership from container ids to host ids,
@@ -87,9 +113,14 @@ func WithMaxBytes(n int64) UnpackOption {
 // mapped root with WithIDMappings. Existing entries, including symlinks,
 // are left alone.
 //
+// Entries that would reach outside the rootfs and are applied inside it
+// instead are reported to WithWarnings. Unpack refuses to start when the
+// file system of dest has less space free than the layers' sizes, and an
+// error for a disk that fills later says how much was read and was free.
+//
 // On error dest holds a partial rootfs that the caller should remove.
 func Unpack(ctx context.Context, img v1.Image, dest string, opts ...UnpackOption) error {
-	o := unpackOptions{}
+	o := unpackOptions{warn: func(Warning) {}, extract: chrootExtract}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -136,6 +167,11 @@ func unpack(ctx context.Context, img v1.Image, dest string, o unpackOptions) err
 		tarOpts.ChownOpts = &idtools.IDPair{UID: os.Getuid(), GID: os.Getgid()}
 	}
 
+	need, free, err := checkSpace(dest, layers)
+	if err != nil {
+		return err
+	}
+
 	budget := &byteBudget{limit: o.maxBytes}
 	// Names of the entries of the layers applied so far (see sanitize).
 	seen := map[string]struct{}{}
@@ -147,11 +183,54 @@ func unpack(ctx context.Context, img v1.Image, dest string, o unpackOptions) err
 		if err != nil {
 			return fmt.Errorf(errFmtLayer, i+1, len(layers), "?", err)
 		}
-		if err := applyLayer(ctx, l, digest, cfg.RootFS.DiffIDs[i], dest, tarOpts, budget, seen); err != nil {
+		if err := applyLayer(ctx, l, digest, cfg.RootFS.DiffIDs[i], dest, tarOpts, budget, seen, o); err != nil {
+			if isNoSpace(err) {
+				err = fmt.Errorf(errNoSpace, budget.used, need, free, err)
+			}
 			return fmt.Errorf(errFmtLayer, i+1, len(layers), digest, err)
 		}
 	}
-	return ensureMountPoints(dest, owner)
+	if err := ensureMountPoints(dest, owner); err != nil {
+		if isNoSpace(err) {
+			err = fmt.Errorf(errNoSpace, budget.used, need, free, err)
+		}
+		return err
+	}
+	return nil
+}
+
+const (
+	errNoSpace     = "out of space with %d bytes of the layers read: the image needs at least %d bytes unpacked (the size of its layers), and %d bytes were free: %w"
+	errSpaceBefore = "not enough space: the image needs at least %d bytes unpacked (the size of its layers), and %d bytes are free"
+)
+
+// checkSpace returns how much space the layers need at least (their
+// size in the image: a compressed layer unpacks to more) and how much the
+// file system of dest has free for unprivileged use, and refuses to start
+// when the second is smaller.
+func checkSpace(dest string, layers []v1.Layer) (need, free int64, err error) {
+	for _, l := range layers {
+		n, err := l.Size()
+		if err != nil {
+			return 0, 0, fmt.Errorf("cannot read the size of a layer: %w", err)
+		}
+		need += n
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dest, &st); err != nil {
+		return 0, 0, fmt.Errorf("cannot read the free space of %s: %w", dest, err)
+	}
+	free = int64(st.Bavail) * st.Bsize
+	if need > free {
+		return need, free, fmt.Errorf(errSpaceBefore, need, free)
+	}
+	return need, free, nil
+}
+
+// isNoSpace reports whether err is, or reports, ENOSPC: the extracting
+// child reports its errors as text.
+func isNoSpace(err error) bool {
+	return errors.Is(err, unix.ENOSPC) || strings.Contains(err.Error(), unix.ENOSPC.Error())
 }
 
 // rootOwner is the host owner of directories that belong to container root.
@@ -169,7 +248,7 @@ func (o unpackOptions) rootOwner() (idtools.IDPair, error) {
 // applyLayer streams one layer into dest in a single pass: the blob is
 // hashed as it is read, decompressed, the tar hashed again as it comes out
 // of the decompressor, and fed to the extracting child.
-func applyLayer(ctx context.Context, l v1.Layer, digest, diffID v1.Hash, dest string, opts *archive.TarOptions, budget *byteBudget, seen map[string]struct{}) error {
+func applyLayer(ctx context.Context, l v1.Layer, digest, diffID v1.Hash, dest string, opts *archive.TarOptions, budget *byteBudget, seen map[string]struct{}, o unpackOptions) error {
 	rc, err := l.Compressed()
 	if err != nil {
 		return fmt.Errorf("cannot open blob: %w", err)
@@ -190,15 +269,24 @@ func applyLayer(ctx context.Context, l v1.Layer, digest, diffID v1.Hash, dest st
 	pr, pw := io.Pipe()
 	var sanitizeErr error
 	sanitized := make(chan struct{})
+	warnings := 0
+	warn := func(entry, reason string) {
+		if warnings++; warnings <= maxWarnings {
+			o.warn(Warning{Layer: digest.String(), Entry: entry, Reason: reason})
+		}
+	}
 	go func() {
 		defer close(sanitized)
-		sanitizeErr = sanitize(stream, pw, seen)
+		sanitizeErr = sanitize(stream, pw, seen, warn)
 	}()
-	_, applyErr := chrootarchive.ApplyUncompressedLayer(dest, pr, opts)
+	applyErr := o.extract(dest, pr, opts)
 	// The extractor may stop early; stop the copy and wait for it before
 	// the rest of stream is read below.
 	pr.CloseWithError(io.ErrClosedPipe)
 	<-sanitized
+	if warnings > maxWarnings {
+		o.warn(Warning{Layer: digest.String(), Reason: fmt.Sprintf("%d more entries neutralised like the ones before", warnings-maxWarnings)})
+	}
 	if stream.err != nil {
 		// Cancelled or over the limit: the child's error only echoes ours.
 		return stream.err
@@ -329,4 +417,10 @@ func setDirOwnerMode(p string, owner idtools.IDPair, mode os.FileMode) error {
 		perm |= unix.S_ISVTX
 	}
 	return unix.Fchmod(fd, perm)
+}
+
+// withExtractor replaces how layers are applied (for tests: see
+// extractInThread).
+func withExtractor(e extractFunc) UnpackOption {
+	return func(o *unpackOptions) { o.extract = e }
 }

@@ -138,6 +138,9 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 	b, err := bundle.Create(ctx, rt, img.Image(), o.cacheDir, bundle.Options{
 		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network, Warm: o.warm, WarmMax: o.warmMax, WarmIdle: o.warmIdle,
 		MaxRootfsBytes: int64(o.maxRootfsBytes), Limits: o.limits(log),
+		Warn: func(w oci.Warning) {
+			log.Warn("image entry neutralised", "layer", w.Layer, "entry", w.Entry, "reason", w.Reason)
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot prepare the function image %s: %w", tarball, err)

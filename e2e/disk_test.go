@@ -1,0 +1,274 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
+)
+
+// smallDisk mounts a tmpfs of size bytes for the test, unmounted when it
+// ends, and returns a cache directory in it that containers can reach.
+func smallDisk(t *testing.T, size int64) (mount, cache string) {
+	t.Helper()
+	mount = cacheDir(t)
+	if err := unix.Mount("tmpfs", mount, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
+		t.Fatalf("cannot mount a tmpfs on %s: %v", mount, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mount, unix.MNT_DETACH); err != nil {
+			t.Errorf("cannot unmount %s: %v", mount, err)
+		}
+	})
+	cache = filepath.Join(mount, "cache")
+	if err := os.Mkdir(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return mount, cache
+}
+
+// freeBytes is what the file system of dir has free.
+func freeBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Bavail) * st.Bsize
+}
+
+// gzipImage writes the sh-function image with one more, gzipped, layer of
+// one file of size zeros: a few kilobytes in the tarball, size unpacked.
+func gzipImage(t *testing.T, dir string, size int64) string {
+	t.Helper()
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	tw := tar.NewWriter(zw)
+	if err := tw.WriteHeader(&tar.Header{Name: "zeros", Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(tw, zeroReader{}, size); err != nil {
+		t.Fatal(err)
+	}
+	tw.Close()
+	zw.Close()
+	data := buf.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeImage(t, dir, l)
+}
+
+// TestCacheDiskFullDuringUnpack: a cache directory on a disk too small for
+// the image. When the layers alone are larger than the free space, serve
+// refuses before unpacking; when a compressed layer unpacks past it, serve
+// stops at ENOSPC. Either way it exits with an error naming the space the
+// image needs and the space there was, and leaves the disk empty.
+func TestCacheDiskFullDuringUnpack(t *testing.T) {
+	cases := []struct {
+		name    string
+		disk    int64
+		tarball func(t *testing.T) string
+		want    []string
+	}{
+		{
+			// sh-function's layers are about 6 MiB.
+			name:    "layers_larger_than_the_free_space",
+			disk:    2 << 20,
+			tarball: func(*testing.T) string { return image("sh-function.tar") },
+			want:    []string{"not enough space: the image needs at least", "bytes unpacked (the size of its layers)", "bytes are free"},
+		},
+		{
+			name:    "a_layer_unpacks_past_the_free_space",
+			disk:    16 << 20,
+			tarball: func(t *testing.T) string { return gzipImage(t, t.TempDir(), 32<<20) },
+			want:    []string{"layer 5/5", "out of space with", "bytes of the layers read", "the image needs at least", "bytes were free", "no space left on device"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			mount, cache := smallDisk(t, tc.disk)
+			s := startProcess(t, []string{"--insecure", "--tarball", tc.tarball(t), "--cache-dir", cache})
+			log := s.wait(t)
+			if s.cmd.ProcessState.Success() {
+				t.Fatalf("ocifn serve started on a full disk:\n%s", log)
+			}
+			mustContain(t, "startup error", log, tc.want...)
+			t.Logf("refused: %s", lastLine(log))
+			if left, _ := os.ReadDir(cache); len(left) != 0 {
+				t.Errorf("left in the cache directory: %v", left)
+			}
+			// An empty directory may hold a page.
+			if free := freeBytes(t, mount); free < tc.disk-64<<10 {
+				t.Errorf("%d bytes of %d free after exit", free, tc.disk)
+			}
+		})
+	}
+}
+
+// TestCacheDiskFullDuringACall: the disk of the cache directory, where
+// crun keeps each container's state, fills while serving. The call that
+// meets the full disk gets a Fatal result naming the runtime's error; the
+// server keeps serving, and once space is back calls work again and
+// nothing is left.
+func TestCacheDiskFullDuringACall(t *testing.T) {
+	mount, cache := smallDisk(t, 64<<20)
+	tmp := t.TempDir()
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "0"}, privateTmp(tmp))
+	s.call(t, shRequest(t, "before", okScript))
+
+	// Fill the disk, to the last block.
+	filler := filepath.Join(mount, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.Copy(f, zeroReader{})
+	f.Close()
+	if err == nil || !strings.Contains(err.Error(), "no space left on device") {
+		t.Fatalf("filling the disk: %v", err)
+	}
+	req := shRequest(t, "full", okScript)
+	rsp := s.call(t, req)
+	wantFatal(t, req, rsp, "could not be run", "crun create")
+	if rs := rsp.GetResults(); len(rs) == 1 {
+		t.Logf("with the disk full: %s", rs[0].GetMessage())
+		if !strings.Contains(strings.ToLower(rs[0].GetMessage()), "no space left on device") {
+			t.Errorf("the Fatal result does not say the disk is full: %s", rs[0].GetMessage())
+		}
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		rsp := s.call(t, shRequest(t, fmt.Sprintf("after-%d", i), okScript))
+		if len(rsp.GetResults()) != 0 || rsp.GetDesired().GetResources()["a"] == nil {
+			t.Errorf("a call once space is back: %v", rsp)
+		}
+	}
+	assertNoLeaks(t, s, cache, tmp)
+}
+
+// faultyRuntime writes a wrapper of crun for --runtime that does what the
+// file "next" in the returned directory says, once, for the next `crun
+// create`: "segv" dies of SIGSEGV before crun runs; "kill" runs crun,
+// which creates the container, then dies of SIGKILL before reporting.
+// Otherwise it is crun.
+func faultyRuntime(t *testing.T) (wrapper, control string) {
+	t.Helper()
+	crun, err := exec.LookPath("crun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	control = t.TempDir()
+	wrapper = filepath.Join(control, "crun-faulty")
+	script := fmt.Sprintf(`#!/bin/sh
+next=%[1]s/next
+case " $* " in
+*" create "*)
+	fault=$(cat "$next" 2>/dev/null); rm -f "$next"
+	case $fault in
+	segv) kill -SEGV $$ ;;
+	kill) %[2]s "$@"; kill -KILL $$ ;;
+	esac ;;
+esac
+exec %[2]s "$@"
+`, control, crun)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper, control
+}
+
+// TestRuntimeDiesMidCall: crun dies while it creates a call's container,
+// of a crash or of SIGKILL after the container exists. That call gets a
+// Fatal result naming the runtime's failure, the half-made container is
+// removed, and the next call works.
+func TestRuntimeDiesMidCall(t *testing.T) {
+	wrapper, control := faultyRuntime(t)
+	cache, tmp := cacheDir(t), t.TempDir()
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "0", "--runtime", wrapper}, privateTmp(tmp))
+	for _, fault := range []struct{ name, want string }{
+		{"segv", "signal: segmentation fault"},
+		{"kill", "signal: killed"},
+	} {
+		t.Run(fault.name, func(t *testing.T) {
+			if err := os.WriteFile(filepath.Join(control, "next"), []byte(fault.name), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			req := shRequest(t, "fault-"+fault.name, okScript)
+			wantFatal(t, req, s.call(t, req), "the function could not be run: crun create", fault.want)
+			eventually(t, 5*time.Second, "no container state left", func() bool { return len(containerStates(t, cache)) == 0 })
+			rsp := s.call(t, shRequest(t, "next-"+fault.name, okScript))
+			if len(rsp.GetResults()) != 0 || rsp.GetDesired().GetResources()["a"] == nil {
+				t.Errorf("the call after the fault: %v", rsp)
+			}
+		})
+	}
+	assertNoLeaks(t, s, cache, tmp)
+	if s.cmd.ProcessState != nil {
+		t.Errorf("the server exited: %v", s.cmd.ProcessState)
+	}
+}
+
+// TestKilledDuringUnpack: ocifn serve gets SIGKILL while it unpacks a
+// large layer. A restart on the same cache directory removes the
+// half-written bundle (Sweep: its lock died with its process), says so,
+// and serves; nothing of the killed run is left.
+func TestKilledDuringUnpack(t *testing.T) {
+	cache, tmp := cacheDir(t), t.TempDir()
+	big := gzipImage(t, t.TempDir(), 512<<20)
+	s := startProcess(t, []string{"--insecure", "--tarball", big, "--cache-dir", cache})
+	// The extracting child is storage-applyLayer DEST, DEST in the cache
+	// directory; once it has written something, kill ocifn.
+	eventually(t, 60*time.Second, "the image being unpacked", func() bool {
+		for _, pid := range processesWith(t, cache) {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if !strings.HasPrefix(string(cmdline), "storage-applyLayer") {
+				continue
+			}
+			zeros := filepath.Join(strings.Split(string(cmdline), "\x00")[1], "zeros")
+			if fi, err := os.Stat(zeros); err == nil && fi.Size() > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	awaitExit(t, s.exited, "ocifn serve after SIGKILL", s.stderr)
+	eventually(t, 10*time.Second, "no process of the killed run left", func() bool { return len(processesWith(t, cache)) == 0 })
+	left, _ := filepath.Glob(filepath.Join(cache, "bundle-*"))
+	if len(left) != 1 {
+		t.Fatalf("after SIGKILL the cache directory holds %v, want one half-written bundle", left)
+	}
+	var size int64
+	_ = filepath.Walk(left[0], func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			size += fi.Size()
+		}
+		return nil
+	})
+	t.Logf("half-written: %s, %d bytes", left[0], size)
+
+	s2 := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache}, privateTmp(tmp))
+	mustContain(t, "restart log", s2.stderr.String(), "removed what an earlier run left in the cache directory", filepath.Base(left[0]))
+	if _, err := os.Stat(left[0]); err == nil {
+		t.Errorf("%s is still there after the restart", left[0])
+	}
+	s2.call(t, shRequest(t, "after-restart", okScript))
+	assertNoLeaks(t, s2, cache, tmp)
+}
