@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -51,13 +52,26 @@ func (s *sealedBinary) exe(path string) string {
 	return fmt.Sprintf("/proc/self/fd/%d", s.f.Fd())
 }
 
-// sealedCopy copies the file at path into a new memfd and seals it.
+// elfMagic starts every ELF executable.
+var elfMagic = []byte{0x7f, 'E', 'L', 'F'}
+
+// sealedCopy copies the file at path into a new memfd and seals it. Only an
+// ELF binary is copied: a script (a --runtime wrapper, say) run from a
+// close-on-exec memfd would hand its interpreter a path the interpreter
+// cannot open, and crun's self-check does not concern it anyway.
 func sealedCopy(path string) (*os.File, error) {
 	src, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer src.Close()
+	head := make([]byte, len(elfMagic))
+	if _, err := io.ReadFull(src, head); err != nil || !bytes.Equal(head, elfMagic) {
+		return nil, fmt.Errorf("%s is not an ELF binary", path)
+	}
+	if _, err := src.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
 	fd, err := unix.MemfdCreate("crun_cloned:/proc/self/exe", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)

@@ -1,7 +1,9 @@
 package bundle
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -35,5 +37,22 @@ func TestSealedBinary(t *testing.T) {
 	var none *sealedBinary
 	if got := none.exe(path); got != path {
 		t.Errorf("without a sealed copy: %s, want %s", got, path)
+	}
+}
+
+// TestSealedBinaryLeavesScriptsAlone: a runtime that is a script (a
+// wrapper around crun) is run from its own path, since its interpreter
+// could not open a close-on-exec memfd.
+func TestSealedBinaryLeavesScriptsAlone(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "crun-wrapper")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := &sealedBinary{}
+	if got := s.exe(script); got != script {
+		t.Errorf("exe(%s) = %s, want the script itself", script, got)
+	}
+	if err := exec.Command(s.exe(script)).Run(); err != nil {
+		t.Errorf("running the script: %v", err)
 	}
 }
