@@ -10,7 +10,6 @@ import (
 	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	grpccodes "google.golang.org/grpc/codes"
@@ -44,7 +43,7 @@ type Function struct {
 	log            *slog.Logger
 	timeout        time.Duration
 	maxOutputBytes int
-	metrics        *Metrics
+	metrics        *hook.Metrics
 	cache          *responseCache
 	// cacheTTL, when set, is the TTL of every response, whatever the
 	// function says.
@@ -74,7 +73,7 @@ func WithMaxOutputBytes(n int) Option { return func(f *Function) { f.maxOutputBy
 func WithGate(g *admit.Gate) Option { return func(f *Function) { f.gate = g } }
 
 // WithMetrics records calls in m.
-func WithMetrics(m *Metrics) Option { return func(f *Function) { f.metrics = m } }
+func WithMetrics(m *hook.Metrics) Option { return func(f *Function) { f.metrics = m } }
 
 // WithCache keeps responses that carry a meta.ttl, by the request's tag, in
 // at most maxBytes; forceTTL, when not zero, caches every response for that
@@ -96,12 +95,6 @@ func WithCodec(c codec.Codec) Option { return func(f *Function) { f.codec = c } 
 func WithHooks(chain *hook.Chain, forceTTL time.Duration) Option {
 	return func(f *Function) { f.hooks, f.cacheTTL = chain, forceTTL }
 }
-
-// Metrics are the call metrics, shared by every front.
-type Metrics = hook.Metrics
-
-// NewMetrics creates the call metrics and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics { return hook.NewMetrics(reg) }
 
 // NewCache returns the store of RunFunction responses that a hook.Cache in
 // a chain given to WithHooks keeps, bounded to maxBytes.

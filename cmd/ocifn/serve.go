@@ -226,7 +226,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	defer stop()
 
 	reg := newRegistry()
-	metrics := adaptor.NewMetrics(reg)
+	metrics := hook.NewMetrics(reg)
 	stopMetrics, err := serveMetrics(ctx, log, o.metricsAddress, reg, o.profiling)
 	if err != nil {
 		return err
