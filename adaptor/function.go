@@ -10,7 +10,6 @@ import (
 	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	grpccodes "google.golang.org/grpc/codes"
@@ -44,8 +43,7 @@ type Function struct {
 	log            *slog.Logger
 	timeout        time.Duration
 	maxOutputBytes int
-	metrics        *Metrics
-	tracer         trace.Tracer
+	metrics        *hook.Metrics
 	cache          *responseCache
 	// cacheTTL, when set, is the TTL of every response, whatever the
 	// function says.
@@ -57,8 +55,6 @@ type Function struct {
 	// hooks, when set, replaces the chain built from the options above.
 	hooks *hook.Chain
 	gate  *admit.Gate
-	// maxConcurrency and maxQueue size the gate when none is given.
-	maxConcurrency, maxQueue int
 }
 
 // Option configures a Function.
@@ -73,22 +69,11 @@ func WithTimeout(d time.Duration) Option { return func(f *Function) { f.timeout 
 // WithMaxOutputBytes caps the size of a function's stdout.
 func WithMaxOutputBytes(n int) Option { return func(f *Function) { f.maxOutputBytes = n } }
 
-// WithConcurrency lets at most max calls run at once and at most queue more
-// wait; calls beyond that are refused with RESOURCE_EXHAUSTED.
-func WithConcurrency(max, queue int) Option {
-	return func(f *Function) { f.maxConcurrency, f.maxQueue = max, queue }
-}
-
 // WithGate admits calls through g, shared with other fronts.
 func WithGate(g *admit.Gate) Option { return func(f *Function) { f.gate = g } }
 
 // WithMetrics records calls in m.
-func WithMetrics(m *Metrics) Option { return func(f *Function) { f.metrics = m } }
-
-// WithTracer records a span per call, and spans for its container's start,
-// its run and the parsing of its response, with t. Without it, calls are
-// not traced at all.
-func WithTracer(t trace.Tracer) Option { return func(f *Function) { f.tracer = t } }
+func WithMetrics(m *hook.Metrics) Option { return func(f *Function) { f.metrics = m } }
 
 // WithCache keeps responses that carry a meta.ttl, by the request's tag, in
 // at most maxBytes; forceTTL, when not zero, caches every response for that
@@ -105,17 +90,11 @@ func WithCache(maxBytes int, forceTTL time.Duration) Option {
 func WithCodec(c codec.Codec) Option { return func(f *Function) { f.codec = c } }
 
 // WithHooks wraps every call in chain instead of the chain the other
-// options build (metrics, tracer, cache, the call's log line). Calls are
+// options build (metrics, cache, the call's log line). Calls are
 // cached when chain holds a hook.Cache; forceTTL is as in WithCache.
 func WithHooks(chain *hook.Chain, forceTTL time.Duration) Option {
 	return func(f *Function) { f.hooks, f.cacheTTL = chain, forceTTL }
 }
-
-// Metrics are the call metrics, shared by every front.
-type Metrics = hook.Metrics
-
-// NewMetrics creates the call metrics and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics { return hook.NewMetrics(reg) }
 
 // NewCache returns the store of RunFunction responses that a hook.Cache in
 // a chain given to WithHooks keeps, bounded to maxBytes.
@@ -123,19 +102,15 @@ func NewCache(maxBytes int) hook.Store { return newResponseCache(maxBytes) }
 
 // NewFunction returns a Function that runs calls with r.
 func NewFunction(r Runner, opts ...Option) *Function {
-	f := &Function{runner: r, log: slog.Default(), timeout: DefaultTimeout, maxOutputBytes: DefaultMaxOutputBytes, codec: codec.JSON{},
-		maxConcurrency: DefaultMaxConcurrency(), maxQueue: 4 * DefaultMaxConcurrency()}
+	f := &Function{runner: r, log: slog.Default(), timeout: DefaultTimeout, maxOutputBytes: DefaultMaxOutputBytes, codec: codec.JSON{}}
 	for _, o := range opts {
 		o(f)
 	}
 	if f.gate == nil {
-		f.gate = admit.New(f.maxConcurrency, f.maxQueue, f.metrics.Admission)
+		f.gate = admit.New(DefaultMaxConcurrency(), 4*DefaultMaxConcurrency(), f.metrics.Admission)
 	}
 	if f.hooks == nil {
 		var hs []hook.Hook
-		if f.tracer != nil {
-			hs = append(hs, hook.Tracing{Tracer: f.tracer})
-		}
 		if f.metrics != nil {
 			hs = append(hs, f.metrics)
 		}

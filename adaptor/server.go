@@ -12,15 +12,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Register adds the v1 and v1beta1 FunctionRunnerService, both backed by
-// the Function that fn holds, to s.
-func Register(s grpc.ServiceRegistrar, fn *FunctionRef) {
-	fnv1.RegisterFunctionRunnerServiceServer(s, &v1Server{fn: fn})
-	fnv1beta1.RegisterFunctionRunnerServiceServer(s, &v1beta1Server{fn: fn})
-}
-
-// registerBounded is Register with the memory of requests in flight
-// bounded by b (see inflight).
+// registerBounded adds the v1 and v1beta1 FunctionRunnerService, both
+// backed by the Function that fn holds, to s, with the memory of requests
+// in flight bounded by b (see inflight).
 func registerBounded(s grpc.ServiceRegistrar, fn *FunctionRef, b *inflight) {
 	s.RegisterService(b.bounded(&fnv1.FunctionRunnerService_ServiceDesc), &v1Server{fn: fn})
 	s.RegisterService(b.bounded(&fnv1beta1.FunctionRunnerService_ServiceDesc), &v1beta1Server{fn: fn})

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+
+	"github.com/ocifn/ocifn/hook"
 )
 
 // errOutputLimit stops the copy of a function's stdout past its cap; the
@@ -83,7 +85,7 @@ func (s *stderrSink) emit() {
 		return
 	}
 	s.budget -= len(line) + 1
-	s.log.Info("function stderr", "line", string(line))
+	s.log.Info(hook.StderrMessage, "line", string(line))
 }
 
 // Flush logs a last unterminated line and says how much was not logged.

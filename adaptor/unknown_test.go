@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ocifn/ocifn/hook"
 )
 
 // withUnknown returns m with an unknown varint field num appended.
@@ -38,7 +40,7 @@ func TestUnknownFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logged bytes.Buffer
-	m := NewMetrics(prometheus.NewRegistry())
+	m := hook.NewMetrics(prometheus.NewRegistry())
 	r := &scriptedRunner{stdout: `{"desired": {}}`}
 	f := NewFunction(r, WithLogger(slog.New(slog.NewTextHandler(&logged, nil))), WithMetrics(m))
 	for i := 0; i < 2; i++ {

@@ -14,11 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/encoding/protojson"
-
 	"github.com/ocifn/ocifn/oci"
 )
 
@@ -78,12 +73,11 @@ func runWithInput(cmd *exec.Cmd, input []byte) error {
 	return nil
 }
 
-// server is a running `ocifn serve` and one gRPC connection per client.
+// server is a running `ocifn serve` (or the peer), loaded by ghz at
+// addrConn.
 type server struct {
 	cmd      *exec.Cmd
 	addrConn string
-	conns    []*grpc.ClientConn
-	req      *fnv1.RunFunctionRequest
 	stderr   *bytes.Buffer
 	started  time.Duration
 }
@@ -128,34 +122,6 @@ func startServer(ocifn, tarball, cache string, extra ...string) (*server, error)
 	}()
 	s.addrConn = addr
 	return s, nil
-}
-
-func (s *server) connect(n int, request []byte) error {
-	s.req = &fnv1.RunFunctionRequest{}
-	if err := protojson.Unmarshal(request, s.req); err != nil {
-		return err
-	}
-	for range n {
-		conn, err := grpc.NewClient(s.addrConn, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return err
-		}
-		s.conns = append(s.conns, conn)
-	}
-	return nil
-}
-
-func (s *server) call(ctx context.Context, worker int) error {
-	rsp, err := fnv1.NewFunctionRunnerServiceClient(s.conns[worker%len(s.conns)]).RunFunction(ctx, s.req)
-	if err != nil {
-		return err
-	}
-	for _, r := range rsp.GetResults() {
-		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
-			return fmt.Errorf("fatal: %s", r.GetMessage())
-		}
-	}
-	return nil
 }
 
 // pid returns the pid of the process that runs the calls: ocifn re-executes
@@ -289,9 +255,6 @@ func procPss(pid int) int64 {
 }
 
 func (s *server) stop() {
-	for _, c := range s.conns {
-		c.Close()
-	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	_ = s.cmd.Wait()
 }

@@ -1,11 +1,9 @@
 package codec
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
 	"slices"
-	"unicode/utf8"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -118,11 +116,8 @@ func (FunctionIO) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
 // readiness and the XR's connection details evaluated against the observed
 // state as Crossplane 1.13 did.
 func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.RunFunctionResponse, error) {
-	if len(bytes.TrimSpace(stdout)) == 0 {
-		return nil, fmt.Errorf("the function printed nothing on stdout; in the functionio I/O mode it must print a FunctionIO YAML document")
-	}
-	if !utf8.Valid(stdout) {
-		return nil, fmt.Errorf("the function's output is not valid UTF-8; output began with %s", QuoteHead(stdout))
+	if err := checkText(stdout, "in the functionio I/O mode it must print a FunctionIO YAML document"); err != nil {
+		return nil, err
 	}
 	var fio functionIO
 	if err := yaml.UnmarshalStrict(stdout, &fio); err != nil {

@@ -100,11 +100,8 @@ func encodeState(s *fnv1.State) ([]byte, error) {
 // Decode parses what the function printed. Unknown fields are an error: a
 // misspelt field would otherwise be dropped without a word.
 func (JSON) Decode(_ *fnv1.RunFunctionRequest, out []byte) (*fnv1.RunFunctionResponse, error) {
-	if len(bytes.TrimSpace(out)) == 0 {
-		return nil, fmt.Errorf("the function printed nothing on stdout; it must print a RunFunctionResponse as JSON")
-	}
-	if !utf8.Valid(out) {
-		return nil, fmt.Errorf("the function's output is not valid UTF-8; output began with %s", QuoteHead(out))
+	if err := checkText(out, "it must print a RunFunctionResponse as JSON"); err != nil {
+		return nil, err
 	}
 	rsp := &fnv1.RunFunctionResponse{}
 	if err := protojson.Unmarshal(out, rsp); err != nil {
@@ -118,6 +115,18 @@ func (JSON) Decode(_ *fnv1.RunFunctionRequest, out []byte) (*fnv1.RunFunctionRes
 		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %s; output began with %s", clip(why, reasonBytes), QuoteHead(out))
 	}
 	return rsp, nil
+}
+
+// checkText refuses output that is empty, saying what the mode wants
+// printed (want), or that is not valid UTF-8.
+func checkText(out []byte, want string) error {
+	if len(bytes.TrimSpace(out)) == 0 {
+		return fmt.Errorf("the function printed nothing on stdout; %s", want)
+	}
+	if !utf8.Valid(out) {
+		return fmt.Errorf("the function's output is not valid UTF-8; output began with %s", QuoteHead(out))
+	}
+	return nil
 }
 
 // QuoteHead quotes the start of a function's output, bounded, as valid

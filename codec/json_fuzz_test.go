@@ -22,6 +22,54 @@ func addRequestSeeds(f *testing.F) {
 	}
 }
 
+// encoded is a request as a codec's Encode and Decode saw it in a round
+// trip.
+type encoded struct {
+	req *fnv1.RunFunctionRequest
+	out []byte
+	rsp *fnv1.RunFunctionResponse
+	// err is Decode's, of Encode's own output.
+	err error
+}
+
+// encodeDecode reads data as a request and gives it to c's Encode, then
+// Encode's output to c's Decode, as a function that prints its input back
+// unchanged would, failing t if either changes the request. ok is false when
+// data is not a request or Encode refuses it.
+func encodeDecode(t *testing.T, c Codec, data []byte) (e encoded, ok bool) {
+	t.Helper()
+	e.req = &fnv1.RunFunctionRequest{}
+	if err := protojson.Unmarshal(data, e.req); err != nil {
+		return e, false
+	}
+	before := proto.Clone(e.req)
+	out, err := c.Encode(e.req)
+	if err != nil {
+		return e, false
+	}
+	e.out = out
+	e.rsp, e.err = c.Decode(e.req, out)
+	if !proto.Equal(before, e.req) {
+		t.Fatalf("the request changed:\n%v\n%v", before, e.req)
+	}
+	return e, true
+}
+
+// fuzzDecode fuzzes c's Decode: whatever a function prints, Decode answers
+// or errs, and an answer carries the request's tag and a desired resources
+// map. req's tag is "fuzz".
+func fuzzDecode(f *testing.F, c Codec, req *fnv1.RunFunctionRequest) {
+	f.Fuzz(func(t *testing.T, out []byte) {
+		rsp, err := c.Decode(req, out)
+		if err != nil {
+			return
+		}
+		if rsp.GetMeta().GetTag() != "fuzz" || rsp.GetDesired().GetResources() == nil {
+			t.Fatalf("response %v", rsp)
+		}
+	})
+}
+
 // FuzzJSONEncode: any request a client can send is given to the
 // function as JSON that parses back to the same request, with desired and
 // observed resources always present, and the request itself is left as it

@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
-	"unicode/utf8"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -202,11 +201,8 @@ func (k KRM) DecodeFailure(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.R
 }
 
 func parseResourceList(stdout []byte) (*resourceList, error) {
-	if len(bytes.TrimSpace(stdout)) == 0 {
-		return nil, fmt.Errorf("the function printed nothing on stdout; in the krm I/O mode it must print a ResourceList")
-	}
-	if !utf8.Valid(stdout) {
-		return nil, fmt.Errorf("the function's output is not valid UTF-8; output began with %s", QuoteHead(stdout))
+	if err := checkText(stdout, "in the krm I/O mode it must print a ResourceList"); err != nil {
+		return nil, err
 	}
 	var rl resourceList
 	if err := yaml.UnmarshalStrict(stdout, &rl); err != nil {

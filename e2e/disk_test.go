@@ -48,13 +48,14 @@ func freeBytes(t *testing.T, dir string) int64 {
 }
 
 // gzipImage writes the sh-function image with one more, gzipped, layer of
-// one file of size zeros: a few kilobytes in the tarball, size unpacked.
-func gzipImage(t *testing.T, dir string, size int64) string {
+// one file, name, of size zeros: a few kilobytes in the tarball per
+// megabyte unpacked.
+func gzipImage(t *testing.T, dir, name string, size int64) string {
 	t.Helper()
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	tw := tar.NewWriter(zw)
-	if err := tw.WriteHeader(&tar.Header{Name: "zeros", Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := io.CopyN(tw, zeroReader{}, size); err != nil {
@@ -92,7 +93,7 @@ func TestCacheDiskFullDuringUnpack(t *testing.T) {
 		{
 			name:    "a_layer_unpacks_past_the_free_space",
 			disk:    16 << 20,
-			tarball: func(t *testing.T) string { return gzipImage(t, t.TempDir(), 32<<20) },
+			tarball: func(t *testing.T) string { return gzipImage(t, t.TempDir(), "zeros", 32<<20) },
 			want:    []string{"layer 5/5", "out of space with", "bytes of the layers read", "the image needs at least", "bytes were free", "no space left on device"},
 		},
 	}
@@ -229,7 +230,7 @@ func TestRuntimeDiesMidCall(t *testing.T) {
 // and serves; nothing of the killed run is left.
 func TestKilledDuringUnpack(t *testing.T) {
 	cache, tmp := cacheDir(t), t.TempDir()
-	big := gzipImage(t, t.TempDir(), 512<<20)
+	big := gzipImage(t, t.TempDir(), "zeros", 512<<20)
 	s := startProcess(t, []string{"--insecure", "--tarball", big, "--cache-dir", cache})
 	// The extracting child is storage-applyLayer DEST, DEST in the cache
 	// directory; once it has written something, kill ocifn.

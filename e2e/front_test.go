@@ -180,16 +180,7 @@ func startFrontPod(t *testing.T, api, fnTar string, env ...string) *httpFront {
 	cf = cf.DeepCopy()
 	cf.Config.Env = append(cf.Config.Env, env...)
 	p := startPodProcess(t, rootfs, cf, podSettings{})
-	deadline := time.After(60 * time.Second)
-	for !podServing.MatchString(p.log.String()) {
-		select {
-		case <-p.exited:
-			t.Fatalf("the pod exited before serving:\n%s", p.log)
-		case <-deadline:
-			t.Fatalf("the pod did not serve within 60s:\n%s", p.log)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	p.waitServing(t)
 	mustContain(t, "pod log", p.log.String(), "address=[::]:8080 api="+api)
 	dial := dialInNetns(fmt.Sprintf("/proc/%d/ns/net", p.pid(t)))
 	f := &httpFront{t: t, url: "http://127.0.0.1:8080", stdout: p.log, stderr: p.log,

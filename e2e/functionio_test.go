@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
@@ -219,23 +217,7 @@ func TestFunctionIOResponse(t *testing.T) {
 // (label dev.ocifn.io, as ocifn build --io functionio writes it) is served
 // in that mode without --io.
 func TestFunctionIOModeFromImage(t *testing.T) {
-	labeled := filepath.Join(t.TempDir(), "xfn-legacy-labeled.tar")
-	img, err := tarball.ImageFromPath(image("xfn-legacy.tar"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.Config.Labels = map[string]string{oci.LabelIO: "functionio"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	if err := tarball.WriteToFile(labeled, nil, img); err != nil {
-		t.Fatal(err)
-	}
+	labeled := labeledImage(t, "xfn-legacy.tar", map[string]string{oci.LabelIO: "functionio"})
 	s := startServer(t, []string{"--tarball", labeled, "--warm", "0"})
 	mustContain(t, "serve's log", s.stderr.String(), "io=functionio")
 	rsp := s.call(t, xfnRequest(t, "labeled", bucketWith("")))

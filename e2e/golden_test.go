@@ -30,11 +30,19 @@ type ocifnRun struct {
 // runIn runs ocifn in dir with args and waits for it.
 func runIn(t *testing.T, dir string, env []string, args ...string) ocifnRun {
 	t.Helper()
+	return runProgram(t, dir, ocifnBin, append(append(os.Environ(), "TLS_SERVER_CERTS_DIR="), env...), args...)
+}
+
+// runProgram runs bin in dir with args and env (nil: this process's) and
+// waits for it, at most two minutes. Only a program that could not run
+// fails t: an exit code is part of the result.
+func runProgram(t *testing.T, dir, bin string, env []string, args ...string) ocifnRun {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, ocifnBin, args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), "TLS_SERVER_CERTS_DIR="), env...)
+	cmd.Env = env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -43,7 +51,7 @@ func runIn(t *testing.T, dir string, env []string, args ...string) ocifnRun {
 	case errors.As(err, &exit):
 		return ocifnRun{stdout.String(), stderr.String(), exit.ExitCode()}
 	case err != nil:
-		t.Fatalf("ocifn %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, stderr.String())
 	}
 	return ocifnRun{stdout.String(), stderr.String(), 0}
 }

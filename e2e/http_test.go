@@ -2,17 +2,12 @@ package e2e
 
 import (
 	"bytes"
-	"encoding/hex"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/grpc"
 )
 
 func startCGI(t *testing.T, args []string, env ...string) *httpFront {
@@ -147,38 +142,12 @@ func TestHTTPFuncTimeout(t *testing.T) {
 
 // TestHTTPTraceparent: a W3C traceparent header joins the caller's trace.
 func TestHTTPTraceparent(t *testing.T) {
-	col := &collector{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(gs, col)
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
-	f := startCGI(t, nil, "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+lis.Addr().String(), "OTEL_EXPORTER_OTLP_INSECURE=true", "OTEL_BSP_SCHEDULE_DELAY=50")
-
-	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-	if code, _, body := f.do(t, http.MethodGet, "/plain", nil, http.Header{"Traceparent": {"00-" + traceID + "-" + parentID + "-01"}}); code != http.StatusOK {
+	col, env := startCollector(t)
+	f := startCGI(t, nil, env...)
+	if code, _, body := f.do(t, http.MethodGet, "/plain", nil, http.Header{"Traceparent": {callerTraceparent}}); code != http.StatusOK {
 		t.Fatalf("%d %s", code, body)
 	}
-	eventually(t, 10*time.Second, "three spans exported", func() bool { return len(col.byName()) >= 3 })
-	spans := col.byName()
-	root := spans["GET"]
-	if root == nil {
-		t.Fatalf("no GET span: %v", spans)
-	}
-	if got := hex.EncodeToString(root.GetTraceId()); got != traceID {
-		t.Errorf("trace id %s, want the caller's %s", got, traceID)
-	}
-	if got := hex.EncodeToString(root.GetParentSpanId()); got != parentID {
-		t.Errorf("parent span %s, want the caller's %s", got, parentID)
-	}
-	for _, name := range []string{"container.start", "container.run"} {
-		if sp := spans[name]; sp == nil || !bytes.Equal(sp.GetParentSpanId(), root.GetSpanId()) {
-			t.Errorf("%s is missing or not a child of the call's span", name)
-		}
-	}
+	callSpans(t, col, 3, "GET", "container.start", "container.run")
 }
 
 // asyncStart starts an asynchronous invocation and returns its Location.

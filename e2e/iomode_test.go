@@ -53,23 +53,7 @@ func TestIOModeMismatch(t *testing.T) {
 // command line, in the environment or in the image stops serve with an
 // error that names it.
 func TestIOModeFromImage(t *testing.T) {
-	labeled := filepath.Join(t.TempDir(), "labeled.tar")
-	img, err := tarball.ImageFromPath(image("passthrough.tar"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.Config.Labels = map[string]string{oci.LabelIO: "yaml-of-the-future"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	if err := tarball.WriteToFile(labeled, nil, img); err != nil {
-		t.Fatal(err)
-	}
+	labeled := labeledImage(t, "passthrough.tar", map[string]string{oci.LabelIO: "yaml-of-the-future"})
 
 	out, err := runOcifn(t, "serve", "--insecure", "--cache-dir", cacheDir(t), "--address", "127.0.0.1:0", "--metrics-address", "", "--tarball", labeled)
 	if err == nil {
@@ -108,6 +92,30 @@ func TestIOModeFromImage(t *testing.T) {
 	if err == nil || !strings.Contains(out, `unknown I/O mode "yaml"`) {
 		t.Fatalf("serve with %s=yaml: %v\n%s", oci.EnvIO, err, out)
 	}
+}
+
+// labeledImage writes a copy of a test image whose config has labels as
+// its only labels, and returns its path.
+func labeledImage(t *testing.T, name string, labels map[string]string) string {
+	t.Helper()
+	img, err := tarball.ImageFromPath(image(name), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Config.Labels = labels
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	labeled := filepath.Join(t.TempDir(), "labeled-"+name)
+	if err := tarball.WriteToFile(labeled, nil, img); err != nil {
+		t.Fatal(err)
+	}
+	return labeled
 }
 
 // TestBuildRefusesUnknownIOMode: an unknown --io is refused before

@@ -381,10 +381,9 @@ type pod struct {
 
 var podServing = regexp.MustCompile(`msg=serving address=\S+`)
 
-// startPod starts the pod and connects to it over mTLS once it serves.
-func startPod(t *testing.T, rootfs string, cf *v1.ConfigFile, s podSettings) *pod {
+// waitServing waits, at most a minute, until the pod logs that it serves.
+func (p *pod) waitServing(t *testing.T) {
 	t.Helper()
-	p := startPodProcess(t, rootfs, cf, s)
 	deadline := time.After(60 * time.Second)
 	for !podServing.MatchString(p.log.String()) {
 		select {
@@ -395,6 +394,13 @@ func startPod(t *testing.T, rootfs string, cf *v1.ConfigFile, s podSettings) *po
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// startPod starts the pod and connects to it over mTLS once it serves.
+func startPod(t *testing.T, rootfs string, cf *v1.ConfigFile, s podSettings) *pod {
+	t.Helper()
+	p := startPodProcess(t, rootfs, cf, s)
+	p.waitServing(t)
 	pid := p.pid(t)
 	creds := credentials.NewTLS(p.clientTLS(t))
 	conn, err := grpc.NewClient("passthrough:///127.0.0.1:9443",

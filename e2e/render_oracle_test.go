@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,7 +106,7 @@ func TestRenderMatchesCrossplane(t *testing.T) {
 				inputs = []string{"operation.yaml", fns}
 				xpCmd = []string{"operation", "render"}
 			}
-			want := runOracle(t, c.dir, cli, append(append(append(xpCmd, inputs...), c.args...), "--crossplane-binary="+engine)...)
+			want := runProgram(t, c.dir, cli, nil, append(append(append(xpCmd, inputs...), c.args...), "--crossplane-binary="+engine)...)
 			got := runIn(t, c.dir, nil, append(append([]string{"render"}, inputs...), c.args...)...)
 			if want.exit != got.exit {
 				t.Fatalf("crossplane exited %d, ocifn %d\ncrossplane stderr:\n%s\nocifn stderr:\n%s", want.exit, got.exit, want.stderr, got.stderr)
@@ -126,25 +124,6 @@ func TestRenderMatchesCrossplane(t *testing.T) {
 			}
 		})
 	}
-}
-
-func runOracle(t *testing.T, dir, cli string, args ...string) ocifnRun {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, cli, args...)
-	cmd.Dir = dir
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		return ocifnRun{stdout.String(), stderr.String(), exit.ExitCode()}
-	case err != nil:
-		t.Fatalf("crossplane %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return ocifnRun{stdout.String(), stderr.String(), 0}
 }
 
 // functionImages returns the Functions of dir/functions.yaml (the

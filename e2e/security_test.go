@@ -3,7 +3,6 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -295,26 +294,8 @@ func TestHostileImageTarballs(t *testing.T) {
 	up := strings.Repeat("../", 10)
 	marker := fmt.Sprintf("ocifn-hostile-%d", os.Getpid())
 
-	bomb := func() string {
-		// 256 MiB of zeros in about a megabyte of gzip.
-		var buf bytes.Buffer
-		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
-		tw := tar.NewWriter(zw)
-		if err := tw.WriteHeader(&tar.Header{Name: "bomb", Mode: 0o644, Size: 256 << 20, Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.CopyN(tw, zeroReader{}, 256<<20); err != nil {
-			t.Fatal(err)
-		}
-		tw.Close()
-		zw.Close()
-		data := buf.Bytes()
-		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return writeImage(t, dir, l)
-	}
+	// 256 MiB of zeros in about a megabyte of gzip.
+	bomb := func() string { return gzipImage(t, dir, "bomb", 256<<20) }
 
 	file := func(name string, data []byte) func() string {
 		return func() string {

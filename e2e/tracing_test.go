@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"os/exec"
 	"sync"
@@ -48,10 +50,11 @@ func (c *collector) byName() map[string]*tracepb.Span {
 	return m
 }
 
-// TestTracing: with OTEL_EXPORTER_OTLP_ENDPOINT set, each call is a span in
-// the caller's trace (W3C trace context from gRPC metadata) with children
-// for the container's start, its run and the parsing of the response.
-func TestTracing(t *testing.T) {
+// startCollector starts an OTLP trace receiver on loopback, stopped when
+// the test ends, and returns it with the environment that points ocifn's
+// exporter at it.
+func startCollector(t *testing.T) (*collector, []string) {
+	t.Helper()
 	col := &collector{}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -60,45 +63,65 @@ func TestTracing(t *testing.T) {
 	gs := grpc.NewServer()
 	coltracepb.RegisterTraceServiceServer(gs, col)
 	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
+	t.Cleanup(gs.Stop)
+	return col, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + lis.Addr().String(), "OTEL_EXPORTER_OTLP_INSECURE=true", "OTEL_BSP_SCHEDULE_DELAY=50"}
+}
 
-	s := startServer(t, []string{"--tarball", image("labelizer.tar")}, withEnv(
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://"+lis.Addr().String(),
-		"OTEL_EXPORTER_OTLP_INSECURE=true",
-		"OTEL_BSP_SCHEDULE_DELAY=50",
-	))
-	mustContain(t, "log", s.stderr.String(), "tracing=true")
+// The caller's trace context that the tracing tests send, as a W3C
+// traceparent.
+const (
+	callerTraceID, callerSpanID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	callerTraceparent           = "00-" + callerTraceID + "-" + callerSpanID + "-01"
+)
 
-	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+traceID+"-"+parentID+"-01")
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if _, err := s.callErr(ctx, loadRequest(t, "labelizer", "request.json")); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "four spans exported", func() bool { return len(col.byName()) >= 4 })
-
+// callSpans waits until col holds n spans, checks that the one named root
+// is in the caller's trace as a child of the caller's span, and that each
+// of children is its child, and returns the spans by name.
+func callSpans(t *testing.T, col *collector, n int, root string, children ...string) map[string]*tracepb.Span {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("%d spans exported", n), func() bool { return len(col.byName()) >= n })
 	spans := col.byName()
-	root := spans["RunFunction"]
-	if root == nil {
-		t.Fatalf("no RunFunction span: %v", spans)
+	r := spans[root]
+	if r == nil {
+		t.Fatalf("no %s span: %v", root, spans)
 	}
-	if got := hex.EncodeToString(root.GetTraceId()); got != traceID {
-		t.Errorf("trace id %s, want the caller's %s", got, traceID)
+	if got := hex.EncodeToString(r.GetTraceId()); got != callerTraceID {
+		t.Errorf("trace id %s, want the caller's %s", got, callerTraceID)
 	}
-	if got := hex.EncodeToString(root.GetParentSpanId()); got != parentID {
-		t.Errorf("parent span %s, want the caller's %s", got, parentID)
+	if got := hex.EncodeToString(r.GetParentSpanId()); got != callerSpanID {
+		t.Errorf("parent span %s, want the caller's %s", got, callerSpanID)
 	}
-	for _, name := range []string{"container.start", "container.run", "response.parse"} {
+	for _, name := range children {
 		sp := spans[name]
 		if sp == nil {
 			t.Errorf("no %s span", name)
 			continue
 		}
-		if hex.EncodeToString(sp.GetParentSpanId()) != hex.EncodeToString(root.GetSpanId()) {
+		if !bytes.Equal(sp.GetParentSpanId(), r.GetSpanId()) {
 			t.Errorf("%s is not a child of the call's span", name)
 		}
-		if sp.GetEndTimeUnixNano() < sp.GetStartTimeUnixNano() {
+	}
+	return spans
+}
+
+// TestTracing: with OTEL_EXPORTER_OTLP_ENDPOINT set, each call is a span in
+// the caller's trace (W3C trace context from gRPC metadata) with children
+// for the container's start, its run and the parsing of the response.
+func TestTracing(t *testing.T) {
+	col, env := startCollector(t)
+	s := startServer(t, []string{"--tarball", image("labelizer.tar")}, withEnv(env...))
+	mustContain(t, "log", s.stderr.String(), "tracing=true")
+
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", callerTraceparent)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := s.callErr(ctx, loadRequest(t, "labelizer", "request.json")); err != nil {
+		t.Fatal(err)
+	}
+	children := []string{"container.start", "container.run", "response.parse"}
+	spans := callSpans(t, col, 4, "RunFunction", children...)
+	for _, name := range children {
+		if sp := spans[name]; sp != nil && sp.GetEndTimeUnixNano() < sp.GetStartTimeUnixNano() {
 			t.Errorf("%s ends before it starts", name)
 		}
 	}

@@ -59,12 +59,12 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create the invocations directory %s: %w", dir, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	iv := &Invocations{dir: dir, ttl: ttl, maxBytes: maxBytes, maxBody: maxBody, log: log, now: time.Now, ctx: ctx, cancel: cancel}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the invocations directory %s: %w", dir, err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	iv := &Invocations{dir: dir, ttl: ttl, maxBytes: maxBytes, maxBody: maxBody, log: log, now: time.Now, ctx: ctx, cancel: cancel}
 	failed := 0
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
@@ -245,7 +245,11 @@ func (iv *Invocations) write(id string, rec record) error {
 		os.Remove(tmp.Name())
 		return err
 	}
-	return os.Rename(tmp.Name(), iv.path(id))
+	if err := os.Rename(tmp.Name(), iv.path(id)); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
 }
 
 // bound removes expired results, then the oldest finished ones while the

@@ -28,6 +28,10 @@ type Metrics struct {
 	fnDuration *prometheus.HistogramVec
 }
 
+// callBuckets are the buckets of the calls' durations, ocifn's own and
+// Kubeless', so that the two histograms agree.
+var callBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
 // NewMetrics creates the call metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
@@ -38,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ocifn_call_duration_seconds",
 			Help:    "Time from receiving a call to answering it, by outcome.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			Buckets: callBuckets,
 		}, []string{"outcome"}),
 		containerStart: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ocifn_container_start_seconds",
@@ -84,7 +88,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		fnDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "function_duration_seconds",
 			Help:    "Time from receiving a call to answering it, by method (Kubeless' runtime metric).",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			Buckets: callBuckets,
 		}, []string{"method"}),
 	}
 	reg.MustRegister(m.calls, m.duration, m.containerStart, m.inFlight, m.queued, m.bytesIn, m.bytesOut, m.cacheHits, m.cacheMisses,

@@ -18,6 +18,11 @@ func sinceReceived(c *Call) time.Duration {
 	return time.Since(c.Received)
 }
 
+// StderrMessage is the message every front logs each line of a function's
+// stderr with, in the attribute "line"; the human log format of the author
+// commands prints those lines as they are.
+const StderrMessage = "function stderr"
+
 // Log writes one line per call: outcome, exit code, duration and what the
 // front adds (method, path, status on HTTP).
 type Log struct{ Logger *slog.Logger }

@@ -607,24 +607,6 @@ func condition(c *fnv1.Condition) Object {
 	return o
 }
 
-// setCondition sets a condition in status.conditions, replacing one of the
-// same type.
-func setCondition(o, c Object) {
-	st, _ := o["status"].(map[string]any)
-	if st == nil {
-		st = map[string]any{}
-		o["status"] = st
-	}
-	conds, _ := st["conditions"].([]any)
-	for i, e := range conds {
-		if m, ok := e.(map[string]any); ok && m["type"] == c["type"] {
-			conds[i] = map[string]any(c)
-			return
-		}
-	}
-	st["conditions"] = append(conds, map[string]any(c))
-}
-
 // firstNAndMore lists names as Crossplane does in messages, sorted: "a, b,
 // and c" or "a, b, c, and 2 more".
 func firstNAndMore(n int, names []string) string {

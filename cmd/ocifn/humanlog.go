@@ -7,11 +7,9 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-)
 
-// stderrMessage is the message the adaptor logs each line of a function's
-// stderr with, in the attribute "line" (see adaptor/streams.go).
-const stderrMessage = "function stderr"
+	"github.com/ocifn/ocifn/hook"
+)
 
 // humanHandler is the log handler of the author commands (test, render): a
 // function's stderr as plain indented lines, ocifn's own messages as short
@@ -47,7 +45,7 @@ func (h *humanHandler) Enabled(_ context.Context, l slog.Level) bool {
 func (h *humanHandler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
 	switch {
-	case r.Message == stderrMessage:
+	case r.Message == hook.StderrMessage:
 		h.mu.Lock()
 		label := *h.label
 		h.mu.Unlock()

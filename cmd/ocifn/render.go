@@ -381,23 +381,35 @@ func (o *renderOptions) run(ctx context.Context, xrPath, compPath, fnsPath strin
 		return o.printOperation(ctx, r, stdout, stderr)
 	}
 	out, err := pipeline.Render(ctx, r.in)
+	if err != nil {
+		return renderError(err, stderr)
+	}
+	if o.includeFullXR {
+		out.XR = pipeline.MergeXR(r.in.XR, out.XR)
+	}
+	return o.print(stdout, append([]pipeline.Object{out.XR}, out.Composed...), out.Results, out.Context)
+}
+
+// renderError is how a failed render ends: a Fatal result as one line on
+// stderr and exit code 1, as crossplane render does; any other error as it
+// is.
+func renderError(err error, stderr io.Writer) error {
 	var fatal *pipeline.FatalError
 	if errors.As(err, &fatal) {
 		fmt.Fprintf(stderr, "ocifn: %v\n", fatal)
 		return exitError{code: 1}
 	}
-	if err != nil {
-		return err
-	}
-	if o.includeFullXR {
-		out.XR = pipeline.MergeXR(r.in.XR, out.XR)
-	}
-	objs := append([]pipeline.Object{out.XR}, out.Composed...)
+	return err
+}
+
+// print prints what a render produced, as crossplane render does: objs,
+// then the results and the context when asked for.
+func (o *renderOptions) print(stdout io.Writer, objs, results []pipeline.Object, pipelineContext pipeline.Object) error {
 	if o.includeResults {
-		objs = append(objs, out.Results...)
+		objs = append(objs, results...)
 	}
-	if o.includeContext && out.Context != nil {
-		objs = append(objs, out.Context)
+	if o.includeContext && pipelineContext != nil {
+		objs = append(objs, pipelineContext)
 	}
 	return pipeline.WriteStream(stdout, objs)
 }
@@ -414,22 +426,10 @@ func (o *renderOptions) printOperation(ctx context.Context, r *renderInputs, std
 		Operation: op, Functions: r.in.Functions, Required: r.in.Required,
 		Credentials: r.in.Credentials, Context: r.in.Context, BeforeCall: r.in.BeforeCall,
 	})
-	var fatal *pipeline.FatalError
-	if errors.As(err, &fatal) {
-		fmt.Fprintf(stderr, "ocifn: %v\n", fatal)
-		return exitError{code: 1}
-	}
 	if err != nil {
-		return err
+		return renderError(err, stderr)
 	}
-	objs := append([]pipeline.Object{out.Operation}, out.Applied...)
-	if o.includeResults {
-		objs = append(objs, out.Results...)
-	}
-	if o.includeContext && out.Context != nil {
-		objs = append(objs, out.Context)
-	}
-	return pipeline.WriteStream(stdout, objs)
+	return o.print(stdout, append([]pipeline.Object{out.Operation}, out.Applied...), out.Results, out.Context)
 }
 
 // withContextSteps adds to the Operation's spec the steps through which

@@ -140,7 +140,7 @@ another I/O mode.`,
 	f.StringVar(&o.tlsDir, "tls-server-certs-dir", os.Getenv("TLS_SERVER_CERTS_DIR"), "directory with tls.crt, tls.key and ca.crt; client certificates are required (env TLS_SERVER_CERTS_DIR)")
 	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on SIGTERM, how long running calls may take to finish")
 	f.IntVar(&o.maxRecvMsgSize, "max-recv-msg-size", adaptor.DefaultMaxRecvMsgSize, "largest gRPC request accepted, in bytes")
-	f.Int64Var(&o.maxInflight, "max-inflight-bytes", adaptor.DefaultMaxInflightBytes, "memory that requests being received or run may hold at once, in bytes; a request counts 4 times its size, the largest size until it is read; beyond it, RESOURCE_EXHAUSTED")
+	f.Int64Var(&o.maxInflight, "max-inflight-bytes", adaptor.DefaultMaxInflightBytes, "memory that requests being received or run may hold at once, in bytes; a request counts 5 times its size, the largest size until it is read; beyond it, RESOURCE_EXHAUSTED")
 	f.IntVar(&o.maxConcurrency, "max-concurrency", adaptor.DefaultMaxConcurrency(), "calls running at once (default: 4 per CPU)")
 	f.IntVar(&o.maxQueue, "max-queue", 0, "calls waiting for a slot before new ones are refused with RESOURCE_EXHAUSTED (default: 4 x --max-concurrency)")
 	f.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address to serve Prometheus metrics on, at /metrics (empty: no metrics; default empty for the HTTP fronts, which serve /metrics on --address)")
@@ -226,7 +226,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	defer stop()
 
 	reg := newRegistry()
-	metrics := adaptor.NewMetrics(reg)
+	metrics := hook.NewMetrics(reg)
 	stopMetrics, err := serveMetrics(ctx, log, o.metricsAddress, reg, o.profiling)
 	if err != nil {
 		return err

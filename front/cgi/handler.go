@@ -123,7 +123,7 @@ func logStderr(log *slog.Logger, stderr []byte) {
 		} else {
 			logged = nil
 		}
-		log.Info("function stderr", "line", string(line))
+		log.Info(hook.StderrMessage, "line", string(line))
 	}
 	if len(stderr) > stderrLogBytes {
 		log.Warn("function stderr not logged in full", "bytes_dropped", len(stderr)-stderrLogBytes)
