@@ -18,15 +18,43 @@ type unknownField struct {
 	number  protowire.Number
 }
 
+// maxUnknownKinds bounds the unknown fields told apart, in warnings and in
+// metric series. A newer Crossplane adds a handful; a request can carry
+// millions of made-up field numbers, each of which would otherwise cost a
+// log line, a map entry and a series for the life of the process.
+const maxUnknownKinds = 64
+
+// otherField is the metric label of the unknown fields beyond
+// maxUnknownKinds.
+const otherField = "other"
+
 // unknownSeen remembers the unknown fields already warned about, so that
 // a newer Crossplane sending a new field on every call is one warning per
 // process, not one per call.
-type unknownSeen struct{ m sync.Map }
+type unknownSeen struct {
+	mu   sync.Mutex
+	m    map[unknownField]struct{}
+	full bool
+}
 
-// firstTime reports whether u is seen for the first time.
-func (s *unknownSeen) firstTime(u unknownField) bool {
-	_, loaded := s.m.LoadOrStore(u, struct{}{})
-	return !loaded
+// see reports whether u is seen for the first time, and whether it is told
+// apart at all: past maxUnknownKinds, new fields are not (first reports
+// the first such field then).
+func (s *unknownSeen) see(u unknownField) (first, tracked bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[u]; ok {
+		return false, true
+	}
+	if len(s.m) >= maxUnknownKinds {
+		first, s.full = !s.full, true
+		return first, false
+	}
+	if s.m == nil {
+		s.m = map[unknownField]struct{}{}
+	}
+	s.m[u] = struct{}{}
+	return true, true
 }
 
 // checkUnknown counts, and warns once about, the fields of req that ocifn's
@@ -35,12 +63,21 @@ func (s *unknownSeen) firstTime(u unknownField) bool {
 // messages hold. The call is still served.
 func (f *Function) checkUnknown(req *fnv1.RunFunctionRequest) {
 	walkUnknown(req.ProtoReflect(), "RunFunctionRequest", func(u unknownField) {
-		if f.metrics != nil {
-			f.metrics.UnknownFields.WithLabelValues(u.message, strconv.Itoa(int(u.number))).Inc()
+		first, tracked := f.unknown.see(u)
+		message, field := u.message, strconv.Itoa(int(u.number))
+		if !tracked {
+			message, field = otherField, otherField
 		}
-		if f.unknown.firstTime(u) {
+		if f.metrics != nil {
+			f.metrics.UnknownFields.WithLabelValues(message, field).Inc()
+		}
+		switch {
+		case first && tracked:
 			f.log.Warn("the request carries a field this ocifn does not know; it cannot reach the function. Upgrading ocifn to a version built with a newer Crossplane function protocol passes it on",
 				"message", u.message, "field", int(u.number), "tag", req.GetMeta().GetTag())
+		case first:
+			f.log.Warn("requests carry more kinds of unknown fields than ocifn tells apart; the rest are counted with message and field \"other\" and not logged",
+				"kinds", maxUnknownKinds, "message", u.message, "field", int(u.number), "tag", req.GetMeta().GetTag())
 		}
 	})
 }

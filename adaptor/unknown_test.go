@@ -94,3 +94,35 @@ func TestUnknownFields(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownFieldsBounded: a request carrying more kinds of unknown fields
+// than ocifn tells apart costs a bounded number of log lines and metric
+// series; the rest are counted as "other".
+func TestUnknownFieldsBounded(t *testing.T) {
+	const sent = 10 * maxUnknownKinds
+	req := request(t, `{"meta": {"tag": "flood"}}`)
+	for n := protowire.Number(1000); n < 1000+sent; n++ {
+		withUnknown(req, n)
+	}
+	var logged bytes.Buffer
+	reg := prometheus.NewRegistry()
+	m := hook.NewMetrics(reg)
+	f := NewFunction(&scriptedRunner{stdout: `{"desired": {}}`}, WithLogger(slog.New(slog.NewTextHandler(&logged, nil))), WithMetrics(m))
+	for i := 0; i < 2; i++ {
+		if _, err := f.Run(context.Background(), proto.Clone(req).(*fnv1.RunFunctionRequest)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logged.String(), "does not know"); n != maxUnknownKinds {
+		t.Errorf("%d warnings of single fields, want %d", n, maxUnknownKinds)
+	}
+	if n := strings.Count(logged.String(), "more kinds of unknown fields"); n != 1 {
+		t.Errorf("%d warnings of the fields beyond the bound, want 1", n)
+	}
+	if n := testutil.CollectAndCount(m.UnknownFields); n != maxUnknownKinds+1 {
+		t.Errorf("%d series of ocifn_unknown_fields_total, want %d", n, maxUnknownKinds+1)
+	}
+	if got, want := testutil.ToFloat64(m.UnknownFields.WithLabelValues(otherField, otherField)), float64(2*(sent-maxUnknownKinds)); got != want {
+		t.Errorf("fields counted as other: %v, want %v", got, want)
+	}
+}
