@@ -308,6 +308,8 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest) (Resul
 		return fail(OutcomeFatal, fmt.Sprintf("the function could not be run: %v", runErr))
 	case exit.RuntimeError != "":
 		return fail(OutcomeFatal, fmt.Sprintf("the container runtime could not run the function (exit code %d): %s", exit.Code, exit.RuntimeError))
+	case exit.Code != 0 && exit.OOMKilled != "":
+		return fail(OutcomeFatal, fmt.Sprintf("the function ran out of memory and exited with code %d: %s", exit.Code, exit.OOMKilled))
 	case exit.Code != 0:
 		return fail(OutcomeFatal, fmt.Sprintf("the function exited with code %d", exit.Code))
 	}

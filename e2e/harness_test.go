@@ -58,18 +58,12 @@ func run(m *testing.M) int {
 		panic(err)
 	}
 	ocifnBin = filepath.Join(binDir, "ocifn")
-	build := exec.Command("go", "build", "-o", ocifnBin, "./cmd/ocifn")
-	build.Dir = repoRoot
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: cannot build ocifn: %v\n%s", err, out)
+	if err := buildOcifn(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1
 	}
-	// The image builder is incremental: a no-op when `make testdata` ran.
-	td := exec.Command(filepath.Join(repoRoot, "hack", "testdata.sh"), images)
-	td.Stdout, td.Stderr = os.Stderr, os.Stderr
-	if err := td.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: cannot build the test images: %v\n", err)
+	if err := buildImages(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1
 	}
 	before := hostDevices()
@@ -81,6 +75,56 @@ func run(m *testing.M) int {
 		return 1
 	}
 	return code
+}
+
+// Where the tests run without a Go toolchain or buildah (the cgroup v2
+// guest of `make test-cgroupv2`), the host builds what TestMain and the
+// package tests would build and says where it is:
+//
+//	OCIFN_E2E_BIN            the ocifn binary under test, instead of go build
+//	OCIFN_E2E_PREBUILT=1     the test images are in testdata/build already:
+//	                         hack/testdata.sh is not run
+//	OCIFN_E2E_RUNTIME_IMAGE  the runtime image (hack/runtime-image.sh) built
+//	                         from that binary
+const (
+	envBin          = "OCIFN_E2E_BIN"
+	envPrebuilt     = "OCIFN_E2E_PREBUILT"
+	envRuntimeImage = "OCIFN_E2E_RUNTIME_IMAGE"
+)
+
+// buildOcifn puts the binary under test at ocifnBin.
+func buildOcifn() error {
+	if bin := os.Getenv(envBin); bin != "" {
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			return fmt.Errorf("%s: %w", envBin, err)
+		}
+		return os.WriteFile(ocifnBin, data, 0o755)
+	}
+	build := exec.Command("go", "build", "-o", ocifnBin, "./cmd/ocifn")
+	build.Dir = repoRoot
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("cannot build ocifn: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// buildImages builds the test images, unless they are prebuilt.
+func buildImages() error {
+	if os.Getenv(envPrebuilt) == "1" {
+		if _, err := os.Stat(image("labelizer.tar")); err != nil {
+			return fmt.Errorf("%s=1 but the test images are missing (run make testdata): %w", envPrebuilt, err)
+		}
+		return nil
+	}
+	// The image builder is incremental: a no-op when `make testdata` ran.
+	td := exec.Command(filepath.Join(repoRoot, "hack", "testdata.sh"), images)
+	td.Stdout, td.Stderr = os.Stderr, os.Stderr
+	if err := td.Run(); err != nil {
+		return fmt.Errorf("cannot build the test images: %w", err)
+	}
+	return nil
 }
 
 // hostDevices describes the owner and mode of the device nodes every
@@ -168,7 +212,10 @@ type serverOption func(*exec.Cmd)
 // asUser runs the server with the given credentials.
 func asUser(uid, gid uint32, home string) serverOption {
 	return func(c *exec.Cmd) {
-		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+		if c.SysProcAttr == nil {
+			c.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		c.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: gid}
 		c.Env = append(c.Env, "HOME="+home, "XDG_CACHE_HOME="+filepath.Join(home, ".cache"))
 	}
 }
