@@ -86,11 +86,24 @@ func run(m *testing.M) int {
 //	                         hack/testdata.sh is not run
 //	OCIFN_E2E_RUNTIME_IMAGE  the runtime image (hack/runtime-image.sh) built
 //	                         from that binary
+//
+// OCIFN_E2E_TIME_SCALE (a whole number, default 1) stretches the harness's
+// own waits (a server's start, a call, an exit) on a slow machine; the
+// emulated guest sets it. Timeouts a test gives ocifn are its own.
 const (
+	envTimeScale    = "OCIFN_E2E_TIME_SCALE"
 	envBin          = "OCIFN_E2E_BIN"
 	envPrebuilt     = "OCIFN_E2E_PREBUILT"
 	envRuntimeImage = "OCIFN_E2E_RUNTIME_IMAGE"
 )
+
+// patient stretches one of the harness's waits by OCIFN_E2E_TIME_SCALE.
+func patient(d time.Duration) time.Duration {
+	if n, err := strconv.Atoi(os.Getenv(envTimeScale)); err == nil && n > 1 {
+		return d * time.Duration(n)
+	}
+	return d
+}
 
 // buildOcifn puts the binary under test at ocifnBin.
 func buildOcifn() error {
@@ -226,13 +239,13 @@ func asUser(uid, gid uint32, home string) serverOption {
 func startServer(t *testing.T, args []string, opts ...serverOption) *server {
 	t.Helper()
 	s := startProcess(t, append([]string{"--insecure"}, args...), opts...)
-	deadline := time.After(60 * time.Second)
+	deadline := time.After(patient(60 * time.Second))
 	for s.addr == "" {
 		select {
 		case <-s.exited:
 			t.Fatalf("ocifn serve exited before serving: %v\n%s", s.cmd.ProcessState, s.stderr)
 		case <-deadline:
-			t.Fatalf("ocifn serve did not start serving within 60s:\n%s", s.stderr)
+			t.Fatalf("ocifn serve did not start serving within %s:\n%s", patient(60*time.Second), s.stderr)
 		case <-time.After(20 * time.Millisecond):
 			if m := servingLine.FindStringSubmatch(s.stderr.String()); m != nil {
 				s.addr = m[1] + m[2]
@@ -337,8 +350,8 @@ func awaitExit(t *testing.T, exited <-chan struct{}, what string, log fmt.String
 	t.Helper()
 	select {
 	case <-exited:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s still running after 60s\nlog:\n%s", what, log)
+	case <-time.After(patient(60 * time.Second)):
+		t.Fatalf("%s still running after %s\nlog:\n%s", what, patient(60*time.Second), log)
 	}
 }
 
@@ -346,7 +359,7 @@ func awaitExit(t *testing.T, exited <-chan struct{}, what string, log fmt.String
 // fails.
 func callOver(t *testing.T, conn *grpc.ClientConn, req *fnv1.RunFunctionRequest, log fmt.Stringer) *fnv1.RunFunctionResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patient(60*time.Second))
 	defer cancel()
 	rsp, err := fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(ctx, req)
 	if err != nil {

@@ -7,8 +7,9 @@
 # Builds the guest (hack/cgroupv2/build.sh, cached in build/cgroupv2), then
 # on the host the ocifn binary, the e2e test binary and the runtime image;
 # boots the guest under qemu with the repository shared read-only over 9p
-# (/repo: the request files and testdata/build's images) and build/cgroupv2/job
-# read-write (/job: the binaries, run.sh, the exit code), and runs the e2e
+# (/repo: the request files and testdata/build's images) and a job directory
+# under build/cgroupv2/jobs read-write (/job: the binaries, run.sh, the exit
+# code), and runs the e2e
 # tests matching RUN-REGEXP (default: all that need no Go toolchain, buildah
 # or make, which the guest does not have). The serial console is the
 # output. Unattended: no stdin, bounded by OCIFN_GUEST_TIMEOUT (default
@@ -25,7 +26,6 @@ skip='^(TestInit|TestBuildAsUnprivilegedUser|TestBuildRefuses|TestBuildWithRunti
 timeout=${OCIFN_GUEST_TIMEOUT:-3600}
 accel=${OCIFN_GUEST_ACCEL:-tcg}
 out=build/cgroupv2
-job=$out/job
 
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
@@ -33,8 +33,10 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 t0=$(now)
 hack/cgroupv2/build.sh "$out"
 t1=$(now)
-rm -rf "$job"
-mkdir -p "$job"
+# A job directory of its own, so that runs do not disturb each other.
+mkdir -p "$out/jobs"
+job=$(mktemp -d "$out/jobs/job-XXXXXX")
+trap 'rm -rf "$job"' EXIT
 chmod 755 "$job"
 CGO_ENABLED=0 go build -trimpath -o "$job/ocifn" ./cmd/ocifn
 CGO_ENABLED=0 go test -c -o "$job/e2e.test" ./e2e/
@@ -42,7 +44,7 @@ OCIFN_BIN=$job/ocifn hack/runtime-image.sh "$job/ocifn-runtime.tar" >"$job/runti
 	{ cat "$job/runtime-image.log" >&2; exit 1; }
 cat >"$job/run.sh" <<RUN
 cd /repo/e2e
-export OCIFN_E2E_BIN=/job/ocifn OCIFN_E2E_PREBUILT=1 OCIFN_E2E_RUNTIME_IMAGE=/job/ocifn-runtime.tar OCIFN_E2E_CGROUPV2=1
+export OCIFN_E2E_BIN=/job/ocifn OCIFN_E2E_PREBUILT=1 OCIFN_E2E_RUNTIME_IMAGE=/job/ocifn-runtime.tar OCIFN_E2E_CGROUPV2=1 OCIFN_E2E_TIME_SCALE=4
 start=\$(cut -d' ' -f1 /proc/uptime)
 /job/e2e.test -test.v -test.count=1 -test.timeout=$((timeout - 120))s -test.run '$run' -test.skip '$skip'
 code=\$?
@@ -64,9 +66,10 @@ timeout --kill-after=10 "$timeout" qemu-system-x86_64 "${accel_args[@]}" \
 	-drive "file=$out/rootfs.ext4,format=raw,if=virtio,snapshot=on" \
 	-virtfs "local,path=$PWD,mount_tag=repo,security_model=none,readonly=on" \
 	-virtfs "local,path=$PWD/$job,mount_tag=job,security_model=none" \
-	</dev/null 2>&1 | tee "$out/console.log"
+	</dev/null 2>&1 | tee "$job/console.log"
 qemu=${PIPESTATUS[0]}
 set -e
+cp "$job/console.log" "$out/console.log"
 t3=$(now)
 echo "cgroupv2: guest ran for $(secs "$t2" "$t3")s (qemu exit $qemu)"
 if [ ! -s "$job/exit" ]; then
