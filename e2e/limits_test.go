@@ -288,6 +288,8 @@ func checkPerCallLimits(t *testing.T, cache string, start func(cache string) (*s
 		// Each shell forks two more until fork fails; the call ends when
 		// its first shell exits, which ends its pid namespace.
 		run("fork-bomb", `b() { b | b & }; b; sleep 8; exit 3`)
+		// A call that outlives its timeout.
+		run("sleeper", `sleep 120`)
 		// The bomb's cgroup, seen from outside while it runs: pids.max
 		// refused forks, and the count never passed it.
 		bombed, peak, events := false, 0, map[string]string{}
@@ -328,9 +330,14 @@ func checkPerCallLimits(t *testing.T, cache string, start func(cache string) (*s
 		if bomb == nil || len(bomb.GetResults()) != 1 || !strings.Contains(bomb.GetResults()[0].GetMessage(), "exited with code 3") {
 			t.Errorf("fork bomb: %v, want a Fatal result, exit code 3", bomb)
 		}
+		// The timeout is long for the emulated guest, where calls beside a
+		// fork bomb take seconds.
+		if r := results["sleeper"]; r == nil || len(r.GetResults()) != 1 || !strings.Contains(r.GetResults()[0].GetMessage(), "ran longer than the limit of 30s") {
+			t.Errorf("sleeper: %v, want a Fatal result at the timeout", r)
+		}
 	})
 
-	// After calls, a timeout and an OOM kill, only the warm containers'
+	// After calls, an OOM kill and a timeout, only the warm containers'
 	// cgroups are left.
 	eventually(t, 10*time.Second, "no call cgroup left but the warm containers'", func() bool { return len(callCgroups(t, dir)) == s.warm })
 
