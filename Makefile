@@ -10,6 +10,8 @@
 #   make golden    rewrite the expected outputs of the render and example tests
 #   make crossplane build the render oracle (crossplane CLI and engine) in build/
 #   make image     the runtime image build/ocifn-runtime.tar (buildah, no daemon)
+#   make test-cgroupv2  the e2e tests in a pure cgroup v2 guest (qemu; RUN=regexp)
+#   make test-cgroupv2-smoke  the part of it CI runs
 
 GO        ?= go
 BIN       := bin/ocifn
@@ -20,7 +22,7 @@ GOTESTFLAGS ?=
 
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all build deps testdata test unit e2e run vet fmt clean image golden fuzz soak bench crossplane
+.PHONY: all build deps testdata test unit e2e run vet fmt clean image golden fuzz soak bench crossplane test-cgroupv2 test-cgroupv2-smoke
 
 all: build
 
@@ -46,6 +48,22 @@ crossplane:
 test: deps testdata crossplane vet
 	$(GO) test $(GOTESTFLAGS) -count=1 ./...
 	@FUZZTIME=10s hack/fuzz.sh
+
+# The e2e tests in a guest that mounts cgroup v2 alone, as Kubernetes nodes
+# do (this host is hybrid): Debian's kernel under qemu (TCG), a debootstrap
+# root filesystem, both built once into build/cgroupv2. RUN is a go test
+# -run regexp (default: every e2e test that needs no Go toolchain or
+# buildah in the guest).
+test-cgroupv2: deps testdata
+	@hack/deps.sh qemu-system-x86 debootstrap cpio kmod e2fsprogs
+	hack/cgroupv2/run.sh '$(RUN)'
+
+# What CI runs in the guest (the whole set takes too long under TCG): the
+# per-call cgroups, the pod, the unprivileged server, the rlimit fallback
+# and the example functions.
+CGROUPV2_SMOKE := ^(TestPerCallLimitsInCgroups|TestPackageBuildPushRunAsPod|TestUnprivileged|TestResourceLimitsWithoutCgroups|TestFunctionsAnswerTheirExamples)$$
+test-cgroupv2-smoke:
+	@$(MAKE) --no-print-directory test-cgroupv2 RUN='$(CGROUPV2_SMOKE)'
 
 # Every fuzz target for FUZZTIME each (default 10s).
 fuzz:

@@ -22,6 +22,9 @@ type Exit struct {
 	// RuntimeError is what the container runtime itself reported, if it
 	// could not start the function.
 	RuntimeError string
+	// OOMKilled, when not empty, says how the kernel's OOM killer killed
+	// processes of the call at its memory limit.
+	OOMKilled string
 	// Start is how long the container took to start the function's process.
 	Start time.Duration
 	// Duration is how long the whole run took, start included.

@@ -232,6 +232,8 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		return fail(OutcomeFatal, fmt.Sprintf("the function could not be run: %v", runErr))
 	case exit.RuntimeError != "":
 		return fail(OutcomeFatal, fmt.Sprintf("the container runtime could not run the function (exit code %d): %s", exit.Code, exit.RuntimeError))
+	case exit.Code != 0 && exit.OOMKilled != "":
+		return fail(OutcomeFatal, fmt.Sprintf("the function ran out of memory and exited with code %d: %s", exit.Code, exit.OOMKilled))
 	case exit.Code != 0:
 		// Some modes' functions still answer when they fail: a KRM
 		// function exits 1 when a result is an error and prints its

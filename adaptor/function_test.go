@@ -21,6 +21,7 @@ import (
 type scriptedRunner struct {
 	stdout, stderr string
 	code           int
+	oom            string
 	err            error
 	block          bool
 	stdin          []byte
@@ -36,7 +37,7 @@ func (r *scriptedRunner) Run(ctx context.Context, stdin io.Reader, stdout, stder
 	if _, err := io.WriteString(stdout, r.stdout); err != nil {
 		return Exit{}, err
 	}
-	return Exit{Code: r.code}, r.err
+	return Exit{Code: r.code, OOMKilled: r.oom}, r.err
 }
 
 func request(t *testing.T, text string) *fnv1.RunFunctionRequest {
@@ -61,6 +62,7 @@ func TestRun(t *testing.T) {
 		message  []string
 	}{
 		{"exit_code_1_gives_fatal_result", scriptedRunner{stderr: "line1\nboom\n", code: 1}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"exited with code 1", "boom"}},
+		{"oom_kill_is_named", scriptedRunner{code: 137, oom: "the kernel's OOM killer killed 1 process(es) of container ocifn-1"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"ran out of memory and exited with code 137", "OOM killer", "container ocifn-1"}},
 		{"invalid_json_gives_fatal_result", scriptedRunner{stdout: "{not json"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"not a valid RunFunctionResponse", `"{not json"`}},
 		{"unknown_field_gives_fatal_result", scriptedRunner{stdout: `{"desired": {}, "desried": {}}`}, nil, fnv1.Severity_SEVERITY_FATAL, []string{`unknown field "desried"`}},
 		{"invalid_utf8_gives_fatal_result", scriptedRunner{stdout: "{\"results\": [{\"message\": \"\xff\"}]}"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"not valid UTF-8"}},

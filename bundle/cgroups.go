@@ -48,17 +48,33 @@ func cgroupManagerFlag() string {
 	return "--cgroup-manager=disabled"
 }
 
+// cgroupMount is the cgroup2 mount point the calls' cgroups are read from
+// (their memory.events), once PrepareLimits found a delegated tree.
+var cgroupMount atomic.Value
+
 // PrepareLimits decides how the per-call caps (0: none) are enforced on this
 // host, and prepares the cgroups when it can. With a delegated cgroup v2
-// tree — ocifn at the root of its own cgroup namespace, /sys/fs/cgroup
-// writable, memory and pids controllers available, as in a pod with a
-// private cgroup namespace and a writable cgroupfs — every call gets a
-// cgroup of its own from crun (cgroupfs manager) with memory.max,
-// memory.swap.max and pids.max. Otherwise the caps fall back to rlimits
-// (see spec.Limits) and the second result says why; the host's cgroups are
-// never changed. Call it once, before Create, in ocifn's own namespaces.
+// tree every call gets a cgroup of its own from crun (cgroupfs manager)
+// with memory.max, memory.swap.max and pids.max. ocifn's cgroup is
+// delegated to it when ocifn is at the root of its own cgroup namespace,
+// with that namespace's cgroupfs mounted writable at /sys/fs/cgroup, and
+// the memory and pids controllers available. That is the case
+//
+//   - in a container with a private cgroup namespace and a writable
+//     cgroupfs, and
+//   - for ocifn started unprivileged on a pure cgroup v2 host, in a cgroup
+//     its user owns (systemd's Delegate=yes, or a chown by root): ocifn
+//     re-executes itself in a cgroup namespace of its own and mounts its
+//     cgroupfs (host.Plan.CgroupNS), whose files are then its own.
+//
+// Otherwise the caps fall back to rlimits (see spec.Limits) and the second
+// result says why; the host's cgroups are never changed. Call it once,
+// before Create, in ocifn's own namespaces.
 func PrepareLimits(memoryBytes, pids int64) (spec.Limits, string) {
 	l := spec.Limits{MemoryBytes: memoryBytes, Pids: pids}
+	if host.CgroupMountError != "" {
+		return l, host.CgroupMountError
+	}
 	cg, err := host.DetectCgroups()
 	// In ocifn's own namespaces on a hybrid host the cgroup2 mount is
 	// masked, so its controllers cannot be read: the layout is enough.
@@ -76,6 +92,7 @@ func PrepareLimits(memoryBytes, pids int64) (spec.Limits, string) {
 	if err := takeOver(root); err != nil {
 		return l, err.Error()
 	}
+	cgroupMount.Store(cg.Unified)
 	cgroupManager.Store("cgroupfs")
 	l.Cgroups = true
 	return l, ""
@@ -98,12 +115,21 @@ func delegatedRoot(cg host.Cgroups, selfCgroup []byte) (string, string) {
 		}
 	}
 	if path != "/" {
-		return "", fmt.Sprintf("ocifn's cgroup %q is not the root of its own cgroup namespace (run it in a container with a private cgroup namespace)", path)
+		return "", fmt.Sprintf("ocifn's cgroup %q is not the root of its own cgroup namespace (run it in a container with a private cgroup namespace, or unprivileged in a cgroup delegated to its user)", path)
 	}
-	root := cg.Unified
-	b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	dir := cg.Unified
+	// In a cgroup namespace whose cgroupfs is the host's, the mount shows
+	// the host's tree, not ocifn's cgroup: it must list ocifn.
+	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
-		return "", fmt.Sprintf("cannot read the controllers of %s: %v", root, err)
+		return "", fmt.Sprintf("cannot read the processes of ocifn's cgroup %s: %v", dir, err)
+	}
+	if !slices.Contains(strings.Fields(string(procs)), strconv.Itoa(os.Getpid())) {
+		return "", fmt.Sprintf("%s is not ocifn's cgroup (the cgroupfs at %s is not its cgroup namespace's own)", dir, cg.Unified)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return "", fmt.Sprintf("cannot read the controllers of %s: %v", dir, err)
 	}
 	have := strings.Fields(string(b))
 	var missing []string
@@ -113,14 +139,14 @@ func delegatedRoot(cg host.Cgroups, selfCgroup []byte) (string, string) {
 		}
 	}
 	if len(missing) > 0 {
-		return "", fmt.Sprintf("the cgroup at %s does not offer the %s controller(s)", root, strings.Join(missing, ", "))
+		return "", fmt.Sprintf("the cgroup at %s does not offer the %s controller(s)", dir, strings.Join(missing, ", "))
 	}
 	for _, f := range []string{"cgroup.procs", "cgroup.subtree_control"} {
-		if err := unix.Access(filepath.Join(root, f), unix.W_OK); err != nil {
-			return "", fmt.Sprintf("the cgroup at %s is not writable (%s: %v); mount /sys/fs/cgroup read-write to delegate it", root, f, err)
+		if err := unix.Access(filepath.Join(dir, f), unix.W_OK); err != nil {
+			return "", fmt.Sprintf("the cgroup at %s is not writable (%s: %v): it is mounted read-only or not delegated to ocifn's user", dir, f, err)
 		}
 	}
-	return root, ""
+	return dir, ""
 }
 
 // takeOver moves ocifn (and the ocifn process that re-executed it, if it
@@ -135,9 +161,8 @@ func takeOver(root string) error {
 	pids := []int{os.Getpid()}
 	// The ocifn that re-executed this one into its namespaces waits in the
 	// same cgroup.
-	self, _ := os.Readlink("/proc/self/exe")
-	if parent, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", os.Getppid())); err == nil && parent == self {
-		pids = append(pids, os.Getppid())
+	if p := host.ReexecParent(); p > 0 {
+		pids = append(pids, p)
 	}
 	// In a pod ocifn is usually pid 1 of its own pid namespace; it is
 	// moved like any ocifn process (the host's init is never ocifn).
@@ -148,7 +173,66 @@ func takeOver(root string) error {
 	}
 	enable := "+" + strings.Join(cgroupControllers, " +")
 	if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte(enable), 0); err != nil {
-		return fmt.Errorf("cannot enable %s in %s (processes other than ocifn's in that cgroup?): %w", enable, root, err)
+		return fmt.Errorf("cannot enable %s in %s (processes other than ocifn's in that cgroup: %s): %w", enable, root, processesOf(root), err)
 	}
 	return nil
+}
+
+// processesOf lists the processes of a cgroup as "pid (command)".
+func processesOf(dir string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	var out []string
+	for _, pid := range strings.Fields(string(b)) {
+		comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+		out = append(out, fmt.Sprintf("%s (%s)", pid, strings.TrimSpace(string(comm))))
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+// cgroupOf returns the cgroup directory of a process, or "" when calls do
+// not run in cgroups of their own or it cannot be read.
+func cgroupOf(pid int) string {
+	mount, ok := cgroupMount.Load().(string)
+	if !ok {
+		return ""
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return filepath.Join(mount, p)
+		}
+	}
+	return ""
+}
+
+// oomKilled reads the OOM kills of the container's cgroup (memory.events
+// counts those of its whole subtree) and describes them, or returns "".
+func (c *container) oomKilled() string {
+	if c.cgroup == "" {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(c.cgroup, "memory.events"))
+	if err != nil {
+		return ""
+	}
+	kills := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			kills, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if kills == 0 {
+		return ""
+	}
+	limit := "its memory limit"
+	if m, err := os.ReadFile(filepath.Join(c.cgroup, "memory.max")); err == nil {
+		limit = fmt.Sprintf("its memory limit of %s bytes (memory.max, --memory-limit)", strings.TrimSpace(string(m)))
+	}
+	return fmt.Sprintf("the kernel's OOM killer killed %d process(es) of container %s at %s", kills, c.id, limit)
 }

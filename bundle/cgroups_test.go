@@ -3,6 +3,7 @@ package bundle
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -10,46 +11,64 @@ import (
 )
 
 // TestDelegatedRoot: calls get cgroups of their own only from a cgroup v2
-// tree that is ocifn's own, offers memory and pids, and is writable; every
+// tree that is ocifn's own (the root of its cgroup namespace, whose
+// cgroupfs lists ocifn), offers memory and pids, and is writable; every
 // other case says why not.
 func TestDelegatedRoot(t *testing.T) {
-	tree := func(controllers string, mode os.FileMode) string {
-		d := t.TempDir()
-		for _, f := range []string{"cgroup.controllers", "cgroup.procs", "cgroup.subtree_control"} {
-			if err := os.WriteFile(filepath.Join(d, f), []byte(controllers), mode); err != nil {
+	self := strconv.Itoa(os.Getpid())
+	// tree makes a fake cgroup at mount/sub.
+	tree := func(mount, sub, controllers, procs string, mode os.FileMode) string {
+		d := filepath.Join(mount, sub)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for f, content := range map[string]string{"cgroup.controllers": controllers, "cgroup.procs": procs, "cgroup.subtree_control": ""} {
+			if err := os.WriteFile(filepath.Join(d, f), []byte(content), mode); err != nil {
 				t.Fatal(err)
 			}
 		}
 		return d
 	}
-	full := tree("cpu memory pids io", 0o644)
+	unified := func(mount string) host.Cgroups { return host.Cgroups{Layout: host.CgroupUnified, Unified: mount} }
+	full := t.TempDir()
+	tree(full, "", "cpu memory pids io", "1\n"+self+"\n", 0o644)
+	notOurs := t.TempDir()
+	tree(notOurs, "", "memory pids", "1\n", 0o644)
+	noControllers := t.TempDir()
+	tree(noControllers, "", "cpu io", self, 0o644)
+
 	cases := []struct {
 		name    string
 		cg      host.Cgroups
 		self    string
+		want    string
 		wantErr string
 	}{
-		{name: "delegated_root_of_own_namespace", cg: host.Cgroups{Layout: host.CgroupUnified, Unified: full}, self: "0::/\n"},
+		{name: "delegated_root_of_own_namespace", cg: unified(full), self: "0::/\n", want: full},
 		{name: "hybrid_host", cg: host.Cgroups{Layout: host.CgroupHybrid, Unified: "/sys/fs/cgroup/unified"}, self: "0::/\n", wantErr: "hybrid mode"},
 		{name: "v1_host", cg: host.Cgroups{Layout: host.CgroupLegacy}, self: "4:memory:/x\n", wantErr: "cgroup v1 only"},
-		{name: "not_the_namespace_root", cg: host.Cgroups{Layout: host.CgroupUnified, Unified: full}, self: "0::/system.slice/ocifn.service\n", wantErr: "not the root of its own cgroup namespace"},
-		{name: "controllers_missing", cg: host.Cgroups{Layout: host.CgroupUnified, Unified: tree("cpu io", 0o644)}, self: "0::/\n", wantErr: "memory, pids controller"},
+		{name: "not_the_namespace_root", cg: unified(full), self: "0::/system.slice/ocifn.service\n", wantErr: "not the root of its own cgroup namespace"},
+		{name: "the_host_cgroupfs_in_a_cgroup_namespace", cg: unified(notOurs), self: "0::/\n", wantErr: "is not ocifn's cgroup"},
+		{name: "controllers_missing", cg: unified(noControllers), self: "0::/\n", wantErr: "memory, pids controller"},
 	}
 	if os.Geteuid() != 0 {
 		// Root writes anything; the read-only case needs another user.
+		ro := t.TempDir()
+		tree(ro, "", "memory pids", self, 0o444)
 		cases = append(cases, struct {
 			name    string
 			cg      host.Cgroups
 			self    string
+			want    string
 			wantErr string
-		}{name: "read_only", cg: host.Cgroups{Layout: host.CgroupUnified, Unified: tree("memory pids", 0o444)}, self: "0::/\n", wantErr: "not writable"})
+		}{name: "read_only", cg: unified(ro), self: "0::/\n", wantErr: "not writable"})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			root, why := delegatedRoot(tc.cg, []byte(tc.self))
 			if tc.wantErr == "" {
-				if why != "" || root != tc.cg.Unified {
-					t.Errorf("got %q, %q; want %q", root, why, tc.cg.Unified)
+				if why != "" || root != tc.want {
+					t.Errorf("got %q, %q; want %q", root, why, tc.want)
 				}
 				return
 			}

@@ -60,6 +60,10 @@ type Exit struct {
 	// RuntimeError is what crun itself reported, if it failed to create or
 	// start the container.
 	RuntimeError string
+	// OOMKilled, when not empty, says that the kernel's OOM killer killed
+	// processes of the call's cgroup at its memory limit: it names the
+	// container, the limit and how many processes were killed.
+	OOMKilled string
 	// Start is the time from asking for a container to its process running
 	// the function's entrypoint.
 	Start time.Duration
@@ -191,6 +195,9 @@ type container struct {
 	log     *runtimeLog
 	// reaped is set once the container's process has been waited for.
 	reaped bool
+	// cgroup is the container's own cgroup directory, when calls run in
+	// cgroups of their own.
+	cgroup string
 }
 
 // create asks crun to create a container whose process waits for `crun
@@ -277,7 +284,7 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 		}
 		return nil, &RuntimeError{Op: "create", Message: msg}
 	}
-	return &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log}, nil
+	return &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log, cgroup: cgroupOf(pid)}, nil
 }
 
 // wait feeds the running container its input, copies its output, and waits
@@ -316,6 +323,8 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 	killed := !stopKill()
 	exit.Code = code
 	c.reaped = werr == nil
+	// The cgroup is removed with the container: read it before.
+	exit.OOMKilled = c.oomKilled()
 	wg.Wait()
 	exit.RuntimeError = c.log.wait()
 	switch {

@@ -58,18 +58,12 @@ func run(m *testing.M) int {
 		panic(err)
 	}
 	ocifnBin = filepath.Join(binDir, "ocifn")
-	build := exec.Command("go", "build", "-o", ocifnBin, "./cmd/ocifn")
-	build.Dir = repoRoot
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: cannot build ocifn: %v\n%s", err, out)
+	if err := buildOcifn(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1
 	}
-	// The image builder is incremental: a no-op when `make testdata` ran.
-	td := exec.Command(filepath.Join(repoRoot, "hack", "testdata.sh"), images)
-	td.Stdout, td.Stderr = os.Stderr, os.Stderr
-	if err := td.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: cannot build the test images: %v\n", err)
+	if err := buildImages(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1
 	}
 	before := hostDevices()
@@ -81,6 +75,69 @@ func run(m *testing.M) int {
 		return 1
 	}
 	return code
+}
+
+// Where the tests run without a Go toolchain or buildah (the cgroup v2
+// guest of `make test-cgroupv2`), the host builds what TestMain and the
+// package tests would build and says where it is:
+//
+//	OCIFN_E2E_BIN            the ocifn binary under test, instead of go build
+//	OCIFN_E2E_PREBUILT=1     the test images are in testdata/build already:
+//	                         hack/testdata.sh is not run
+//	OCIFN_E2E_RUNTIME_IMAGE  the runtime image (hack/runtime-image.sh) built
+//	                         from that binary
+//
+// OCIFN_E2E_TIME_SCALE (a whole number, default 1) stretches the harness's
+// own waits (a server's start, a call, an exit) on a slow machine; the
+// emulated guest sets it. Timeouts a test gives ocifn are its own.
+const (
+	envTimeScale    = "OCIFN_E2E_TIME_SCALE"
+	envBin          = "OCIFN_E2E_BIN"
+	envPrebuilt     = "OCIFN_E2E_PREBUILT"
+	envRuntimeImage = "OCIFN_E2E_RUNTIME_IMAGE"
+)
+
+// patient stretches one of the harness's waits by OCIFN_E2E_TIME_SCALE.
+func patient(d time.Duration) time.Duration {
+	if n, err := strconv.Atoi(os.Getenv(envTimeScale)); err == nil && n > 1 {
+		return d * time.Duration(n)
+	}
+	return d
+}
+
+// buildOcifn puts the binary under test at ocifnBin.
+func buildOcifn() error {
+	if bin := os.Getenv(envBin); bin != "" {
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			return fmt.Errorf("%s: %w", envBin, err)
+		}
+		return os.WriteFile(ocifnBin, data, 0o755)
+	}
+	build := exec.Command("go", "build", "-o", ocifnBin, "./cmd/ocifn")
+	build.Dir = repoRoot
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("cannot build ocifn: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// buildImages builds the test images, unless they are prebuilt.
+func buildImages() error {
+	if os.Getenv(envPrebuilt) == "1" {
+		if _, err := os.Stat(image("labelizer.tar")); err != nil {
+			return fmt.Errorf("%s=1 but the test images are missing (run make testdata): %w", envPrebuilt, err)
+		}
+		return nil
+	}
+	// The image builder is incremental: a no-op when `make testdata` ran.
+	td := exec.Command(filepath.Join(repoRoot, "hack", "testdata.sh"), images)
+	td.Stdout, td.Stderr = os.Stderr, os.Stderr
+	if err := td.Run(); err != nil {
+		return fmt.Errorf("cannot build the test images: %w", err)
+	}
+	return nil
 }
 
 // hostDevices describes the owner and mode of the device nodes every
@@ -168,7 +225,10 @@ type serverOption func(*exec.Cmd)
 // asUser runs the server with the given credentials.
 func asUser(uid, gid uint32, home string) serverOption {
 	return func(c *exec.Cmd) {
-		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+		if c.SysProcAttr == nil {
+			c.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		c.SysProcAttr.Credential = &syscall.Credential{Uid: uid, Gid: gid}
 		c.Env = append(c.Env, "HOME="+home, "XDG_CACHE_HOME="+filepath.Join(home, ".cache"))
 	}
 }
@@ -179,13 +239,13 @@ func asUser(uid, gid uint32, home string) serverOption {
 func startServer(t *testing.T, args []string, opts ...serverOption) *server {
 	t.Helper()
 	s := startProcess(t, append([]string{"--insecure"}, args...), opts...)
-	deadline := time.After(60 * time.Second)
+	deadline := time.After(patient(60 * time.Second))
 	for s.addr == "" {
 		select {
 		case <-s.exited:
 			t.Fatalf("ocifn serve exited before serving: %v\n%s", s.cmd.ProcessState, s.stderr)
 		case <-deadline:
-			t.Fatalf("ocifn serve did not start serving within 60s:\n%s", s.stderr)
+			t.Fatalf("ocifn serve did not start serving within %s:\n%s", patient(60*time.Second), s.stderr)
 		case <-time.After(20 * time.Millisecond):
 			if m := servingLine.FindStringSubmatch(s.stderr.String()); m != nil {
 				s.addr = m[1] + m[2]
@@ -290,8 +350,8 @@ func awaitExit(t *testing.T, exited <-chan struct{}, what string, log fmt.String
 	t.Helper()
 	select {
 	case <-exited:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s still running after 60s\nlog:\n%s", what, log)
+	case <-time.After(patient(60 * time.Second)):
+		t.Fatalf("%s still running after %s\nlog:\n%s", what, patient(60*time.Second), log)
 	}
 }
 
@@ -299,7 +359,7 @@ func awaitExit(t *testing.T, exited <-chan struct{}, what string, log fmt.String
 // fails.
 func callOver(t *testing.T, conn *grpc.ClientConn, req *fnv1.RunFunctionRequest, log fmt.Stringer) *fnv1.RunFunctionResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patient(60*time.Second))
 	defer cancel()
 	rsp, err := fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(ctx, req)
 	if err != nil {

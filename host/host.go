@@ -29,6 +29,23 @@ import (
 // which cgroup2 mount to mask ("" for none).
 const marker = "_OCIFN_NAMESPACED"
 
+// cgroupMarker, in the re-executed child's environment, is the cgroup2
+// mount point to mount its own cgroup namespace's cgroupfs on.
+const cgroupMarker = "_OCIFN_CGROUPNS"
+
+// CgroupMountError is why FinishInside could not mount the cgroupfs of the
+// process's own cgroup namespace ("" if it did or had nothing to do); the
+// per-call limits then fall back to rlimits and say why.
+var CgroupMountError string
+
+// reexecParent is the ocifn process that re-executed this one (0: none).
+var reexecParent int
+
+// ReexecParent returns the pid of the ocifn process that re-executed this
+// one into its namespaces and waits for it, or 0 if this process was not
+// re-executed.
+func ReexecParent() int { return reexecParent }
+
 // CgroupLayout is how the host mounts cgroups.
 type CgroupLayout string
 
@@ -101,10 +118,18 @@ type Plan struct {
 	// MaskUnified is the cgroup2 mount to cover with an empty tmpfs, in a
 	// private mount namespace, so crun accepts a hybrid host.
 	MaskUnified string
+	// CgroupNS gives the unprivileged process a cgroup namespace of its
+	// own, rooted at the cgroup it starts in, with that namespace's cgroupfs
+	// mounted at CgroupMount: crun then creates the calls' cgroups below
+	// ocifn's own, which is where a cgroup delegated to the user lets it
+	// (PrepareLimits decides whether it is delegated).
+	CgroupNS bool
+	// CgroupMount is the cgroup2 mount point of a pure cgroup v2 host.
+	CgroupMount string
 }
 
 // Needed reports whether the plan requires a re-exec at all.
-func (p Plan) Needed() bool { return p.UserNS || p.MaskUnified != "" }
+func (p Plan) Needed() bool { return p.UserNS || p.MaskUnified != "" || p.CgroupNS }
 
 // PlanFor decides the namespaces for a process with effective uid euid on a
 // host with the given cgroups.
@@ -112,6 +137,9 @@ func PlanFor(euid int, c Cgroups) Plan {
 	p := Plan{UserNS: euid != 0}
 	if c.NeedsMask() {
 		p.MaskUnified = c.Unified
+	}
+	if p.UserNS && c.Layout == CgroupUnified {
+		p.CgroupNS, p.CgroupMount = true, c.Unified
 	}
 	return p
 }
@@ -134,6 +162,10 @@ func Reexec(p Plan) (int, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), marker+"="+p.MaskUnified)
 	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
+	if p.CgroupNS {
+		attr.Cloneflags |= syscall.CLONE_NEWCGROUP
+		cmd.Env = append(cmd.Env, cgroupMarker+"="+p.CgroupMount)
+	}
 	if p.UserNS {
 		attr.Cloneflags |= syscall.CLONE_NEWUSER
 		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
@@ -185,11 +217,26 @@ func Reexec(p Plan) (int, error) {
 // events from propagating back to the host and masks the cgroup2 mount if
 // asked to. Only this process's private mount namespace changes.
 func FinishInside() error {
-	mask := os.Getenv(marker)
+	mask, cgroupfs := os.Getenv(marker), os.Getenv(cgroupMarker)
+	reexecParent = os.Getppid()
 	// Children (crun) must not think they are re-executed ocifn processes.
 	os.Unsetenv(marker)
+	os.Unsetenv(cgroupMarker)
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return fmt.Errorf("cannot make the private mount namespace a slave of the host's: %w", err)
+	}
+	if cgroupfs != "" {
+		// The host's cgroupfs shows the host's tree; this namespace's own
+		// shows ocifn's cgroup as its root, as in a container.
+		// Linux refuses a cgroup2 mount right on top of another (EBUSY),
+		// and the inherited one cannot be unmounted here (it is locked to
+		// what covers it): an empty tmpfs goes in between.
+		flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+		if err := unix.Mount("tmpfs", cgroupfs, "tmpfs", flags, "size=4k,mode=755"); err != nil {
+			CgroupMountError = fmt.Sprintf("cannot mount the cgroupfs of ocifn's own cgroup namespace on %s: %v", cgroupfs, err)
+		} else if err := unix.Mount("cgroup2", cgroupfs, "cgroup2", flags, ""); err != nil {
+			CgroupMountError = fmt.Sprintf("cannot mount the cgroupfs of ocifn's own cgroup namespace on %s: %v", cgroupfs, err)
+		}
 	}
 	if mask == "" {
 		return nil

@@ -18,7 +18,7 @@ func TestPlanFor(t *testing.T) {
 		{"root_on_pure_v2_needs_nothing", 0, unified, Plan{}},
 		{"root_on_hybrid_masks_cgroup2", 0, hybrid, Plan{MaskUnified: "/sys/fs/cgroup/unified"}},
 		{"root_on_hybrid_without_controllers_needs_nothing", 0, hybridEmpty, Plan{}},
-		{"user_on_pure_v2_gets_a_user_namespace", 1000, unified, Plan{UserNS: true}},
+		{"user_on_pure_v2_gets_a_user_and_a_cgroup_namespace", 1000, unified, Plan{UserNS: true, CgroupNS: true, CgroupMount: "/sys/fs/cgroup"}},
 		{"user_on_hybrid_gets_both", 1000, hybrid, Plan{UserNS: true, MaskUnified: "/sys/fs/cgroup/unified"}},
 	}
 	for _, tc := range cases {

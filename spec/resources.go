@@ -52,7 +52,9 @@ func (l Limits) resources() *rspec.LinuxResources {
 func (l Limits) fallbackRlimits(in []rspec.POSIXRlimit) []rspec.POSIXRlimit {
 	out := make([]rspec.POSIXRlimit, 0, len(in)+1)
 	for _, r := range in {
-		if r.Type == "RLIMIT_NPROC" && l.Pids > 0 {
+		// With cgroups, pids.max is the cap: an RLIMIT_NPROC as low would
+		// stop the call first, per user rather than per call.
+		if r.Type == "RLIMIT_NPROC" && l.Pids > 0 && !l.Cgroups {
 			r.Hard, r.Soft = uint64(l.Pids), uint64(l.Pids)
 		}
 		out = append(out, r)

@@ -83,4 +83,7 @@ func TestGenerateLimits(t *testing.T) {
 	if d := rl(s, "RLIMIT_DATA"); d != nil {
 		t.Errorf("RLIMIT_DATA %+v with cgroups: the cgroup limit is the better one", d)
 	}
+	if p := rl(s, "RLIMIT_NPROC"); p == nil || p.Hard != 1024 {
+		t.Errorf("RLIMIT_NPROC %+v with cgroups, want the default: pids.max is the cap", p)
+	}
 }

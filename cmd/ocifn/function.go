@@ -199,7 +199,7 @@ type runner struct{ b *bundle.Bundle }
 
 func (r runner) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (adaptor.Exit, error) {
 	e, err := r.b.Run(ctx, stdin, stdout, stderr)
-	return adaptor.Exit{Code: e.Code, RuntimeError: e.RuntimeError, Start: e.Start, Duration: e.Duration}, err
+	return adaptor.Exit{Code: e.Code, RuntimeError: e.RuntimeError, OOMKilled: e.OOMKilled, Start: e.Start, Duration: e.Duration}, err
 }
 
 // Call runs a call of an HTTP front (see front.Runner).
