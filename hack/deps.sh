@@ -10,7 +10,9 @@ packages=("$@")
 
 missing=()
 for p in "${packages[@]}"; do
-	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+	# Installed, not only known: a removed package keeps its config files
+	# and a "deinstall" status that dpkg -s still reports with success.
+	[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" = installed ] || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 

@@ -67,7 +67,9 @@ flock 9
 ensure_packages() {
 	local missing=() p
 	for p in buildah busybox-static jq; do
-		dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+		# Installed, not only known: a removed package keeps its config files
+		# and a "deinstall" status that dpkg -s still reports with success.
+		[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" = installed ] || missing+=("$p")
 	done
 	[ ${#missing[@]} -eq 0 ] && return 0
 	[ "$(id -u)" = 0 ] || die "missing Debian packages: ${missing[*]} (run as root, or apt-get install -y ${missing[*]})"

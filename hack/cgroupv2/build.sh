@@ -21,7 +21,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/../../build/cgroupv2}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The guest's packages come from the mirror the host's apt uses (its first
+# Debian source), unless DEBIAN_MIRROR names another.
+host_mirror() {
+	{
+		awk '/^URIs:/ { print $2 }' /etc/apt/sources.list.d/*.sources 2>/dev/null
+		awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; break } }' \
+			/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null
+	} | grep -v -e '-security' -e '-updates' | head -n 1
+}
+mirror=${DEBIAN_MIRROR:-$(host_mirror)}
+[ -n "$mirror" ] || { echo "cgroupv2: no Debian mirror in the host's apt sources; set DEBIAN_MIRROR" >&2; exit 1; }
 suite=bookworm
 packages=crun,busybox-static,jq,docker-registry,ca-certificates
 
