@@ -28,7 +28,7 @@ host_mirror() {
 		awk '/^URIs:/ { print $2 }' /etc/apt/sources.list.d/*.sources 2>/dev/null
 		awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; break } }' \
 			/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null
-	} | grep -v -e '-security' -e '-updates' | head -n 1
+	} | grep -v -e '-security' -e '-updates' | head -n 1 || true # a missing sources file is no error
 }
 mirror=${DEBIAN_MIRROR:-$(host_mirror)}
 [ -n "$mirror" ] || { echo "cgroupv2: no Debian mirror in the host's apt sources; set DEBIAN_MIRROR" >&2; exit 1; }
