@@ -47,7 +47,7 @@ crossplane:
 
 test: deps testdata crossplane vet
 	$(GO) test $(GOTESTFLAGS) -count=1 ./...
-	@FUZZTIME=10s hack/fuzz.sh
+	@FUZZTIME=10s FUZZMINIMIZETIME=0s hack/fuzz.sh
 
 # The e2e tests in a guest that mounts cgroup v2 alone, as Kubernetes nodes
 # do (this host is hybrid): Debian's kernel under qemu (TCG), a debootstrap
