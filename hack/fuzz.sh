@@ -41,10 +41,25 @@ targets=("$@")
 for t in "${targets[@]}"; do
 	pkg=${t%%:*} name=${t#*:}
 	echo "fuzz: $pkg $name for $FUZZTIME"
+	corpus=$pkg/testdata/fuzz/$name
+	before=$(ls "$corpus" 2>/dev/null || true)
 	if ! out=$(go test -run '^$' -fuzz "^$name\$" -fuzztime "$FUZZTIME" -fuzzminimizetime "${FUZZMINIMIZETIME:-2s}" "$pkg" 2>&1); then
-		echo "$out" >&2
-		echo "fuzz: $pkg $name FAILED; the failing input is in $pkg/testdata/fuzz/$name/" >&2
-		exit 1
+		# Go 1.26's fuzz coordinator can report the end of -fuzztime itself
+		# as a failure, "context deadline exceeded", when a worker is
+		# mid-input at the deadline (golang/go#75804, fixed in Go 1.27).
+		# That is no finding: none was written, and replaying every seed
+		# and the corpus without fuzzing passes.
+		if [ "$(echo "$out" | grep -v '^fuzz: elapsed' | grep -cx '    context deadline exceeded')" = 1 ] &&
+			! echo "$out" | grep -q 'Failing input written' &&
+			[ "$(ls "$corpus" 2>/dev/null || true)" = "$before" ] &&
+			replay=$(go test -count=1 -run "^$name\$" "$pkg" 2>&1); then
+			echo "fuzz: $pkg $name: stopped by Go's fuzztime deadline race (golang/go#75804), no failing input; seeds and corpus replayed clean"
+		else
+			echo "$out" >&2
+			[ -z "${replay:-}" ] || echo "$replay" >&2
+			echo "fuzz: $pkg $name FAILED; the failing input is in $corpus/" >&2
+			exit 1
+		fi
 	fi
 	# The last progress line: "fuzz: elapsed: 1m3s, execs: 12345 (1234/sec), ...".
 	# Its rate covers the last interval only; the average is over the run.
