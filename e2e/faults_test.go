@@ -193,23 +193,8 @@ func TestResourceLimitsWithoutCgroups(t *testing.T) {
 	// delegated to it.
 	mustContain(t, "startup log", s.stderr.String(), fallback, fallbackReason(t))
 
-	var wg sync.WaitGroup
-	results := map[string]*fnv1.RunFunctionResponse{}
-	var mu sync.Mutex
-	run := func(name, script string) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rsp, err := s.callErr(context.Background(), shRequest(t, name, script))
-			if err != nil {
-				t.Errorf("%s: %v", name, err)
-				return
-			}
-			mu.Lock()
-			results[name] = rsp
-			mu.Unlock()
-		}()
-	}
+	calls := &backgroundCalls{s: s}
+	run := func(name, script string) { calls.run(t, name, script) }
 	// A bounded fork bomb: each shell forks two more until fork fails; the
 	// call ends when its first shell does, which ends its pid namespace.
 	// (The timeout is long for the emulated guest of make test-cgroupv2,
@@ -226,7 +211,7 @@ func TestResourceLimitsWithoutCgroups(t *testing.T) {
 			t.Errorf("%s during the bomb: %v %v", tag, err, rsp.GetResults())
 		}
 	}
-	wg.Wait()
+	results := calls.wait()
 
 	// The fork bomb ran into RLIMIT_NPROC (64 processes for its call) and
 	// ended with its first shell, printing nothing.
@@ -243,4 +228,41 @@ func TestResourceLimitsWithoutCgroups(t *testing.T) {
 		t.Errorf("the fallback was logged %d times, want once", n)
 	}
 	assertNoLeaks(t, s, cache, tmp)
+}
+
+// backgroundCalls runs calls of the sh-function image on goroutines of
+// their own and keeps each response by its tag, for tests that check
+// other calls are answered while these run.
+type backgroundCalls struct {
+	s       *server
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	results map[string]*fnv1.RunFunctionResponse
+}
+
+// run starts a call tagged name that runs script.
+func (b *backgroundCalls) run(t *testing.T, name, script string) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		rsp, err := b.s.callErr(context.Background(), shRequest(t, name, script))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			return
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.results == nil {
+			b.results = map[string]*fnv1.RunFunctionResponse{}
+		}
+		b.results[name] = rsp
+	}()
+}
+
+// wait waits for every call and returns their responses by tag.
+func (b *backgroundCalls) wait() map[string]*fnv1.RunFunctionResponse {
+	b.wg.Wait()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.results
 }

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -266,23 +265,8 @@ func checkPerCallLimits(t *testing.T, cache string, start func(cache string) (*s
 
 	// A memory hog and a fork bomb, next to calls that must be answered.
 	t.Run("hog_and_fork_bomb_contained", func(t *testing.T) {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		results := map[string]*fnv1.RunFunctionResponse{}
-		run := func(name, script string) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rsp, err := s.callErr(context.Background(), shRequest(t, name, script))
-				if err != nil {
-					t.Errorf("%s: %v", name, err)
-					return
-				}
-				mu.Lock()
-				results[name] = rsp
-				mu.Unlock()
-			}()
-		}
+		calls := &backgroundCalls{s: s}
+		run := func(name, script string) { calls.run(t, name, script) }
 		// awk doubles a string up to 4 GiB; the call's cgroup allows 64 MiB.
 		run("memory-hog", `awk 'BEGIN { s = "x"; for (i = 0; i < 32; i++) s = s s; print "survived" > "/dev/stderr" }'; exit 9`)
 		// Each shell forks two more until fork fails; the call ends when
@@ -316,7 +300,7 @@ func checkPerCallLimits(t *testing.T, cache string, start func(cache string) (*s
 				t.Errorf("%s during the hog and the bomb: %v %v", tag, err, rsp.GetResults())
 			}
 		}
-		wg.Wait()
+		results := calls.wait()
 		hog := results["memory-hog"]
 		if hog == nil || len(hog.GetResults()) != 1 || hog.GetResults()[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
 			t.Fatalf("memory hog: %v, want one Fatal result", hog)
