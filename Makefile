@@ -9,6 +9,7 @@
 #   make build     the static ocifn binary in bin/
 #   make golden    rewrite the expected outputs of the render and example tests
 #   make crossplane build the render oracle (crossplane CLI and engine) in build/
+#   make crun      the static crun ocifn runs containers with, in build/crun/bin
 #   make image     the runtime image build/ocifn-runtime.tar (buildah, no daemon)
 #   make test-cgroupv2  the e2e tests in a pure cgroup v2 guest (qemu; RUN=regexp)
 #   make test-cgroupv2-smoke  the part of it CI runs
@@ -21,8 +22,12 @@ LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 GOTESTFLAGS ?=
 
 export GOFLAGS ?= -mod=mod
+# ocifn finds crun on PATH: every target runs the static crun that
+# hack/crun.sh builds from Debian's source package (see README,
+# Performance), not the dynamically linked one Debian ships.
+export PATH := $(CURDIR)/build/crun/bin:$(PATH)
 
-.PHONY: all build deps testdata test unit e2e run vet fmt clean image golden fuzz soak bench crossplane test-cgroupv2 test-cgroupv2-smoke
+.PHONY: all build deps crun testdata test unit e2e run vet fmt clean image golden fuzz soak bench crossplane test-cgroupv2 test-cgroupv2-smoke
 
 all: build
 
@@ -31,6 +36,10 @@ build:
 
 deps:
 	@hack/deps.sh
+	@hack/crun.sh
+
+crun:
+	@hack/crun.sh
 
 # The runtime image `ocifn build` starts packages from: static ocifn, crun and
 # its libraries, entrypoint `ocifn serve`. FROM scratch, built with buildah.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the ocifn runtime image (`make image`): the static ocifn binary, crun
-# with every shared library it loads and its loader, and `ocifn serve` as the
-# entrypoint. No daemon and no base image: the image is FROM scratch, built
+# Builds the ocifn runtime image (`make image`): the static ocifn binary, the
+# static crun of hack/crun.sh (or a given crun with every shared library it
+# loads and its loader), and `ocifn serve` as the entrypoint. No daemon and no base image: the image is FROM scratch, built
 # with buildah (vfs storage, chroot isolation) from a context staged here.
 #
 #   hack/runtime-image.sh [OUT]     (OUT defaults to build/ocifn-runtime.tar)
@@ -12,7 +12,8 @@
 #                    (default: what OCIFN_BIN reports, or from git as the
 #                    Makefile does)
 #   OCIFN_BIN        use this static ocifn binary instead of building one
-#   CRUN             the crun to copy (default: crun on PATH, Debian's)
+#   CRUN             the crun to copy (default: build/crun/bin/crun, built
+#                    by hack/crun.sh from Debian's source package)
 #
 # The image is what `ocifn build` starts a Function package from: the package
 # adds /ocifn/function.tar (the default of `ocifn serve --tarball`) and
@@ -35,7 +36,11 @@ if [ -n "${OCIFN_BIN:-}" ]; then
 fi
 VERSION=${VERSION:-$(git -C "$REPO_ROOT" describe --tags --always --dirty 2>/dev/null || echo dev)}
 COMMIT=${COMMIT:-$(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)}
-CRUN=$(command -v "${CRUN:-crun}") || die "crun not found (Debian package crun; hack/deps.sh installs it)"
+if [ -z "${CRUN:-}" ]; then
+	"$REPO_ROOT/hack/crun.sh" || die "cannot build crun (hack/crun.sh)"
+	CRUN=$REPO_ROOT/build/crun/bin/crun
+fi
+CRUN=$(command -v "$CRUN") || die "crun not found: $CRUN"
 command -v buildah >/dev/null || die "buildah not found (Debian package buildah; hack/deps.sh installs it)"
 
 # A private work area per output, so concurrent builds (tests) do not meet.
@@ -70,14 +75,18 @@ fi
 # ---------------------------------------------------------------- crun
 cp -L "$CRUN" "$root/usr/bin/crun"
 chmod 0755 "$root/usr/bin/crun"
-# Every library ldd names (at the path ldd gives) and the loader.
-libs=$(ldd "$CRUN" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
-[ -n "$libs" ] || die "ldd $CRUN lists no libraries"
+# Every library ldd names (at the path ldd gives) and the loader; none for a
+# static crun.
+libs=
+if ldd "$CRUN" >/dev/null 2>&1; then
+	libs=$(ldd "$CRUN" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
+	[ -n "$libs" ] || die "ldd $CRUN lists no libraries"
+fi
 for lib in $libs; do
 	mkdir -p "$root$(dirname "$lib")"
 	cp -L "$lib" "$root$lib"
 done
-interp=$(ldd "$CRUN" | awk '$1 ~ /^\// { print $1; exit }')
+interp=$(ldd "$CRUN" 2>/dev/null | awk '$1 ~ /^\// { print $1; exit }' || true)
 [ -z "$interp" ] || [ -e "$root$interp" ] || die "crun's loader $interp was not staged"
 crun_version=$("$CRUN" --version | sed -n 's/^crun version //p')
 # The staged crun must find every library inside the image root (checked in a

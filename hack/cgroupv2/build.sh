@@ -23,13 +23,8 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 # The guest's packages come from the mirror the host's apt uses (its first
 # Debian source), unless DEBIAN_MIRROR names another.
-host_mirror() {
-	{
-		awk '/^URIs:/ { print $2 }' /etc/apt/sources.list.d/*.sources 2>/dev/null
-		awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; break } }' \
-			/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null
-	} | grep -v -e '-security' -e '-updates' | head -n 1 || true # a missing sources file is no error
-}
+# shellcheck source=hack/lib.sh
+. "$here/../lib.sh"
 mirror=${DEBIAN_MIRROR:-$(host_mirror)}
 [ -n "$mirror" ] || { echo "cgroupv2: no Debian mirror in the host's apt sources; set DEBIAN_MIRROR" >&2; exit 1; }
 suite=bookworm

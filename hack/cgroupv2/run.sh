@@ -43,11 +43,17 @@ job=$(mktemp -d "$out/jobs/job-XXXXXX")
 trap 'rm -rf "$job"' EXIT
 chmod 755 "$job"
 CGO_ENABLED=0 go build -trimpath -o "$job/ocifn" ./cmd/ocifn
+# The guest runs the static crun the host's tests run (hack/crun.sh), not the
+# Debian one in its root filesystem.
+hack/crun.sh
+mkdir -p "$job/bin"
+cp build/crun/bin/crun "$job/bin/crun"
 CGO_ENABLED=0 go test -c -o "$job/e2e.test" ./e2e/
 OCIFN_BIN=$job/ocifn hack/runtime-image.sh "$job/ocifn-runtime.tar" >"$job/runtime-image.log" 2>&1 ||
 	{ cat "$job/runtime-image.log" >&2; exit 1; }
 cat >"$job/run.sh" <<RUN
 cd /repo/e2e
+export PATH=/job/bin:\$PATH
 export OCIFN_E2E_BIN=/job/ocifn OCIFN_E2E_PREBUILT=1 OCIFN_E2E_RUNTIME_IMAGE=/job/ocifn-runtime.tar OCIFN_E2E_CGROUPV2=1 OCIFN_E2E_TIME_SCALE=4
 start=\$(cut -d' ' -f1 /proc/uptime)
 /job/e2e.test -test.v -test.count=1 -test.timeout=$((timeout - 120))s -test.run '$run' -test.skip '$skip'
