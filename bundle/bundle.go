@@ -111,6 +111,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	}
 	defer func() {
 		if err != nil {
+			_ = removeStateDir(dir)
 			_ = os.RemoveAll(dir)
 			lock.Close()
 		}
@@ -122,9 +123,9 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	}
 	// Each bundle keeps its containers' state to itself, so removing the
 	// bundle removes every trace of its calls.
-	state := filepath.Join(dir, "state")
-	if err := os.Mkdir(state, 0o700); err != nil {
-		return nil, fmt.Errorf("cannot create the runtime state directory %s: %w", state, err)
+	state, err := makeStateDir(dir)
+	if err != nil {
+		return nil, err
 	}
 	b = &Bundle{
 		dir:     dir,

@@ -88,7 +88,7 @@ func Sweep(rt *Runtime, parent string) ([]string, error) {
 			// Held by a live process (or unreadable): not ours.
 			continue
 		}
-		err = remove(dir, &Runtime{path: rt.path, stateDir: filepath.Join(dir, "state")})
+		err = remove(dir, &Runtime{path: rt.path, stateDir: filepath.Join(dir, stateLink)})
 		lock.Close()
 		if err != nil {
 			errs = append(errs, err)
@@ -109,8 +109,9 @@ func remove(dir string, rt *Runtime) error {
 			}
 		}
 	}
+	stateErr := removeStateDir(dir)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("cannot remove the bundle %s: %w", dir, err)
 	}
-	return nil
+	return stateErr
 }

@@ -101,6 +101,37 @@ func containerStates(t *testing.T, cache string) []string {
 	return m
 }
 
+// memoryStateDirs returns the runtime state directories the bundles under
+// a cache directory keep in memory (see bundle.makeStateDir), and fails
+// unless there is one per bundle: /dev/shm is a tmpfs on every machine the
+// tests run on.
+func memoryStateDirs(t *testing.T, cache string) []string {
+	t.Helper()
+	links, _ := filepath.Glob(filepath.Join(cache, "bundle-*", "state"))
+	var dirs []string
+	for _, l := range links {
+		target, err := os.Readlink(l)
+		if err != nil || !strings.HasPrefix(target, "/dev/shm/ocifn-state-") {
+			t.Fatalf("%s: want a symlink to a state directory in /dev/shm, got %q (%v)", l, target, err)
+		}
+		dirs = append(dirs, target)
+	}
+	if len(dirs) == 0 {
+		t.Fatalf("no bundle in %s", cache)
+	}
+	return dirs
+}
+
+// assertRemoved fails for each path that still exists.
+func assertRemoved(t *testing.T, what string, paths []string) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s %s is still there", what, p)
+		}
+	}
+}
+
 // TestTimeout: the adaptor's --timeout ends a hanging function with a Fatal
 // result, killing every process of its container and removing its state
 // within a second; the caller's own deadline gives DeadlineExceeded.
@@ -386,6 +417,7 @@ func TestShutdown(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(300 * time.Millisecond)
+	memory := memoryStateDirs(t, cache)
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	eventually(t, 5*time.Second, "shutting down", func() bool { return strings.Contains(s.stderr.String(), "shutting down") })
 	// Draining: the health service no longer says SERVING.
@@ -405,6 +437,7 @@ func TestShutdown(t *testing.T) {
 	if left, _ := os.ReadDir(cache); len(left) != 0 {
 		t.Errorf("left in the cache directory: %v", left)
 	}
+	assertRemoved(t, "the runtime state directory", memory)
 
 	// Past the grace period.
 	marker := "5353" + strconv.Itoa(os.Getpid())
@@ -440,6 +473,7 @@ func TestRestartAfterKill(t *testing.T) {
 	go func() { _, _ = s.callErr(context.Background(), shRequest(t, "t-orphan", "exec sleep "+marker)) }()
 	eventually(t, 5*time.Second, "the call's process runs", func() bool { return len(processesWith(t, marker)) > 0 })
 	old, _ := filepath.Glob(filepath.Join(cache, "bundle-*"))
+	memory := memoryStateDirs(t, cache)
 	_ = s.cmd.Process.Kill()
 	s.wait(t)
 
@@ -447,11 +481,8 @@ func TestRestartAfterKill(t *testing.T) {
 	if pids := processesWith(t, marker); len(pids) != 0 {
 		t.Errorf("the killed server's function still runs: %v", pids)
 	}
-	for _, d := range old {
-		if _, err := os.Stat(d); err == nil {
-			t.Errorf("the killed server's bundle %s is still there", d)
-		}
-	}
+	assertRemoved(t, "the killed server's bundle", old)
+	assertRemoved(t, "the killed server's runtime state directory", memory)
 	mustContain(t, "restart log", s2.stderr.String(), "removed what an earlier run left")
 	s2.call(t, shRequest(t, "t-after-restart", okScript))
 }
