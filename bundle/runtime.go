@@ -259,7 +259,7 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 	cmd := b.runtime.command(context.Background(), append(args, id)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.ExtraFiles = []*os.File{logW}
-	runErr := cmd.Run()
+	runErr := runToExit(cmd)
 	// The container holds its own copies now.
 	for _, f := range []*os.File{inR, outW, errW, logW} {
 		f.Close()
@@ -393,6 +393,7 @@ func (b *Bundle) release(c *container) {
 // waitPid waits for a process that crun handed to us as subreaper and
 // returns its exit code (128+N for signal N).
 func waitPid(pid int) (int, error) {
+	awaitExit(pid)
 	var ws unix.WaitStatus
 	for {
 		_, err := unix.Wait4(pid, &ws, 0, nil)
