@@ -51,6 +51,10 @@ type Options struct {
 	RangeStart, RangeSize uint32
 	// Network is spec.NetworkNone or spec.NetworkHost.
 	Network string
+	// StateDir is where crun's state directory for the bundle's
+	// containers is made, best a tmpfs (see makeStateDir; empty: in the
+	// bundle).
+	StateDir string
 	// MaxRootfsBytes caps the unpacked size of the image (0: no cap).
 	MaxRootfsBytes int64
 	// Limits cap each call's memory and processes (see PrepareLimits).
@@ -123,7 +127,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	}
 	// Each bundle keeps its containers' state to itself, so removing the
 	// bundle removes every trace of its calls.
-	state, err := makeStateDir(dir)
+	state, err := makeStateDir(dir, o.StateDir)
 	if err != nil {
 		return nil, err
 	}

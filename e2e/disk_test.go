@@ -118,18 +118,57 @@ func TestCacheDiskFullDuringUnpack(t *testing.T) {
 	}
 }
 
-// TestCacheDiskFullDuringACall: the disk of the cache directory, where
-// crun keeps each container's state, fills while serving. The call that
-// meets the full disk gets a Fatal result naming the runtime's error; the
-// server keeps serving, and once space is back calls work again and
-// nothing is left.
+// TestCacheDiskFullDuringACall: the disks ocifn writes to while serving
+// fill up. A full cache disk does not stop calls: crun's state directory
+// is on its own tmpfs (--state-dir). When that one fills, the call that
+// meets it gets a Fatal result naming the runtime's error; the server keeps
+// serving, once space is back calls work again, and nothing is left.
 func TestCacheDiskFullDuringACall(t *testing.T) {
 	mount, cache := smallDisk(t, 64<<20)
+	stateMount, state := smallDisk(t, 1<<20)
 	tmp := t.TempDir()
-	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "0"}, privateTmp(tmp))
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--state-dir", state, "--warm", "0"}, privateTmp(tmp))
 	s.call(t, shRequest(t, "before", okScript))
 
-	// Fill the disk, to the last block.
+	okCall := func(tag string) {
+		t.Helper()
+		rsp := s.call(t, shRequest(t, tag, okScript))
+		if len(rsp.GetResults()) != 0 || rsp.GetDesired().GetResources()["a"] == nil {
+			t.Errorf("call %s: %v", tag, rsp)
+		}
+	}
+	cacheFiller := fill(t, mount)
+	okCall("cache-disk-full")
+	if err := os.Remove(cacheFiller); err != nil {
+		t.Fatal(err)
+	}
+
+	stateFiller := fill(t, stateMount)
+	req := shRequest(t, "full", okScript)
+	rsp := s.call(t, req)
+	wantFatal(t, req, rsp, "could not be run", "crun create")
+	if rs := rsp.GetResults(); len(rs) == 1 {
+		t.Logf("with the state disk full: %s", rs[0].GetMessage())
+		if !strings.Contains(strings.ToLower(rs[0].GetMessage()), "no space left on device") {
+			t.Errorf("the Fatal result does not say the disk is full: %s", rs[0].GetMessage())
+		}
+	}
+	if err := os.Remove(stateFiller); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		okCall(fmt.Sprintf("after-%d", i))
+	}
+	assertNoLeaks(t, s, cache, tmp)
+	if left, _ := filepath.Glob(filepath.Join(state, "*", "*")); len(left) != 0 {
+		t.Errorf("container state left: %v", left)
+	}
+}
+
+// fill writes a file in the file system mounted at mount until no block is
+// left, and returns its path.
+func fill(t *testing.T, mount string) string {
+	t.Helper()
 	filler := filepath.Join(mount, "filler")
 	f, err := os.Create(filler)
 	if err != nil {
@@ -138,28 +177,9 @@ func TestCacheDiskFullDuringACall(t *testing.T) {
 	_, err = io.Copy(f, zeroReader{})
 	f.Close()
 	if err == nil || !strings.Contains(err.Error(), "no space left on device") {
-		t.Fatalf("filling the disk: %v", err)
+		t.Fatalf("filling %s: %v", mount, err)
 	}
-	req := shRequest(t, "full", okScript)
-	rsp := s.call(t, req)
-	wantFatal(t, req, rsp, "could not be run", "crun create")
-	if rs := rsp.GetResults(); len(rs) == 1 {
-		t.Logf("with the disk full: %s", rs[0].GetMessage())
-		if !strings.Contains(strings.ToLower(rs[0].GetMessage()), "no space left on device") {
-			t.Errorf("the Fatal result does not say the disk is full: %s", rs[0].GetMessage())
-		}
-	}
-
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3 {
-		rsp := s.call(t, shRequest(t, fmt.Sprintf("after-%d", i), okScript))
-		if len(rsp.GetResults()) != 0 || rsp.GetDesired().GetResources()["a"] == nil {
-			t.Errorf("a call once space is back: %v", rsp)
-		}
-	}
-	assertNoLeaks(t, s, cache, tmp)
+	return filler
 }
 
 // faultyRuntime writes a wrapper of crun for --runtime that does what the

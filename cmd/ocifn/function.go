@@ -27,6 +27,7 @@ import (
 type functionFlags struct {
 	image          string
 	cacheDir       string
+	stateDir       string
 	runtime        string
 	network        string
 	timeout        time.Duration
@@ -51,7 +52,8 @@ type functionFlags struct {
 
 func (o *functionFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&o.image, "image", "", "image to run when the tarball holds several")
-	f.StringVar(&o.cacheDir, "cache-dir", defaultCacheDir(), "directory for the unpacked image and container state")
+	f.StringVar(&o.cacheDir, "cache-dir", defaultCacheDir(), "directory for the unpacked image")
+	f.StringVar(&o.stateDir, "state-dir", bundle.DefaultStateDir, "directory, best a tmpfs, where crun keeps each container's state while it lives (empty or unusable: in --cache-dir)")
 	f.StringVar(&o.runtime, "runtime", "crun", "OCI runtime binary: a path, or a name looked up on PATH")
 	f.StringVar(&o.network, "network", spec.NetworkNone, "network of each call: none (loopback only) or host")
 	f.DurationVar(&o.timeout, "timeout", adaptor.DefaultTimeout, "longest a call may run; the caller's deadline applies too")
@@ -136,7 +138,7 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		log.Info("removed what an earlier run left in the cache directory", "directories", removed)
 	}
 	b, err := bundle.Create(ctx, rt, img.Image(), o.cacheDir, bundle.Options{
-		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network, Warm: o.warm, WarmMax: o.warmMax, WarmIdle: o.warmIdle,
+		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network, StateDir: o.stateDir, Warm: o.warm, WarmMax: o.warmMax, WarmIdle: o.warmIdle,
 		MaxRootfsBytes: int64(o.maxRootfsBytes), Limits: o.limits(log),
 		Warn: func(w oci.Warning) {
 			log.Warn("image entry neutralised", "layer", w.Layer, "entry", w.Entry, "reason", w.Reason)
