@@ -26,6 +26,8 @@ import (
 type sealedBinary struct {
 	once sync.Once
 	f    *os.File
+	// path executes f.
+	path string
 }
 
 // crunSeals are the seals crun's is_self_cloned() requires, all of them.
@@ -39,17 +41,28 @@ func (s *sealedBinary) exe(path string) string {
 	}
 	s.once.Do(func() {
 		f, err := sealedCopy(path)
-		if err == nil {
-			s.f = f
+		if err != nil {
+			return
 		}
+		// The file is close-on-exec: the kernel opens the path before it
+		// closes those descriptors, so a child can still execute it, and
+		// crun itself does not inherit it. The path names this process's
+		// descriptor, not the child's: before it executes, Go's child
+		// moves descriptors of its own onto numbers above the ones it
+		// passes, which may be this one's. It must lead to the copy
+		// (a /proc of another pid namespace would not).
+		s.path = fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), f.Fd())
+		info, err := f.Stat()
+		if viaProc, perr := os.Stat(s.path); err != nil || perr != nil || !os.SameFile(info, viaProc) {
+			f.Close()
+			return
+		}
+		s.f = f
 	})
 	if s.f == nil {
 		return path
 	}
-	// The file is close-on-exec: the kernel opens the path before it
-	// closes those descriptors, so a child can still execute it, and
-	// crun itself does not inherit it.
-	return fmt.Sprintf("/proc/self/fd/%d", s.f.Fd())
+	return s.path
 }
 
 // elfMagic starts every ELF executable.

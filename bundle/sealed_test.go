@@ -56,3 +56,53 @@ func TestSealedBinaryLeavesScriptsAlone(t *testing.T) {
 		t.Errorf("running the script: %v", err)
 	}
 }
+
+// TestSealedBinaryWhateverTheChildsDescriptors: the copy runs even when the
+// child's descriptors end just below it. Go's fork moves its status pipe,
+// when it has a lower number, to the first descriptor above those it
+// passes; a path through the child's /proc/self/fd then named that pipe,
+// and exec failed with EACCES.
+func TestSealedBinaryWhateverTheChildsDescriptors(t *testing.T) {
+	path, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("no true binary")
+	}
+	// Free descriptors below the copy, for the status pipe to take.
+	var holes []*os.File
+	for range 16 {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holes = append(holes, f)
+	}
+	s := &sealedBinary{}
+	exe := s.exe(path)
+	for _, f := range holes {
+		f.Close()
+	}
+	if s.f == nil {
+		t.Fatalf("no sealed copy of %s was made", path)
+	}
+	// The child gets one descriptor, the copy's minus one, as its
+	// standard streams and first extra file.
+	below := int(s.f.Fd()) - 1
+	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	if err := unix.Dup3(int(devNull.Fd()), below, unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	passed := os.NewFile(uintptr(below), "below the copy")
+	defer passed.Close()
+	for range 3 {
+		cmd := exec.Command(exe)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = passed, passed, passed
+		cmd.ExtraFiles = []*os.File{passed}
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("running %s with descriptor %d passed: %v", exe, below, err)
+		}
+	}
+}
