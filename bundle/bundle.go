@@ -186,6 +186,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	if err != nil {
 		return nil, fmt.Errorf("cannot derive the runtime config from the image config: %w", err)
 	}
+	compileSeccomp(s)
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("cannot encode the runtime config: %w", err)
@@ -195,7 +196,8 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	}
 	b.spec = s
 	if o.Warm > 0 {
-		// A server: compiling seccomp once pays from the second call.
+		// A server: where compileSeccomp could not, having crun compile
+		// seccomp once pays from the second call.
 		b.precompileSeccomp()
 		b.startPool(PoolOptions{Min: o.Warm, Max: o.WarmMax, Idle: o.WarmIdle})
 	}

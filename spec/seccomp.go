@@ -77,10 +77,13 @@ const (
 // Seccomp returns the default seccomp profile of every function container
 // for the architecture ocifn runs on.
 func Seccomp() *rspec.LinuxSeccomp {
-	return seccompFor(runtime.GOARCH)
+	return SeccompFor(runtime.GOARCH)
 }
 
-func seccompFor(goarch string) *rspec.LinuxSeccomp {
+// SeccompFor returns the default profile for the Go architecture goarch
+// (its syscall tables are generated for amd64 and arm64, see
+// internal/seccompbpf).
+func SeccompFor(goarch string) *rspec.LinuxSeccomp {
 	eperm, enosys := SeccompErrno, SeccompENOSYS
 	s := &rspec.LinuxSeccomp{
 		DefaultAction: rspec.ActAllow,

@@ -41,7 +41,7 @@ func TestGenerateSeccomp(t *testing.T) {
 			t.Errorf("%s: errno %d, want ENOSYS", n, errnoOf[n])
 		}
 	}
-	if got := seccompFor("amd64").Architectures; !slices.Equal(got, []rspec.Arch{rspec.ArchX86_64, rspec.ArchX86, rspec.ArchX32}) {
+	if got := SeccompFor("amd64").Architectures; !slices.Equal(got, []rspec.Arch{rspec.ArchX86_64, rspec.ArchX86, rspec.ArchX32}) {
 		t.Errorf("amd64 architectures %v: every ABI the CPU runs must be filtered", got)
 	}
 }
