@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,6 +88,15 @@ var servingLine = regexp.MustCompile(`msg=serving address=(\S+)`)
 // startServer starts ocifn serve and waits until it serves; it returns how
 // long that took.
 func startServer(ocifn, tarball, cache string, extra ...string) (*server, error) {
+	// Each server runs its own copy of the binary: servers running at the
+	// same time would otherwise share the binary's pages, and PSS would
+	// give each only a part of them, making every server look smaller than
+	// it is alone.
+	own := cache + ".ocifn"
+	if err := copyExecutable(ocifn, own); err != nil {
+		return nil, err
+	}
+	ocifn = own
 	args := append([]string{"serve", "--insecure", "--tarball", tarball, "--address", "127.0.0.1:0", "--metrics-address", "", "--cache=false", "--cache-dir", cache}, extra...)
 	cmd := exec.Command(ocifn, args...)
 	pr, pw, err := os.Pipe()
@@ -292,4 +302,22 @@ func (p *podman) call(ctx context.Context, _ int) error {
 	args := append(append([]string{}, p.base...), "run", "--rm", "-i", "--network", "none",
 		"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", p.image)
 	return runWithInput(exec.CommandContext(ctx, "podman", args...), p.input)
+}
+
+// copyExecutable copies the executable src to dst.
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
