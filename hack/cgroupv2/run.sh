@@ -54,6 +54,7 @@ OCIFN_BIN=$job/ocifn hack/runtime-image.sh "$job/ocifn-runtime.tar" >"$job/runti
 cat >"$job/run.sh" <<RUN
 cd /repo/e2e
 export PATH=/job/bin:\$PATH
+echo "guest: runtime \$(command -v crun): \$(crun --version | tr '\\n' ' ')"
 export OCIFN_E2E_BIN=/job/ocifn OCIFN_E2E_PREBUILT=1 OCIFN_E2E_RUNTIME_IMAGE=/job/ocifn-runtime.tar OCIFN_E2E_CGROUPV2=1 OCIFN_E2E_TIME_SCALE=4
 start=\$(cut -d' ' -f1 /proc/uptime)
 /job/e2e.test -test.v -test.count=1 -test.timeout=$((timeout - 120))s -test.run '$run' -test.skip '$skip'
