@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/crossplane/crossplane-runtime/v2/pkg/fieldpath"
+	"github.com/ocifn/ocifn/internal/fieldpath"
 )
 
 // Connection detail types: where an XR connection detail derived from a
@@ -67,7 +67,7 @@ func deriveConnectionDetails(observed map[string]any, conn map[string][]byte, ru
 			if observed == nil {
 				continue
 			}
-			if v, ok := fieldValue(fieldpath.Pave(observed), *r.FromFieldPath); ok {
+			if v, ok := fieldValue(fieldpath.Object(observed), *r.FromFieldPath); ok {
 				out[name] = v
 			}
 		default:
@@ -79,7 +79,7 @@ func deriveConnectionDetails(observed map[string]any, conn map[string][]byte, ru
 
 // fieldValue reads a field as Crossplane 1.13 did for a connection detail: a
 // string as it is, anything else as JSON.
-func fieldValue(p *fieldpath.Paved, path string) ([]byte, bool) {
+func fieldValue(p fieldpath.Object, path string) ([]byte, bool) {
 	if s, err := p.GetString(path); err == nil {
 		return []byte(s), true
 	}

@@ -151,8 +151,9 @@ func TestFunctionIODecodeReadiness(t *testing.T) {
 		"unknown_type_is_an_error":        {"[{type: Sometimes}]", 0, `desired.resources[0] (bucket): readinessChecks[0]: unknown type "Sometimes"`},
 		"match_string_without_string":     {"[{type: MatchString, fieldPath: status.phase}]", 0, `readinessChecks[0]: type "MatchString" requires matchString`},
 		"non_empty_without_path":          {"[{type: NonEmpty}]", 0, `type "NonEmpty" requires fieldPath`},
-		"match_integer_not_an_integer":    {"[{type: MatchInteger, fieldPath: status.phase, matchInteger: 1}]", 0, `status.phase: not a (int64) number`},
+		"match_integer_not_an_integer":    {"[{type: MatchInteger, fieldPath: status.phase, matchInteger: 1}]", 0, `status.phase: a string, not an integer`},
 		"match_condition_without_details": {"[{type: MatchCondition}]", 0, `requires matchCondition`},
+		"invalid_field_path":              {"[{type: NonEmpty, fieldPath: 'status..phase'}]", 0, `readinessChecks[0]: invalid field path "status..phase": unexpected '.' at position 7`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -3,7 +3,7 @@ package codec
 import (
 	"fmt"
 
-	"github.com/crossplane/crossplane-runtime/v2/pkg/fieldpath"
+	"github.com/ocifn/ocifn/internal/fieldpath"
 )
 
 // Readiness check types, as Crossplane 1.13 took them from a Composition's
@@ -64,7 +64,7 @@ func (c readinessCheck) validate() error {
 
 // ready runs the check against an observed resource. A field that is not
 // there makes the resource not ready, not an error: it may appear later.
-func (c readinessCheck) ready(p *fieldpath.Paved) (bool, error) {
+func (c readinessCheck) ready(p fieldpath.Object) (bool, error) {
 	if err := c.validate(); err != nil {
 		return false, err
 	}
@@ -114,7 +114,7 @@ func found(err error) (bool, error) {
 
 // conditionStatus is the status of the resource's condition of the given
 // type, "Unknown" when it has none, as Crossplane reads conditions.
-func conditionStatus(p *fieldpath.Paved, conditionType string) string {
+func conditionStatus(p fieldpath.Object, conditionType string) string {
 	var conds []struct {
 		Type   string `json:"type"`
 		Status string `json:"status"`
@@ -134,7 +134,7 @@ func conditionStatus(p *fieldpath.Paved, conditionType string) string {
 // checks, all of which must pass. With no checks, the resource is ready
 // when its Ready condition is True, Crossplane 1.13's default.
 func resourceReady(observed map[string]any, checks []readinessCheck) (bool, error) {
-	p := fieldpath.Pave(observed)
+	p := fieldpath.Object(observed)
 	if len(checks) == 0 {
 		return conditionStatus(p, "Ready") == "True", nil
 	}

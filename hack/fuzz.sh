@@ -35,6 +35,7 @@ targets=("$@")
 	./codec:FuzzKRMDecode
 	./codec:FuzzKRMRoundTrip
 	./adaptor:FuzzContract
+	./internal/fieldpath:FuzzFieldPath
 	./oci:FuzzOpen
 	./oci:FuzzUnpack
 )
