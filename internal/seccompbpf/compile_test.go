@@ -92,7 +92,10 @@ func libseccompProgram(t *testing.T, p *rspec.LinuxSeccomp) []unix.SockFilter {
 		// crun wants at least one mount.
 		Mounts: []rspec.Mount{{Destination: "/dev", Type: "tmpfs", Source: "tmpfs"}},
 		Linux: &rspec.Linux{
-			Namespaces:  []rspec.LinuxNamespace{{Type: rspec.UserNamespace}, {Type: rspec.MountNamespace}},
+			// A pid namespace of its own: without one, crun delete
+			// --force left the created container's process running,
+			// two leaked processes per run of the test.
+			Namespaces:  []rspec.LinuxNamespace{{Type: rspec.UserNamespace}, {Type: rspec.MountNamespace}, {Type: rspec.PIDNamespace}},
 			UIDMappings: id, GIDMappings: gid,
 			Seccomp: p,
 		},
