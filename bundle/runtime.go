@@ -146,15 +146,7 @@ func (b *Bundle) startedWith(call *Call) (*container, error) {
 		return nil, err
 	}
 	defer os.Remove(config)
-	c, err := b.createWith(config)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.start(); err != nil {
-		c.discard()
-		return nil, &RuntimeError{Op: "start", Message: err.Error()}
-	}
-	return c, nil
+	return b.createStarted(config)
 }
 
 // started returns a container whose process runs the entrypoint: a warm
@@ -169,7 +161,13 @@ func (b *Bundle) started() (*container, error) {
 		c.discard()
 		b.misses.Add(1)
 	}
-	c, err := b.create()
+	return b.createStarted("")
+}
+
+// createStarted creates a container from the config file config (empty:
+// the bundle's own) and starts it.
+func (b *Bundle) createStarted(config string) (*container, error) {
+	c, err := b.createWith(config)
 	if err != nil {
 		return nil, err
 	}

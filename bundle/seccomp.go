@@ -38,6 +38,12 @@ func compileSeccomp(s *rspec.Spec) {
 	if err != nil {
 		return // another architecture: see precompileSeccomp
 	}
+	setSeccompBPF(s, bpf)
+}
+
+// setSeccompBPF records bpf in s's seccompBPFAnnotation, in a copy of the
+// annotations: s may share its map with another spec.
+func setSeccompBPF(s *rspec.Spec, bpf []byte) {
 	s.Annotations = maps.Clone(s.Annotations)
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
@@ -68,11 +74,7 @@ func (b *Bundle) precompileSeccomp() {
 		return
 	}
 	s := *b.spec
-	s.Annotations = maps.Clone(s.Annotations)
-	if s.Annotations == nil {
-		s.Annotations = map[string]string{}
-	}
-	s.Annotations[seccompBPFAnnotation] = base64.StdEncoding.EncodeToString(bpf)
+	setSeccompBPF(&s, bpf)
 	data, err := json.MarshalIndent(&s, "", "  ")
 	if err != nil {
 		return
