@@ -290,5 +290,6 @@ func (c *container) discard() {
 	c.stderr.Close()
 	c.rt.forceDelete(c.id)
 	_, _ = waitPid(c.pid)
+	c.unmount()
 	c.log.wait()
 }

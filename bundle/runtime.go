@@ -196,6 +196,9 @@ type container struct {
 	// cgroup is the container's own cgroup directory, when calls run in
 	// cgroups of their own.
 	cgroup string
+	// mountNS holds the container's mount namespace (nil: not held); see
+	// holdMountNamespace.
+	mountNS *os.File
 }
 
 // create asks crun to create a container whose process waits for `crun
@@ -282,7 +285,37 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 		}
 		return nil, &RuntimeError{Op: "create", Message: msg}
 	}
-	return &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log, cgroup: cgroupOf(pid)}, nil
+	return &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log, cgroup: cgroupOf(pid), mountNS: holdMountNamespace(pid)}, nil
+}
+
+// holdMountNamespace returns a reference to the mount namespace of process
+// pid, or nil if it cannot be had.
+//
+// Why: when the last process of a mount namespace exits, the kernel
+// unmounts the whole tree and waits for an expedited RCU grace period
+// (which interrupts every CPU) before that process becomes a zombie, so
+// all of it lay between the function's exit and its answer: 0.2-0.4 ms per
+// call, measured (README Performance). While ocifn holds the namespace, the
+// exit leaves it standing, and the unmounting happens when release closes
+// the reference, after the answer. The container is no less isolated: its
+// processes are gone, and nothing can enter the namespace through a
+// descriptor that only ocifn has (close-on-exec, so no container inherits
+// it).
+func holdMountNamespace(pid int) *os.File {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+	if err != nil {
+		return nil // the teardown stays on the call's path; nothing else changes
+	}
+	return f
+}
+
+// unmount lets go of the container's mount namespace, if held: with its
+// processes gone, the kernel unmounts its tree now.
+func (c *container) unmount() {
+	if c.mountNS != nil {
+		c.mountNS.Close()
+		c.mountNS = nil
+	}
 }
 
 // wait feeds the running container its input, copies its output, and waits
@@ -379,6 +412,7 @@ func (b *Bundle) release(c *container) {
 		if b.pool != nil {
 			defer b.pool.poke()
 		}
+		defer c.unmount()
 		if c.reaped && cgroupManagerFlag() == "--cgroup-manager=disabled" &&
 			os.RemoveAll(filepath.Join(c.rt.stateDir, c.id)) == nil {
 			return

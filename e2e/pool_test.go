@@ -2,6 +2,10 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,4 +78,70 @@ func TestWarmPoolFollowsCalls(t *testing.T) {
 func (s *server) warmContainers(t *testing.T) int {
 	t.Helper()
 	return int(metricValue(t, scrape(t, s.metricsURL(t)), "ocifn_warm_containers"))
+}
+
+// TestMountNamespacesHeldOnlyForLiveContainers: ocifn keeps a reference to
+// each container's mount namespace, so that the kernel's unmounting is not
+// on the call's path (README Performance), and lets it go once the call is
+// answered. After many calls it holds exactly the namespaces of its warm
+// containers, not one per call made, and after the pool scaled to zero it
+// holds none. The server runs without a garbage collector, whose
+// finalizers would otherwise close descriptors that ocifn forgot.
+func TestMountNamespacesHeldOnlyForLiveContainers(t *testing.T) {
+	cache := cacheDir(t)
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache,
+		"--warm", "2", "--warm-idle", "5s", "--metrics-address", "127.0.0.1:0"}, withEnv("GOGC=off"))
+	for i := range 12 {
+		if rsp := s.call(t, shRequest(t, fmt.Sprintf("call-%d", i), okScript)); len(rsp.GetResults()) > 0 {
+			t.Fatalf("call %d: %v", i, rsp.GetResults())
+		}
+	}
+	var held, warm []string
+	for deadline := time.Now().Add(4 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		held, warm = mountNamespaces(t, s.cmd.Process.Pid)
+		if s.warmContainers(t) == 2 && len(warm) == 2 && slices.Equal(held, warm) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 12 calls ocifn holds %d mount namespaces %v; want those of its 2 warm containers %v", len(held), held, warm)
+		}
+	}
+	eventually(t, 15*time.Second, "no mount namespace held after --warm-idle", func() bool {
+		held, warm = mountNamespaces(t, s.cmd.Process.Pid)
+		return s.warmContainers(t) == 0 && len(held) == 0 && len(warm) == 0
+	})
+}
+
+// mountNamespaces returns, sorted, the mount namespaces that the processes
+// of the tree under pid (ocifn serve) hold by a descriptor, and those that
+// its other processes (containers) run in.
+func mountNamespaces(t *testing.T, pid int) (held, containers []string) {
+	t.Helper()
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	ocifn, other := map[string]bool{}, map[string]bool{}
+	for _, p := range append(descendants(t, pid), pid) {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", p))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if e, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", p)); e == exe {
+			ocifn[ns] = true
+		} else {
+			other[ns] = true
+		}
+		fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", p))
+		for _, fd := range fds {
+			if l, err := os.Readlink(fd); err == nil && strings.HasPrefix(l, "mnt:[") {
+				held = append(held, l)
+			}
+		}
+	}
+	for ns := range other {
+		if !ocifn[ns] {
+			containers = append(containers, ns)
+		}
+	}
+	slices.Sort(held)
+	slices.Sort(containers)
+	return held, containers
 }
