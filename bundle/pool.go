@@ -14,9 +14,13 @@ import (
 // Its size follows the calls. It holds at least min containers, and as
 // many as the most calls that ran at once in the current or the last
 // window (up to max): a closed loop or a burst of N clients then finds N
-// containers ready on its next round. At each window's end the size falls
-// back to what that window needed. After idle without a call it holds
-// none at all, and the next call refills it.
+// containers ready on its next round. Calls that come faster than crun
+// refills it need more: a call that finds no container although the pool
+// was as large as the calls running (the refill was outrun, not the size)
+// adds one container of headroom, and each window without such a miss
+// takes one back. At each window's end the size falls back to what that
+// window needed. After idle without a call it holds none at all, and the
+// next call refills it.
 type warmPool struct {
 	min, max int
 	idle     time.Duration
@@ -33,8 +37,14 @@ type warmPool struct {
 	// peak and lastPeak are the most calls in flight at once in the
 	// current and the previous window.
 	peak, lastPeak int
-	lastCall       time.Time
-	stopped        bool
+	// headroom is how many containers the pool holds beyond the calls
+	// that run at once, for calls that come faster than it refills;
+	// outrun says that a call found it empty in the current window
+	// although it was as large as the calls running.
+	headroom int
+	outrun   bool
+	lastCall time.Time
+	stopped  bool
 
 	wake chan struct{}
 	stop chan struct{}
@@ -108,7 +118,7 @@ func (p *warmPool) poke() {
 // want is the size the pool should have for the calls seen lately.
 // p.mu is held.
 func (p *warmPool) want() int {
-	return min(p.max, max(p.min, p.peak, p.lastPeak))
+	return min(p.max, max(p.min, p.peak, p.lastPeak)+p.headroom)
 }
 
 // take returns a warm container, or nil when the pool is empty or off, and
@@ -126,15 +136,18 @@ func (b *Bundle) take() *container {
 	p.inFlight++
 	p.peak = max(p.peak, p.inFlight)
 	p.lastCall = time.Now()
-	grew := false
-	if w := p.want(); w > p.target {
-		p.target, grew = w, true
-	}
 	var c *container
 	if n := len(p.ready); n > 0 {
 		c = p.ready[0]
 		p.ready[0] = nil
 		p.ready = p.ready[1:]
+	} else if p.inFlight <= p.target && p.want() < p.max {
+		p.headroom++
+		p.outrun = true
+	}
+	grew := false
+	if w := p.want(); w > p.target {
+		p.target, grew = w, true
 	}
 	p.mu.Unlock()
 	if c == nil {
@@ -219,11 +232,15 @@ func (p *warmPool) housekeep() {
 			p.mu.Lock()
 			if !now.Before(windowEnd) {
 				p.lastPeak, p.peak = p.peak, p.inFlight
+				if !p.outrun && p.headroom > 0 {
+					p.headroom--
+				}
+				p.outrun = false
 				windowEnd = now.Add(p.window)
 				p.target = p.want()
 			}
 			if p.idle > 0 && p.inFlight == 0 && now.Sub(p.lastCall) >= p.idle {
-				p.target, p.peak, p.lastPeak = 0, 0, 0
+				p.target, p.peak, p.lastPeak, p.headroom = 0, 0, 0, 0
 			}
 			var excess []*container
 			if n := len(p.ready) - p.target; n > 0 {

@@ -80,6 +80,33 @@ func (s *server) warmContainers(t *testing.T) int {
 	return int(metricValue(t, scrape(t, s.metricsURL(t)), "ocifn_warm_containers"))
 }
 
+// TestWarmPoolKeepsUpWithAClosedLoop: one client calling again as soon as
+// it has its answer keeps a single call running, yet consumes containers
+// faster than crun makes them with a pool of --warm 2 (29% of such calls
+// found it empty before the pool learned headroom). A call that finds the
+// pool empty although it was as large as the calls running grows it, so
+// most of the loop's calls find a container ready.
+func TestWarmPoolKeepsUpWithAClosedLoop(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("trivial.tar"), "--warm", "2", "--metrics-address", "127.0.0.1:0"})
+	url := s.metricsURL(t)
+	metric := func(series string) float64 { return metricValue(t, scrape(t, url), series) }
+	eventually(t, 10*time.Second, "two warm containers at start", func() bool { return metric("ocifn_warm_containers") == 2 })
+	const calls = 300
+	for i := range calls {
+		if rsp := s.call(t, &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: fmt.Sprint(i)}}); len(rsp.GetResults()) > 0 {
+			t.Fatalf("call %d: %v", i, rsp.GetResults())
+		}
+	}
+	misses, target := metric("ocifn_warm_misses_total"), metric("ocifn_warm_target")
+	t.Logf("%v of %d calls found no warm container; the pool fills up to %v", misses, calls, target)
+	if misses > 0 && target <= 2 {
+		t.Errorf("%v calls found the pool empty while one call ran at a time, and it still fills up to %v, not more than --warm 2", misses, target)
+	}
+	if misses > calls/10 {
+		t.Errorf("%v of %d calls in a closed loop found no warm container, want at most a tenth", misses, calls)
+	}
+}
+
 // TestMountNamespacesHeldOnlyForLiveContainers: ocifn keeps a reference to
 // each container's mount namespace, so that the kernel's unmounting is not
 // on the call's path (README Performance), and lets it go once the call is

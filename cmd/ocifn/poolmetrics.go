@@ -20,7 +20,7 @@ func registerPoolMetrics(reg prometheus.Registerer, b *bundle.Bundle) {
 		}, func() float64 { return float64(b.PoolStats().Ready) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ocifn_warm_target",
-			Help: "Containers the warm pool fills up to now: --warm, more while calls overlap, 0 after --warm-idle without a call.",
+			Help: "Containers the warm pool fills up to now: --warm, more while calls overlap or outrun its refill, 0 after --warm-idle without a call.",
 		}, func() float64 { return float64(b.PoolStats().Target) }),
 	)
 }
