@@ -59,11 +59,6 @@ const (
 	OutcomeRejected = hook.Rejected
 )
 
-const (
-	// stderrTailBytes is how much of the end of stderr a Fatal result quotes.
-	stderrTailBytes = 2048
-)
-
 // Result is the outcome of one call, for the caller's logs.
 type Result struct {
 	Response *fnv1.RunFunctionResponse

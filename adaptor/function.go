@@ -28,8 +28,6 @@ const (
 	DefaultTimeout = 25 * time.Second
 	// DefaultMaxOutputBytes caps what a function may print on stdout.
 	DefaultMaxOutputBytes = 64 << 20
-	// stderrLogBytes bounds how much of one call's stderr is logged.
-	stderrLogBytes = 64 << 10
 )
 
 // DefaultMaxConcurrency is how many calls run at once by default: functions
@@ -203,7 +201,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 	defer cancel()
 
 	stdout := &cappedBuffer{max: f.maxOutputBytes}
-	stderr := newStderrSink(f.log.With("tag", req.GetMeta().GetTag()), stderrLogBytes, stderrTailBytes)
+	stderr := hook.NewStderrLog(f.log.With("tag", req.GetMeta().GetTag()), hook.StderrLogBytes, hook.StderrTailBytes)
 	call.Ran = time.Now()
 	exit, runErr := f.runner.Run(callCtx, bytes.NewReader(in), stdout, stderr)
 	stderr.Flush()

@@ -1,7 +1,6 @@
 package adaptor
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -122,19 +121,5 @@ func TestRunCallerDeadlineIsAStatus(t *testing.T) {
 	_, err := NewFunction(&scriptedRunner{block: true}, quiet()).Run(ctx, request(t, req1))
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("got %v, want DeadlineExceeded", err)
-	}
-}
-
-func TestStderrSink(t *testing.T) {
-	var logged bytes.Buffer
-	s := newStderrSink(slog.New(slog.NewTextHandler(&logged, nil)), 20, 8)
-	_, _ = s.Write([]byte("first\nsecond line that is long\nthird"))
-	s.Flush()
-	if string(s.Tail()) != "ng\nthird" {
-		t.Errorf("tail: got %q, want the last 8 bytes", s.Tail())
-	}
-	out := logged.String()
-	if !strings.Contains(out, "line=first") || !strings.Contains(out, "bytes_dropped") || strings.Contains(out, "second line") {
-		t.Errorf("log:\n%s", out)
 	}
 }

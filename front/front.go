@@ -117,11 +117,3 @@ func (c *Capped) Write(p []byte) (int, error) {
 
 // Bytes returns what was collected.
 func (c *Capped) Bytes() []byte { return c.buf.Bytes() }
-
-// Tail returns at most n bytes from the end of b.
-func Tail(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
-}

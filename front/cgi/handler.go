@@ -1,12 +1,10 @@
 package cgi
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -18,12 +16,6 @@ import (
 	"github.com/ocifn/ocifn/front"
 	"github.com/ocifn/ocifn/hook"
 )
-
-// stderrTailBytes is how much of the end of stderr a 500 answer quotes.
-const stderrTailBytes = 2048
-
-// stderrLogBytes bounds how much of one call's stderr is logged.
-const stderrLogBytes = 64 << 10
 
 // Handler runs each request as one CGI call.
 type Handler struct{ cfg *front.Config }
@@ -74,8 +66,10 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		call.Err = err
 		return fail(hook.Error, http.StatusServiceUnavailable, err.Error())
 	}
-	logStderr(h.cfg.Log.With("tag", call.Tag), out.Stderr)
-	tail := front.Tail(out.Stderr, stderrTailBytes)
+	stderr := hook.NewStderrLog(h.cfg.Log.With("tag", call.Tag), hook.StderrLogBytes, hook.StderrTailBytes)
+	_, _ = stderr.Write(out.Stderr)
+	stderr.Flush()
+	tail := stderr.Tail()
 	switch {
 	case out.TimedOut:
 		// Kubeless answers a call past its timeout with 408.
@@ -108,24 +102,4 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	_, _ = w.Write(rsp.Body)
 	call.Outcome = hook.OK
 	return rsp.Status
-}
-
-// logStderr logs a call's stderr line by line, up to a budget.
-func logStderr(log *slog.Logger, stderr []byte) {
-	if len(stderr) == 0 {
-		return
-	}
-	logged := stderr[:min(len(stderr), stderrLogBytes)]
-	for len(logged) > 0 {
-		line := logged
-		if i := bytes.IndexByte(logged, '\n'); i >= 0 {
-			line, logged = logged[:i], logged[i+1:]
-		} else {
-			logged = nil
-		}
-		log.Info(hook.StderrMessage, "line", string(line))
-	}
-	if len(stderr) > stderrLogBytes {
-		log.Warn("function stderr not logged in full", "bytes_dropped", len(stderr)-stderrLogBytes)
-	}
 }
