@@ -18,6 +18,7 @@ import (
 
 	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/codec"
+	"github.com/ocifn/ocifn/front"
 	"github.com/ocifn/ocifn/hook"
 )
 
@@ -128,10 +129,6 @@ const reasonInvalidOutput = "the function's output is not a valid RunFunctionRes
 // tracerName names the tracer of the response.parse span.
 const tracerName = "github.com/ocifn/ocifn/adaptor"
 
-// errTimeout is the cause of a call's context when the adaptor's own
-// timeout ends it.
-var errTimeout = errors.New("function timeout")
-
 // Run runs one call and returns the response the caller gets. Errors are
 // gRPC status errors about the call itself; everything that goes wrong with
 // the function becomes a Fatal result instead.
@@ -197,16 +194,16 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 	if err != nil {
 		return Result{}, status.Errorf(grpccodes.InvalidArgument, "cannot encode the request for the %s I/O mode: %v", f.codec.Name(), err)
 	}
-	callCtx, cancel := context.WithTimeoutCause(ctx, f.timeout, errTimeout)
+	callCtx, cancel := context.WithTimeoutCause(ctx, f.timeout, front.ErrTimeout)
 	defer cancel()
 
-	stdout := &cappedBuffer{max: f.maxOutputBytes}
+	stdout := &front.Capped{Max: f.maxOutputBytes}
 	stderr := hook.NewStderrLog(f.log.With("tag", req.GetMeta().GetTag()), hook.StderrLogBytes, hook.StderrTailBytes)
 	call.Ran = time.Now()
 	exit, runErr := f.runner.Run(callCtx, bytes.NewReader(in), stdout, stderr)
 	stderr.Flush()
 	call.Exit = hook.Exit{Code: exit.Code, Start: exit.Start, Duration: exit.Duration}
-	call.StdinBytes, call.StdoutBytes = len(in), stdout.buf.Len()
+	call.StdinBytes, call.StdoutBytes = len(in), len(stdout.Bytes())
 
 	res := Result{Exit: exit}
 	// The Fatal result tells the caller everything; the log line's reason
@@ -222,9 +219,9 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		// The caller's own deadline passed, or it went away: it gets a
 		// status, not a response it can no longer use.
 		return res, status.FromContextError(ctx.Err()).Err()
-	case runErr != nil && errors.Is(context.Cause(callCtx), errTimeout):
+	case runErr != nil && errors.Is(context.Cause(callCtx), front.ErrTimeout):
 		return fail(OutcomeTimeout, fmt.Sprintf("the function ran longer than the limit of %s and was stopped", f.timeout))
-	case stdout.overflow:
+	case stdout.Overflow:
 		return fail(OutcomeFatal, fmt.Sprintf("the function printed more than the limit of %d bytes on stdout", f.maxOutputBytes))
 	case runErr != nil:
 		return fail(OutcomeFatal, fmt.Sprintf("the function could not be run: %v", runErr))
@@ -236,7 +233,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		// Some modes' functions still answer when they fail: a KRM
 		// function exits 1 when a result is an error and prints its
 		// ResourceList, whose results say why.
-		if fd, ok := f.codec.(codec.FailureDecoder); ok && stdout.buf.Len() > 0 {
+		if fd, ok := f.codec.(codec.FailureDecoder); ok && len(stdout.Bytes()) > 0 {
 			if rsp, err := fd.DecodeFailure(req, stdout.Bytes()); err == nil {
 				complete(req, rsp)
 				if !hasFatal(rsp) {

@@ -1,8 +1,9 @@
 // Package front holds what the HTTP fronts (OpenWhisk's action proxy, CGI
 // functions) share: running one call through the admission gate, the
 // timeout and the hook chain, and the HTTP server with its health and
-// metrics endpoints. A front owns its protocol; the runner and the hooks
-// are the same for every front.
+// metrics endpoints; the Crossplane front (package adaptor) shares its
+// output cap and timeout cause. A front owns its protocol; the runner and
+// the hooks are the same for every front.
 package front
 
 import (
@@ -100,7 +101,9 @@ func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdi
 // gets EPIPE.
 var errOutputLimit = errors.New("output limit reached")
 
-// Capped collects up to Max bytes and fails writes beyond.
+// Capped collects up to Max bytes and fails writes beyond. The buffer is a
+// field, not embedded: an embedded bytes.Buffer would lend its ReadFrom and
+// WriteString to io.Copy and io.WriteString, which would bypass the cap.
 type Capped struct {
 	buf      bytes.Buffer
 	Max      int
