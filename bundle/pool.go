@@ -16,10 +16,10 @@ import (
 // window (up to max): a closed loop or a burst of N clients then finds N
 // containers ready on its next round. Calls that come faster than crun
 // refills it need more: a call that finds no container although the pool
-// had filled up and was as large as the calls running (the refill was
-// outrun, not the size) adds one container of headroom, and each window
-// without such a miss takes one back. A call that comes while the pool
-// fills for the first time, at start or after idle, says nothing about
+// was as large as the calls running (the refill was outrun, not the size)
+// adds one container of headroom, and each window without such a miss
+// takes one back. A call that comes before the pool has made its first
+// fill's worth of containers, at start or after idle, says nothing about
 // the refill and adds none. At each window's end the size falls back to what that
 // window needed. After idle without a call it holds none at all, and the
 // next call refills it.
@@ -45,9 +45,9 @@ type warmPool struct {
 	// although it was as large as the calls running.
 	headroom int
 	outrun   bool
-	// filled says the pool has held its target since it started filling
-	// (at start, or after idle let every container go).
-	filled   bool
+	// made counts the containers made since the pool started filling (at
+	// start, or after idle let every container go), up to its target.
+	made     int
 	lastCall time.Time
 	stopped  bool
 
@@ -146,7 +146,7 @@ func (b *Bundle) take() *container {
 		c = p.ready[0]
 		p.ready[0] = nil
 		p.ready = p.ready[1:]
-	} else if p.filled && p.inFlight <= p.target && p.want() < p.max {
+	} else if p.made >= p.target && p.inFlight <= p.target && p.want() < p.max {
 		p.headroom++
 		p.outrun = true
 	}
@@ -204,7 +204,9 @@ func (p *warmPool) worker(b *Bundle) {
 			keep := err == nil && !p.stopped && len(p.ready) < p.target
 			if keep {
 				p.ready = append(p.ready, c)
-				p.filled = p.filled || len(p.ready) >= p.target
+			}
+			if err == nil {
+				p.made = min(p.made+1, p.target)
 			}
 			p.mu.Unlock()
 			if err != nil {
@@ -246,7 +248,7 @@ func (p *warmPool) housekeep() {
 				p.target = p.want()
 			}
 			if p.idle > 0 && p.inFlight == 0 && now.Sub(p.lastCall) >= p.idle {
-				p.target, p.peak, p.lastPeak, p.headroom, p.filled = 0, 0, 0, 0, false
+				p.target, p.peak, p.lastPeak, p.headroom, p.made = 0, 0, 0, 0, 0
 			}
 			var excess []*container
 			if n := len(p.ready) - p.target; n > 0 {
