@@ -20,9 +20,9 @@ import (
 // adds one container of headroom, and each window without such a miss
 // takes one back. A call that comes before the pool has made its first
 // fill's worth of containers, at start or after idle, says nothing about
-// the refill and adds none. At each window's end the size falls back to what that
-// window needed. After idle without a call it holds none at all, and the
-// next call refills it.
+// the refill and adds none. At each window's end the size falls back to
+// what that window needed. After idle without a call it holds none at
+// all, and the next call refills it.
 type warmPool struct {
 	min, max int
 	idle     time.Duration
