@@ -17,18 +17,27 @@ const (
 // StderrLog logs a function's stderr line by line, each with
 // StderrMessage, up to a budget of bytes, and keeps its tail to explain a
 // failure. It is an io.Writer, so a front can stream the stderr of a call
-// that runs or write what it collected at once; Flush ends it.
+// that runs or write what it collected at once, with the same lines
+// logged either way; Flush ends it.
+//
+// A line is logged whole or not at all: one that would take the budget
+// past its end (its newline counted) is dropped and counted, and so is
+// every line after the budget is spent. What is held of a line never
+// exceeds the budget, however long the line.
 type StderrLog struct {
-	log     *slog.Logger
-	budget  int
-	dropped int
+	log    *slog.Logger
+	budget int
+	// line is the current line so far, while it fits the budget; over
+	// says it does not, and its bytes are being counted in dropped.
 	line    []byte
+	over    bool
+	dropped int
 	tail    []byte
 	tailMax int
 }
 
-// NewStderrLog returns a StderrLog that logs to l at most budget bytes
-// (whole lines only) and keeps the last tailMax bytes.
+// NewStderrLog returns a StderrLog that logs to l at most budget bytes of
+// whole lines (newlines included) and keeps the last tailMax bytes.
 func NewStderrLog(l *slog.Logger, budget, tailMax int) *StderrLog {
 	return &StderrLog{log: l, budget: budget, tailMax: tailMax}
 }
@@ -37,19 +46,46 @@ func (s *StderrLog) Write(p []byte) (int, error) {
 	s.keepTail(p)
 	rest := p
 	for len(rest) > 0 {
-		i := bytes.IndexByte(rest, '\n')
-		if i < 0 {
-			// Bound a line that never ends.
-			keep := min(len(rest), max(0, s.budget-len(s.line)))
-			s.line = append(s.line, rest[:keep]...)
-			s.dropped += len(rest) - keep
+		part, end := rest, false
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			part, end = rest[:i], true
+		}
+		s.add(part)
+		if !end {
 			break
 		}
-		s.line = append(s.line, rest[:i]...)
-		s.emit()
-		rest = rest[i+1:]
+		s.endLine()
+		rest = rest[len(part)+1:]
 	}
 	return len(p), nil
+}
+
+// add takes the next bytes of the current line.
+func (s *StderrLog) add(part []byte) {
+	if !s.over && len(s.line)+len(part)+1 > s.budget {
+		// The line cannot be logged whole: count it instead.
+		s.over = true
+		s.dropped += len(s.line)
+		s.line = s.line[:0]
+	}
+	if s.over {
+		s.dropped += len(part)
+		return
+	}
+	s.line = append(s.line, part...)
+}
+
+// endLine logs the current line, or counts its newline with the rest of
+// it if it was dropped.
+func (s *StderrLog) endLine() {
+	if s.over {
+		s.dropped++
+		s.over = false
+		return
+	}
+	s.budget -= len(s.line) + 1
+	s.log.Info(StderrMessage, "line", string(s.line))
+	s.line = s.line[:0]
 }
 
 func (s *StderrLog) keepTail(p []byte) {
@@ -63,21 +99,14 @@ func (s *StderrLog) keepTail(p []byte) {
 	s.tail = append(s.tail, p...)
 }
 
-func (s *StderrLog) emit() {
-	line := s.line
-	s.line = s.line[:0]
-	if len(line) > s.budget {
-		s.dropped += len(line) + 1
-		return
-	}
-	s.budget -= len(line) + 1
-	s.log.Info(StderrMessage, "line", string(line))
-}
-
-// Flush logs a last unterminated line and says how much was not logged.
+// Flush logs a last line that has no newline, if it fits, and says how
+// much was not logged.
 func (s *StderrLog) Flush() {
-	if len(s.line) > 0 {
-		s.emit()
+	switch {
+	case s.over:
+		s.over = false // its bytes are counted; it had no newline
+	case len(s.line) > 0:
+		s.endLine()
 	}
 	if s.dropped > 0 {
 		s.log.Warn("function stderr not logged in full", "bytes_dropped", s.dropped)
