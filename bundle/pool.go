@@ -146,9 +146,12 @@ func (b *Bundle) take() *container {
 		c = p.ready[0]
 		p.ready[0] = nil
 		p.ready = p.ready[1:]
-	} else if p.made >= p.target && p.inFlight <= p.target && p.want() < p.max {
-		p.headroom++
+	} else if p.made >= p.target && p.inFlight <= p.target {
+		// Outrun: noted even at max, so that the headroom is kept there.
 		p.outrun = true
+		if p.want() < p.max {
+			p.headroom++
+		}
 	}
 	grew := false
 	if w := p.want(); w > p.target {

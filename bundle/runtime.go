@@ -297,7 +297,7 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 // all of it lay between the function's exit and its answer: 0.2-0.4 ms per
 // call, measured (README Performance). While ocifn holds the namespace, the
 // exit leaves it standing, and the unmounting happens when release closes
-// the reference, after the answer. The container is no less isolated: its
+// the reference, off the call's path. The container is no less isolated: its
 // processes are gone, and nothing can enter the namespace through a
 // descriptor that only ocifn has (close-on-exec, so no container inherits
 // it).

@@ -112,12 +112,13 @@ func TestWarmPoolKeepsUpWithAClosedLoop(t *testing.T) {
 // on the call's path (README Performance), and lets it go once the call is
 // answered. After many calls it holds exactly the namespaces of its warm
 // containers, not one per call made, and after the pool scaled to zero it
-// holds none. The server runs without a garbage collector, whose
-// finalizers would otherwise close descriptors that ocifn forgot.
+// holds none. The server runs without a garbage collector (no GOGC, no
+// memory limit), whose finalizers would otherwise close descriptors that
+// ocifn forgot.
 func TestMountNamespacesHeldOnlyForLiveContainers(t *testing.T) {
 	cache := cacheDir(t)
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache,
-		"--warm", "2", "--warm-idle", "5s", "--metrics-address", "127.0.0.1:0"}, withEnv("GOGC=off"))
+		"--warm", "2", "--warm-idle", "5s", "--metrics-address", "127.0.0.1:0"}, withEnv("GOGC=off", "GOMEMLIMIT=off"))
 	for i := range 12 {
 		if rsp := s.call(t, shRequest(t, fmt.Sprintf("call-%d", i), okScript)); len(rsp.GetResults()) > 0 {
 			t.Fatalf("call %d: %v", i, rsp.GetResults())
@@ -126,11 +127,14 @@ func TestMountNamespacesHeldOnlyForLiveContainers(t *testing.T) {
 	var held, warm []string
 	for deadline := time.Now().Add(4 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		held, warm = mountNamespaces(t, s.cmd.Process.Pid)
-		if s.warmContainers(t) == 2 && len(warm) == 2 && slices.Equal(held, warm) {
+		// The pool may have grown past --warm (headroom): what counts is
+		// that the namespaces held are those of the warm containers.
+		n := s.warmContainers(t)
+		if n >= 2 && len(warm) == n && slices.Equal(held, warm) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 12 calls ocifn holds %d mount namespaces %v; want those of its 2 warm containers %v", len(held), held, warm)
+			t.Fatalf("after 12 calls ocifn holds %d mount namespaces %v; want those of its %d warm containers %v", len(held), held, n, warm)
 		}
 	}
 	eventually(t, 15*time.Second, "no mount namespace held after --warm-idle", func() bool {
