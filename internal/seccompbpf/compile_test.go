@@ -134,11 +134,7 @@ func libseccompProgram(t *testing.T, p *rspec.LinuxSeccomp) []unix.SockFilter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return prog
+	return decode(t, b)
 }
 
 func mustCompile(t *testing.T, p *rspec.LinuxSeccomp, goarch string) []unix.SockFilter {
@@ -147,11 +143,7 @@ func mustCompile(t *testing.T, p *rspec.LinuxSeccomp, goarch string) []unix.Sock
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return prog
+	return decode(t, b)
 }
 
 // cases returns every seccomp_data to compare programs on: each

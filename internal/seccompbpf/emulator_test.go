@@ -3,6 +3,7 @@ package seccompbpf
 import (
 	"encoding/binary"
 	"fmt"
+	"testing"
 
 	"golang.org/x/sys/unix"
 )
@@ -79,14 +80,15 @@ func emulate(prog []unix.SockFilter, d seccompData) (ret uint32, steps int, err 
 }
 
 // decode splits a program as crun's annotation and state file hold it.
-func decode(b []byte) ([]unix.SockFilter, error) {
+func decode(t *testing.T, b []byte) []unix.SockFilter {
+	t.Helper()
 	if len(b) == 0 || len(b)%8 != 0 {
-		return nil, fmt.Errorf("%d bytes is not a BPF program", len(b))
+		t.Fatalf("%d bytes is not a BPF program", len(b))
 	}
 	prog := make([]unix.SockFilter, len(b)/8)
 	for i := range prog {
 		in := b[8*i:]
 		prog[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(in), Jt: in[2], Jf: in[3], K: binary.NativeEndian.Uint32(in[4:])}
 	}
-	return prog, nil
+	return prog
 }
