@@ -135,6 +135,14 @@ func compile(p *rspec.LinuxSeccomp, goarch string) ([]unix.SockFilter, error) {
 		return nil, unsupported("architectures %v (want %v)", p.Architectures, archs)
 	}
 	dflt := outcome{ret: retAllow}
+	outs := make([]outcome, len(p.Syscalls))
+	for i, r := range p.Syscalls {
+		out, err := ruleOutcome(r)
+		if err != nil {
+			return nil, err
+		}
+		outs[i] = out
+	}
 
 	// The outcome of each syscall number, per architecture token.
 	var tokens []uint32
@@ -145,11 +153,8 @@ func compile(p *rspec.LinuxSeccomp, goarch string) ([]unix.SockFilter, error) {
 			byNr[tok] = map[uint32]outcome{}
 			tokens = append(tokens, tok)
 		}
-		for _, r := range p.Syscalls {
-			out, err := ruleOutcome(r)
-			if err != nil {
-				return nil, err
-			}
+		for i, r := range p.Syscalls {
+			out := outs[i]
 			for _, name := range r.Names {
 				nr, ok := syscallNumbers[a][name]
 				if !ok {
