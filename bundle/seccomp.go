@@ -31,7 +31,7 @@ const seccompBPFAnnotation = "run.oci.seccomp_bpf_data"
 // Needing no container, it serves every bundle, with or without a warm
 // pool. The profile stays in the config for anyone who reads it.
 func compileSeccomp(s *rspec.Spec) {
-	if s.Linux == nil || s.Linux.Seccomp == nil || s.Annotations[seccompBPFAnnotation] != "" {
+	if !wantsSeccompBPF(s) {
 		return
 	}
 	bpf, err := seccompbpf.Compile(s.Linux.Seccomp, runtime.GOARCH)
@@ -39,6 +39,12 @@ func compileSeccomp(s *rspec.Spec) {
 		return // another architecture: see precompileSeccomp
 	}
 	setSeccompBPF(s, bpf)
+}
+
+// wantsSeccompBPF says whether s has a seccomp profile and no program for
+// it yet.
+func wantsSeccompBPF(s *rspec.Spec) bool {
+	return s.Linux != nil && s.Linux.Seccomp != nil && s.Annotations[seccompBPFAnnotation] == ""
 }
 
 // setSeccompBPF records bpf in s's seccompBPFAnnotation, in a copy of the
@@ -60,7 +66,7 @@ func setSeccompBPF(s *rspec.Spec, bpf []byte) {
 // filter is the same. If anything fails, the config is left as it was and
 // crun compiles per container as before.
 func (b *Bundle) precompileSeccomp() {
-	if b.spec.Linux == nil || b.spec.Linux.Seccomp == nil || b.spec.Annotations[seccompBPFAnnotation] != "" {
+	if !wantsSeccompBPF(b.spec) {
 		return
 	}
 	c, err := b.create()
