@@ -115,8 +115,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	}
 	defer func() {
 		if err != nil {
-			_ = removeStateDir(dir)
-			_ = os.RemoveAll(dir)
+			_ = removeDir(dir)
 			lock.Close()
 		}
 	}()

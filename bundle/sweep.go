@@ -109,6 +109,12 @@ func remove(dir string, rt *Runtime) error {
 			}
 		}
 	}
+	return removeDir(dir)
+}
+
+// removeDir removes a bundle directory and the state directory it links
+// to.
+func removeDir(dir string) error {
 	stateErr := removeStateDir(dir)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("cannot remove the bundle %s: %w", dir, err)
