@@ -57,11 +57,14 @@ func (g *ghzTool) run(ctx context.Context, addr string, clients int, d time.Dura
 	if err := cmd.Run(); err != nil {
 		return result{}, fmt.Errorf("ghz %s: %v: %s", strings.Join(args, " "), err, errb.Bytes())
 	}
+	// ghz runs on the same CPUs as the server: its own CPU is reported so
+	// that the machine's whole CPU per call can be accounted for.
+	ghzCPU := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	var rep ghzReport
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		return result{}, fmt.Errorf("ghz report: %w", err)
 	}
-	r := result{calls: int(rep.Count), perSecond: rep.Rps}
+	r := result{calls: int(rep.Count), perSecond: rep.Rps, clientCPU: ghzCPU}
 	for code, n := range rep.StatusCodes {
 		if code != "OK" {
 			r.errors += n

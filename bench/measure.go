@@ -31,7 +31,9 @@ type result struct {
 	p50, p90, p99 time.Duration
 	perSecond     float64
 	cpuPerCall    time.Duration
-	firstError    string
+	// clientCPU is the CPU time ghz used for all the cell's calls.
+	clientCPU  time.Duration
+	firstError string
 }
 
 // measure runs call from clients concurrent workers for d or max calls,
@@ -101,9 +103,14 @@ func childrenCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// split is the CPU of a call, split by who spent it (see cpuSplit).
+// split is the CPU of a call, split by who spent it (see cpuSplit). client
+// and elsewhere are outside the server: ghz's own CPU, and the rest of
+// what the machine's CPUs were busy with during the cell (kernel threads
+// such as the workers that tear down network namespaces, interrupts,
+// anything else running); they are not part of total.
 type split struct {
 	own, runtime, function time.Duration
+	client, elsewhere      time.Duration
 }
 
 func (s split) total() time.Duration { return s.own + s.runtime + s.function }
@@ -208,11 +215,11 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 	}
 
 	fmt.Printf("## %s\n\n", fn)
-	fmt.Printf("Latency and throughput by ghz (the floor and podman by the bench's own loop). CPU per call: *server* is ocifn's own processes (the peer's process); *crun & co.* is what the server's reaped children used beyond the floor's CPU per call (crun create/delete and the container's set-up before exec); *function* is the floor's CPU per call (fork, exec and the program in a chroot).\n\n")
-	fmt.Printf("| mode | clients | calls | errors | p50 | p90 | p99 | calls/s | CPU/call: server | crun & co. | function | total |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Printf("Latency and throughput by ghz (the floor and podman by the bench's own loop). CPU per call: *server* is ocifn's own processes (the peer's process); *crun & co.* is what the server's reaped children used beyond the floor's CPU per call (crun create/delete and the container's set-up before exec); *function* is the floor's CPU per call (fork, exec and the program in a chroot). Outside the server, not in *total*: *ghz* is the load tool's own CPU; *elsewhere* is the rest of what the machine's CPUs were busy with during the cell (/proc/stat), mostly kernel threads, such as the workers that tear down a container's network namespace.\n\n")
+	fmt.Printf("| mode | clients | calls | errors | p50 | p90 | p99 | calls/s | CPU/call: server | crun & co. | function | total | ghz | elsewhere |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Printf("| %s | %d | %d | %d | %s | %s | %s | %.0f | %s | %s | %s | %s |\n", r.mode, r.clients, r.r.calls, r.r.errors, ms(r.r.p50), ms(r.r.p90), ms(r.r.p99), r.r.perSecond,
-			ms(r.cpu.own), ms(r.cpu.runtime), ms(r.cpu.function), ms(r.cpu.total()))
+		fmt.Printf("| %s | %d | %d | %d | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s |\n", r.mode, r.clients, r.r.calls, r.r.errors, ms(r.r.p50), ms(r.r.p90), ms(r.r.p99), r.r.perSecond,
+			ms(r.cpu.own), ms(r.cpu.runtime), ms(r.cpu.function), ms(r.cpu.total()), orDash(r.cpu.client), orDash(r.cpu.elsewhere))
 	}
 	fmt.Println()
 	for _, r := range rows {
@@ -239,15 +246,15 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 	if c.paced > 0 {
 		pace := time.Second / time.Duration(c.paced)
 		fmt.Printf("One client, %d calls/s (ghz --rps; as calls come from reconciles rather than a closed loop):\n\n", c.paced)
-		fmt.Printf("| mode | calls | p50 | p90 | p99 | p50 − floor p50 | CPU/call: server | crun & co. | function |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Printf("| mode | calls | p50 | p90 | p99 | p50 − floor p50 | CPU/call: server | crun & co. | function | ghz | elsewhere |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		floorRes := measure(ctx, fl.call, 1, c.duration, c.maxCalls, pace, childrenCPU)
-		fmt.Printf("| floor | %d | %s | %s | %s | – | – | – | %s |\n", floorRes.calls, ms(floorRes.p50), ms(floorRes.p90), ms(floorRes.p99), ms(floorRes.cpuPerCall))
+		fmt.Printf("| floor | %d | %s | %s | %s | – | – | – | %s | – | – |\n", floorRes.calls, ms(floorRes.p50), ms(floorRes.p90), ms(floorRes.p99), ms(floorRes.cpuPerCall))
 		for _, t := range targets {
 			r, cpu, err := ghzCell(ctx, &gz, t.s, 1, c.duration, c.paced, floorCPU)
 			if err != nil {
 				return err
 			}
-			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", t.name, r.calls, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.p50-floorRes.p50), ms(cpu.own), ms(cpu.runtime), ms(cpu.function))
+			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", t.name, r.calls, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.p50-floorRes.p50), ms(cpu.own), ms(cpu.runtime), ms(cpu.function), orDash(cpu.client), orDash(cpu.elsewhere))
 		}
 		fmt.Println()
 	}
@@ -280,19 +287,22 @@ func ghzCell(ctx context.Context, g *ghzTool, s *server, clients int, d time.Dur
 		return result{}, split{}, err
 	}
 	own0, ch0 := s.cpuSplit()
+	m0 := machineBusy()
 	r, err := g.run(ctx, s.addrConn, clients, d, rps)
 	if err != nil {
 		return result{}, split{}, err
 	}
 	own1, ch1 := s.cpuSplit()
+	m1 := machineBusy()
 	if r.calls == 0 {
 		return r, split{}, nil
 	}
 	n := time.Duration(r.calls)
-	cpu := split{own: (own1 - own0) / n}
+	cpu := split{own: (own1 - own0) / n, client: r.clientCPU / n}
 	children := (ch1 - ch0) / n
 	cpu.function = min(floorCPU, children)
 	cpu.runtime = children - cpu.function
+	cpu.elsewhere = max(0, (m1-m0)/n-cpu.client-cpu.total())
 	r.cpuPerCall = cpu.total()
 	return r, cpu, nil
 }
@@ -303,6 +313,15 @@ func oneLine(s string) string {
 		s = s[:300] + "…"
 	}
 	return s
+}
+
+// orDash is ms, or a dash where nothing was measured (the bench's own
+// loops have no ghz).
+func orDash(d time.Duration) string {
+	if d == 0 {
+		return "–"
+	}
+	return ms(d)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }

@@ -182,6 +182,27 @@ func procTicks(pid int) (own, children time.Duration) {
 	return v(11) + v(12), v(13) + v(14)
 }
 
+// machineBusy is the CPU time all CPUs have spent busy since boot, from
+// /proc/stat: user, nice, system, irq and softirq (guest time is part of
+// user; idle, iowait and the time a hypervisor stole are not counted).
+func machineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var ticks int64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
 // cpuSplit returns the CPU time of the server's own processes (the serving
 // process, and the parent that waits for it) and that of the serving
 // process's reaped children.
