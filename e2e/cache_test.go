@@ -56,10 +56,10 @@ func TestCacheTTLFlag(t *testing.T) {
 	if !bytes.Equal(wire(t, miss), wire(t, hit)) || !bytes.Equal(wire(t, hit), wire(t, uncached)) {
 		t.Errorf("cached and fresh answers differ:\nfresh  %v\ncached %v", uncached, hit)
 	}
-	if hits := metricValue(t, scrape(t, cached.metricsURL(t)), "ocifn_cache_hits_total"); hits != 1 {
+	if hits := cached.metric(t, "ocifn_cache_hits_total"); hits != 1 {
 		t.Errorf("cache hits %v, want 1", hits)
 	}
-	if hits := metricValue(t, scrape(t, fresh.metricsURL(t)), "ocifn_cache_hits_total"); hits != 0 {
+	if hits := fresh.metric(t, "ocifn_cache_hits_total"); hits != 0 {
 		t.Errorf("cache hits with --cache=false: %v", hits)
 	}
 }

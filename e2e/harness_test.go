@@ -219,6 +219,12 @@ func (s *server) metricsURL(t *testing.T) string {
 	return "http://" + m[1] + m[2] + "/metrics"
 }
 
+// metric is the value of one series of the server's metrics now.
+func (s *server) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	return metricValue(t, scrape(t, s.metricsURL(t)), series)
+}
+
 // serverOption adjusts how a server process is started.
 type serverOption func(*exec.Cmd)
 

@@ -22,9 +22,7 @@ func TestWarmPoolFollowsCalls(t *testing.T) {
 	cache := cacheDir(t)
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache,
 		"--warm", "1", "--warm-idle", "3s", "--max-concurrency", "8", "--metrics-address", "127.0.0.1:0"})
-	url := s.metricsURL(t)
-	metric := func(series string) float64 { return metricValue(t, scrape(t, url), series) }
-	eventually(t, 10*time.Second, "one warm container at start", func() bool { return metric("ocifn_warm_containers") == 1 })
+	eventually(t, 10*time.Second, "one warm container at start", func() bool { return s.metric(t, "ocifn_warm_containers") == 1 })
 
 	burst := func(round int) {
 		t.Helper()
@@ -46,24 +44,24 @@ func TestWarmPoolFollowsCalls(t *testing.T) {
 	// that overlaps and fills at once, so a call that arrives a few
 	// milliseconds late may find a container made meanwhile. How many do is
 	// up to the scheduler; that some calls missed and were counted is not.
-	if m := metric("ocifn_warm_misses_total"); m < 1 || m > 5 {
+	if m := s.metric(t, "ocifn_warm_misses_total"); m < 1 || m > 5 {
 		t.Errorf("ocifn_warm_misses_total = %v after 6 calls at once with 1 warm container, want 1 to 5", m)
 	}
 	eventually(t, 10*time.Second, "the pool grown to the six calls that overlapped", func() bool {
-		return metric("ocifn_warm_containers") == 6 && len(containerStates(t, cache)) == 6
+		return s.metric(t, "ocifn_warm_containers") == 6 && len(containerStates(t, cache)) == 6
 	})
-	before := metric("ocifn_warm_misses_total")
+	before := s.metric(t, "ocifn_warm_misses_total")
 	burst(2)
-	if m := metric("ocifn_warm_misses_total"); m != before {
+	if m := s.metric(t, "ocifn_warm_misses_total"); m != before {
 		t.Errorf("a second burst of 6 calls found %v without a warm container, want none", m-before)
 	}
 
 	// Scale to zero: no container process and no container state left.
 	eventually(t, 15*time.Second, "no warm container after --warm-idle", func() bool {
-		return metric("ocifn_warm_containers") == 0 && metric("ocifn_warm_target") == 0 &&
+		return s.metric(t, "ocifn_warm_containers") == 0 && s.metric(t, "ocifn_warm_target") == 0 &&
 			len(containerStates(t, cache)) == 0 && len(descendants(t, s.cmd.Process.Pid)) <= 1
 	})
-	before = metric("ocifn_warm_misses_total")
+	before = s.metric(t, "ocifn_warm_misses_total")
 	got := s.call(t, shRequest(t, "after-idle", okScript))
 	if len(got.GetResults()) > 0 {
 		t.Fatalf("the call after scale-down: %v", got.GetResults())
@@ -71,17 +69,17 @@ func TestWarmPoolFollowsCalls(t *testing.T) {
 	if r := got.GetDesired().GetResources()["a"]; r == nil {
 		t.Fatalf("the call after scale-down answered %v, want desired unchanged", got)
 	}
-	if m := metric("ocifn_warm_misses_total"); m != before+1 {
+	if m := s.metric(t, "ocifn_warm_misses_total"); m != before+1 {
 		t.Errorf("the first call after scale-down counted %v misses, want 1", m-before)
 	}
-	eventually(t, 10*time.Second, "the pool refilled to --warm", func() bool { return metric("ocifn_warm_containers") == 1 })
+	eventually(t, 10*time.Second, "the pool refilled to --warm", func() bool { return s.metric(t, "ocifn_warm_containers") == 1 })
 }
 
 // warmContainers is how many warm containers the server holds now, as its
 // metrics report them.
 func (s *server) warmContainers(t *testing.T) int {
 	t.Helper()
-	return int(metricValue(t, scrape(t, s.metricsURL(t)), "ocifn_warm_containers"))
+	return int(s.metric(t, "ocifn_warm_containers"))
 }
 
 // TestWarmPoolKeepsUpWithAClosedLoop: one client calling again as soon as
@@ -92,16 +90,14 @@ func (s *server) warmContainers(t *testing.T) int {
 // most of the loop's calls find a container ready.
 func TestWarmPoolKeepsUpWithAClosedLoop(t *testing.T) {
 	s := startServer(t, []string{"--tarball", image("trivial.tar"), "--warm", "2", "--metrics-address", "127.0.0.1:0"})
-	url := s.metricsURL(t)
-	metric := func(series string) float64 { return metricValue(t, scrape(t, url), series) }
-	eventually(t, 10*time.Second, "two warm containers at start", func() bool { return metric("ocifn_warm_containers") == 2 })
+	eventually(t, 10*time.Second, "two warm containers at start", func() bool { return s.metric(t, "ocifn_warm_containers") == 2 })
 	const calls = 300
 	for i := range calls {
 		if rsp := s.call(t, &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: fmt.Sprint(i)}}); len(rsp.GetResults()) > 0 {
 			t.Fatalf("call %d: %v", i, rsp.GetResults())
 		}
 	}
-	misses, target := metric("ocifn_warm_misses_total"), metric("ocifn_warm_target")
+	misses, target := s.metric(t, "ocifn_warm_misses_total"), s.metric(t, "ocifn_warm_target")
 	t.Logf("%v of %d calls found no warm container; the pool fills up to %v", misses, calls, target)
 	if misses > 0 && target <= 2 {
 		t.Errorf("%v calls found the pool empty while one call ran at a time, and it still fills up to %v, not more than --warm 2", misses, target)
