@@ -292,7 +292,6 @@ func (a *assembler) search(spans []span, leaf func(outcome) label) {
 		a.jump(unix.BPF_JA, 0, leaf(spans[0].out), 0)
 		return
 	}
-	var node func(s []span)
 	// target is where a branch to s goes: its leaf if s is one span,
 	// else its subtree, emitted later.
 	var pending []struct {
@@ -310,7 +309,7 @@ func (a *assembler) search(spans []span, leaf func(outcome) label) {
 		}{l, s})
 		return l
 	}
-	node = func(s []span) {
+	node := func(s []span) {
 		if len(s) == 3 && s[0].out == s[2].out && s[1].lo == s[1].hi {
 			a.jump(unix.BPF_JEQ, s[1].lo, leaf(s[1].out), leaf(s[0].out))
 			return
