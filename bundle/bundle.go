@@ -174,6 +174,10 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	if err != nil {
 		return nil, err
 	}
+	dev, err := makeDev(dir)
+	if err != nil {
+		return nil, err
+	}
 	s, err := spec.Generate(ic, u, spec.Options{
 		Rootfs:      b.rootfs,
 		UIDMappings: uids,
@@ -181,6 +185,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 		Network:     o.Network,
 		HostRlimits: hostLimits,
 		Limits:      o.Limits,
+		Dev:         dev,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot derive the runtime config from the image config: %w", err)

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,32 +96,7 @@ func testUser(t *testing.T) *user.User {
 // as root of its own user namespace, which maps to that user and nothing
 // more, and still answers correctly.
 func TestUnprivileged(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("this test creates a user and must run as root (CI does)")
-	}
-	u := testUser(t)
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	home, err := os.MkdirTemp("", "ocifn-e2e-home-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(home) })
-	// The user gets its own copies of the images: the checkout may sit
-	// under a directory it cannot enter.
-	for _, name := range []string{"nsprobe.tar", "labelizer.tar"} {
-		data, err := os.ReadFile(image(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(home, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chown(home, uid, gid); err != nil {
-		t.Fatal(err)
-	}
-	as := asUser(uint32(uid), uint32(gid), home)
+	u, home, as := unprivileged(t, "nsprobe.tar", "labelizer.tar")
 	cache := filepath.Join(home, "cache")
 
 	s := startServer(t, []string{"--tarball", filepath.Join(home, "nsprobe.tar"), "--cache-dir", cache}, as)
@@ -150,6 +126,97 @@ func TestUnprivileged(t *testing.T) {
 	want := withTag(loadResponse(t, "labelizer", "expected.json"), req)
 	if d := diff(want, s2.call(t, req)); d != "" {
 		t.Errorf("response (-want +got):\n%s", d)
+	}
+}
+
+// unprivileged returns the test user, a home directory of its own holding
+// copies of the named test images (the checkout may sit under a directory
+// it cannot enter), and the option that starts a server as that user.
+func unprivileged(t *testing.T, images ...string) (*user.User, string, serverOption) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test creates a user and must run as root (CI does)")
+	}
+	u := testUser(t)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	home, err := os.MkdirTemp("", "ocifn-e2e-home-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	for _, name := range images {
+		data, err := os.ReadFile(image(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(home, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(home, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	return u, home, asUser(uint32(uid), uint32(gid), home)
+}
+
+// devScript reports, as the response's context, what a function finds in
+// its /dev: the entries, whether each device behaves as it should, and
+// whether /dev itself takes a new file.
+const devScript = `ok() { if "$@" >/dev/null 2>&1; then echo ok; else echo failed; fi; }
+null=$(ok sh -c 'echo x >/dev/null && [ ! -s /dev/null ]')
+zero=$(ok sh -c '[ "$(head -c 4 /dev/zero | od -An -tx1 | tr -d " \n")" = 00000000 ]')
+random=$(ok sh -c '[ "$(head -c 16 /dev/urandom | wc -c)" -eq 16 ] && [ "$(head -c 16 /dev/random | wc -c)" -eq 16 ]')
+full=$(sh -c 'echo x >/dev/full' 2>&1 | grep -q 'No space left' && echo ENOSPC || echo other)
+links=$(ok sh -c '[ -d /dev/fd/ ] && [ -L /dev/stdin ] && [ -L /dev/stdout ] && [ -L /dev/stderr ]')
+echo to-stderr >/dev/stderr
+dev_write=$( (: >/dev/ocifn-probe) 2>/dev/null && echo allowed || echo denied)
+entries=$(ls /dev | tr '\n' ' ')
+jq -c --arg null "$null" --arg zero "$zero" --arg random "$random" --arg full "$full" \
+	--arg links "$links" --arg dev_write "$dev_write" --arg entries "$entries" \
+	'{desired: .desired, context: {null: $null, zero: $zero, random: $random, full: $full, links: $links, dev_write: $dev_write, entries: $entries}}'`
+
+// TestDevices checks, from inside a function, that its /dev has the
+// devices and links every container has, and that they work, both when
+// ocifn runs as root (a read-only /dev prepared once per bundle) and
+// unprivileged (where it cannot make device nodes: crun's tmpfs, with the
+// host's devices bind mounted).
+func TestDevices(t *testing.T) {
+	_, home, as := unprivileged(t, "sh-function.tar")
+	for _, c := range []struct {
+		name     string
+		args     []string
+		opts     []serverOption
+		devWrite string
+	}{
+		{"root", []string{"--debug", "--tarball", image("sh-function.tar")}, nil, "denied"},
+		{"unprivileged", []string{"--debug", "--tarball", filepath.Join(home, "sh-function.tar"), "--cache-dir", filepath.Join(home, "cache")}, []serverOption{as}, "allowed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := hostDevices()
+			s := startServer(t, c.args, c.opts...)
+			rsp := s.call(t, shRequest(t, "devices", devScript))
+			if len(rsp.GetResults()) != 0 {
+				t.Fatalf("the script failed: %v", rsp.GetResults())
+			}
+			got := rsp.GetContext().AsMap()
+			for k, v := range map[string]string{"null": "ok", "zero": "ok", "random": "ok", "full": "ENOSPC", "links": "ok", "dev_write": c.devWrite} {
+				if got[k] != v {
+					t.Errorf("%s: got %q, want %q (context %v)", k, got[k], v, got)
+				}
+			}
+			entries, _ := got["entries"].(string)
+			for _, e := range []string{"fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"} {
+				if !slices.Contains(strings.Fields(entries), e) {
+					t.Errorf("/dev has no %s: %q", e, entries)
+				}
+			}
+			// The function's stderr line reached the server's log (--debug).
+			mustContain(t, "server log", s.stderr.String(), "to-stderr")
+			if after := hostDevices(); after != before {
+				t.Errorf("the host's devices changed:\nbefore %s\nafter  %s", before, after)
+			}
+		})
 	}
 }
 

@@ -91,6 +91,12 @@ type Options struct {
 	HostRlimits map[string]uint64
 	// Limits bound each call's memory and processes.
 	Limits Limits
+	// Dev, when set, is a host directory that already holds what a
+	// container's /dev must (device nodes, the standard symlinks and the
+	// mount points below it): it is bind mounted read-only as /dev. Empty:
+	// /dev is a fresh tmpfs that crun fills with bind mounts of the host's
+	// devices, which costs each container many more mounts.
+	Dev string
 }
 
 // Errors returned by Generate.
@@ -155,7 +161,7 @@ func Generate(img imgspec.ImageConfig, user User, o Options) (*rspec.Spec, error
 			NoNewPrivileges: true,
 			Rlimits:         rlimits(o.Limits.fallbackRlimits(defaultRlimits), o.HostRlimits),
 		},
-		Mounts: mounts(network, tmpSize),
+		Mounts: mounts(network, tmpSize, o.Dev),
 		Linux: &rspec.Linux{
 			UIDMappings:   o.UIDMappings,
 			GIDMappings:   o.GIDMappings,
@@ -223,10 +229,16 @@ func namespaces(network string) []rspec.LinuxNamespace {
 	return ns
 }
 
-func mounts(network, tmpSize string) []rspec.Mount {
+func mounts(network, tmpSize, devDir string) []rspec.Mount {
+	dev := rspec.Mount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}}
+	if devDir != "" {
+		// A bind mount on /dev also tells crun not to create any device:
+		// the directory has them all.
+		dev = rspec.Mount{Destination: "/dev", Type: "bind", Source: devDir, Options: []string{"bind", "ro", "nosuid", "noexec"}}
+	}
 	m := []rspec.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		dev,
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},

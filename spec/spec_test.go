@@ -90,6 +90,33 @@ func TestGenerateRlimitsClampedToHost(t *testing.T) {
 	}
 }
 
+func TestGenerateDev(t *testing.T) {
+	dev := func(o Options) rspec.Mount {
+		t.Helper()
+		s, err := Generate(imgspec.ImageConfig{Cmd: []string{"cat"}}, User{}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range s.Mounts {
+			if m.Destination == "/dev" {
+				return m
+			}
+		}
+		t.Fatal("no /dev mount")
+		return rspec.Mount{}
+	}
+	if m := dev(baseOptions()); m.Type != "tmpfs" {
+		t.Errorf("without Dev: got %+v, want crun's tmpfs", m)
+	}
+	o := baseOptions()
+	o.Dev = "/cache/dev"
+	m := dev(o)
+	// "bind" is what tells crun that /dev needs no device of its own.
+	if m.Source != "/cache/dev" || !slices.Contains(m.Options, "bind") || !slices.Contains(m.Options, "ro") || !slices.Contains(m.Options, "noexec") {
+		t.Errorf("with Dev: got %+v, want a read-only, noexec bind mount of /cache/dev", m)
+	}
+}
+
 func TestGenerateHostNetwork(t *testing.T) {
 	o := baseOptions()
 	o.Network = NetworkHost
