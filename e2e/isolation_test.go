@@ -160,10 +160,12 @@ func unprivileged(t *testing.T, images ...string) (*user.User, string, serverOpt
 	return u, home, asUser(uint32(uid), uint32(gid), home)
 }
 
-// devScript reports, as the response's context, what a function finds in
-// its /dev: the entries, whether each device behaves as it should, and
-// whether /dev itself takes a new file.
-const devScript = `ok() { if "$@" >/dev/null 2>&1; then echo ok; else echo failed; fi; }
+// devProcScript reports, as the response's context, what a function finds
+// in its /dev: the entries, whether each device behaves as it should, and
+// whether /dev itself takes a new file; and whether /proc reads, and
+// takes a write to the process's own oom_score_adj (which any process may
+// make where /proc is writable).
+const devProcScript = `ok() { if "$@" >/dev/null 2>&1; then echo ok; else echo failed; fi; }
 null=$(ok sh -c 'echo x >/dev/null && [ ! -s /dev/null ]')
 zero=$(ok sh -c '[ "$(head -c 4 /dev/zero | od -An -tx1 | tr -d " \n")" = 00000000 ]')
 random=$(ok sh -c '[ "$(head -c 16 /dev/urandom | wc -c)" -eq 16 ] && [ "$(head -c 16 /dev/random | wc -c)" -eq 16 ]')
@@ -172,16 +174,20 @@ links=$(ok sh -c '[ -d /dev/fd/ ] && [ -L /dev/stdin ] && [ -L /dev/stdout ] && 
 echo to-stderr >/dev/stderr
 dev_write=$( (: >/dev/ocifn-probe) 2>/dev/null && echo allowed || echo denied)
 entries=$(ls /dev | tr '\n' ' ')
+proc_write=$( (echo 0 >/proc/self/oom_score_adj) 2>/dev/null && echo allowed || echo denied)
+status=$(ok grep -q '^NoNewPrivs:.*1' /proc/self/status)
 jq -c --arg null "$null" --arg zero "$zero" --arg random "$random" --arg full "$full" \
 	--arg links "$links" --arg dev_write "$dev_write" --arg entries "$entries" \
-	'{desired: .desired, context: {null: $null, zero: $zero, random: $random, full: $full, links: $links, dev_write: $dev_write, entries: $entries}}'`
+	--arg proc_write "$proc_write" --arg status "$status" \
+	'{desired: .desired, context: {null: $null, zero: $zero, random: $random, full: $full, links: $links,
+	  dev_write: $dev_write, entries: $entries, proc_write: $proc_write, status: $status}}'`
 
-// TestDevices checks, from inside a function, that its /dev has the
+// TestDevAndProc checks, from inside a function, that its /dev has the
 // devices and links every container has, and that they work, both when
 // ocifn runs as root (a read-only /dev prepared once per bundle) and
 // unprivileged (where it cannot make device nodes: crun's tmpfs, with the
-// host's devices bind mounted).
-func TestDevices(t *testing.T) {
+// host's devices bind mounted); and that /proc reads but takes no write.
+func TestDevAndProc(t *testing.T) {
 	_, home, as := unprivileged(t, "sh-function.tar")
 	for _, c := range []struct {
 		name     string
@@ -195,12 +201,13 @@ func TestDevices(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			before := hostDevices()
 			s := startServer(t, c.args, c.opts...)
-			rsp := s.call(t, shRequest(t, "devices", devScript))
+			rsp := s.call(t, shRequest(t, "dev-and-proc", devProcScript))
 			if len(rsp.GetResults()) != 0 {
 				t.Fatalf("the script failed: %v", rsp.GetResults())
 			}
 			got := rsp.GetContext().AsMap()
-			for k, v := range map[string]string{"null": "ok", "zero": "ok", "random": "ok", "full": "ENOSPC", "links": "ok", "dev_write": c.devWrite} {
+			for k, v := range map[string]string{"null": "ok", "zero": "ok", "random": "ok", "full": "ENOSPC", "links": "ok", "dev_write": c.devWrite,
+				"proc_write": "denied", "status": "ok"} {
 				if got[k] != v {
 					t.Errorf("%s: got %q, want %q (context %v)", k, got[k], v, got)
 				}

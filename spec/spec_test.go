@@ -60,11 +60,19 @@ func TestGenerate(t *testing.T) {
 			t.Errorf("namespace %s missing from %v", want, types)
 		}
 	}
-	var tmp *rspec.Mount
+	var tmp, proc *rspec.Mount
 	for i := range s.Mounts {
-		if s.Mounts[i].Destination == "/tmp" {
+		switch s.Mounts[i].Destination {
+		case "/tmp":
 			tmp = &s.Mounts[i]
+		case "/proc":
+			proc = &s.Mounts[i]
 		}
+	}
+	// Read-only as a whole: that covers /proc/sys and the other knobs
+	// engines make read-only one by one.
+	if proc == nil || !slices.Contains(proc.Options, "ro") || len(s.Linux.ReadonlyPaths) != 0 {
+		t.Errorf("/proc: got %+v and read-only paths %q, want /proc read-only as a whole", proc, s.Linux.ReadonlyPaths)
 	}
 	if tmp == nil || tmp.Type != "tmpfs" || !slices.Contains(tmp.Options, "size="+DefaultTmpSize) {
 		t.Errorf("/tmp: got %+v, want a bounded tmpfs", tmp)
