@@ -71,6 +71,10 @@ type Options struct {
 	// Warn, if set, hears of each image entry neutralised rather than
 	// refused while unpacking (see oci.Warning).
 	Warn func(oci.Warning)
+	// OwnMountNamespace says that ocifn runs in a mount namespace of its
+	// own, where it may bind mount the host's devices for its containers'
+	// /dev when it may not make device nodes (see makeDev).
+	OwnMountNamespace bool
 }
 
 // Bundle is an image unpacked and configured, ready to run calls.
@@ -89,6 +93,8 @@ type Bundle struct {
 	pool *warmPool
 	// misses counts calls that found no warm container.
 	misses atomic.Uint64
+	// dev is what Dev reports.
+	dev string
 }
 
 // lockFile is the name of the lock file in a bundle directory.
@@ -174,29 +180,45 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	if err != nil {
 		return nil, err
 	}
-	dev, err := makeDev(dir)
+	dev, err := makeDev(dir, o.OwnMountNamespace)
 	if err != nil {
 		return nil, err
 	}
-	s, err := spec.Generate(ic, u, spec.Options{
+	options := spec.Options{
 		Rootfs:      b.rootfs,
 		UIDMappings: uids,
 		GIDMappings: gids,
 		Network:     o.Network,
 		HostRlimits: hostLimits,
 		Limits:      o.Limits,
-		Dev:         dev,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cannot derive the runtime config from the image config: %w", err)
+		Dev:         dev.path,
 	}
-	compileSeccomp(s)
-	data, err := json.MarshalIndent(s, "", "  ")
+	s, err := b.writeConfig(ic, u, options)
 	if err != nil {
-		return nil, fmt.Errorf("cannot encode the runtime config: %w", err)
+		return nil, err
 	}
-	if err := os.WriteFile(b.config, data, 0o644); err != nil {
-		return nil, fmt.Errorf("cannot write the runtime config: %w", err)
+	b.dev = "prepared"
+	if dev.bound {
+		b.dev = "prepared, devices bind mounted"
+		// Whether crun carries the devices along is seen in a container.
+		c, err := b.create()
+		ok := err == nil && carriesDevices(c)
+		if c != nil {
+			c.discard()
+		}
+		if !ok {
+			if err := removeDev(dir); err != nil {
+				return nil, err
+			}
+			options.Dev = ""
+			if s, err = b.writeConfig(ic, u, options); err != nil {
+				return nil, err
+			}
+			dev = devDir{}
+		}
+	}
+	if dev.path == "" {
+		b.dev = "tmpfs"
 	}
 	b.spec = s
 	if o.Warm > 0 {
@@ -208,8 +230,32 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	return b, nil
 }
 
+// writeConfig derives the runtime config from the image config and writes
+// it as the bundle's config.json.
+func (b *Bundle) writeConfig(ic imgspec.ImageConfig, u spec.User, o spec.Options) (*rspec.Spec, error) {
+	s, err := spec.Generate(ic, u, o)
+	if err != nil {
+		return nil, fmt.Errorf("cannot derive the runtime config from the image config: %w", err)
+	}
+	compileSeccomp(s)
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("cannot encode the runtime config: %w", err)
+	}
+	if err := os.WriteFile(b.config, data, 0o644); err != nil {
+		return nil, fmt.Errorf("cannot write the runtime config: %w", err)
+	}
+	return s, nil
+}
+
 // Spec returns the runtime config every call runs with.
 func (b *Bundle) Spec() *rspec.Spec { return b.spec }
+
+// Dev says what a container's /dev is: "prepared" (a directory of device
+// nodes made once for the bundle), "prepared, devices bind mounted" (the
+// same, with the host's devices bind mounted in ocifn's own mount
+// namespace) or "tmpfs" (crun's, made for each container).
+func (b *Bundle) Dev() string { return b.dev }
 
 // Close removes the bundle and every container of it from disk. Calls
 // must have finished.

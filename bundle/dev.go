@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,67 +30,90 @@ var devLinks = []struct{ name, target string }{
 // devMountPoints are where the config mounts devpts, shm and mqueue.
 var devMountPoints = []string{"pts", "shm", "mqueue"}
 
+// devDir is the directory every container of a bundle gets as its /dev.
+type devDir struct {
+	path string
+	// bound says that its devices are bind mounts of the host's, in
+	// ocifn's own mount namespace, rather than device nodes.
+	bound bool
+}
+
 // makeDev makes, once for the bundle, the directory that every container
-// of the bundle gets as its /dev, bind mounted read-only. It returns its
-// path, or "" when this process cannot make device nodes that work (it is
-// not root on the host, or lacks CAP_MKNOD, or the cache directory is on a
-// nodev filesystem); containers then get crun's tmpfs /dev, as before.
+// of the bundle gets as its /dev, bind mounted read-only. Its devices are
+// device nodes where this process may make them (root on the host), else,
+// when ocifn has a mount namespace of its own (ownMounts), bind mounts of
+// the host's devices. It returns a zero devDir when neither works (the
+// cache directory is on a nodev filesystem, say); containers then get
+// crun's tmpfs /dev.
 //
 // Why: for a tmpfs /dev, crun mounts the tmpfs and then, in a user
 // namespace where it may not create device nodes, bind mounts each of the
 // six host devices onto a file of its own, three mount calls each; every
 // one of those mounts is made and torn down again per container. One read-
-// only bind mount of a directory that already holds the nodes costs crun
-// 0.55 ms less of the kernel's time per container (README, Performance).
-// The container sees the same devices; its /dev is read-only, where the
-// tmpfs was writable by the function's root.
-func makeDev(bundleDir string) (string, error) {
-	dir := filepath.Join(bundleDir, "dev")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return "", fmt.Errorf("cannot create the containers' /dev %s: %w", dir, err)
+// only bind mount of a directory that already holds the devices costs crun
+// about 0.5 ms less of the kernel's time per container (README,
+// Performance). The container sees the same devices; its /dev is
+// read-only, where the tmpfs was writable by the function's root.
+func makeDev(bundleDir string, ownMounts bool) (devDir, error) {
+	d := devDir{path: filepath.Join(bundleDir, "dev")}
+	if err := os.Mkdir(d.path, 0o755); err != nil {
+		return devDir{}, fmt.Errorf("cannot create the containers' /dev %s: %w", d.path, err)
 	}
-	usable, err := fillDev(dir)
+	usable, err := d.fill(ownMounts)
 	if err != nil || !usable {
-		if rmErr := os.RemoveAll(dir); rmErr != nil && err == nil {
-			err = fmt.Errorf("cannot remove the unusable %s: %w", dir, rmErr)
+		if rmErr := removeDev(bundleDir); rmErr != nil && err == nil {
+			err = rmErr
 		}
-		return "", err
+		return devDir{}, err
 	}
-	return dir, nil
+	return d, nil
 }
 
-// fillDev creates dev's nodes, links and mount points. It reports false,
-// without an error, when device nodes cannot be made or used here.
-func fillDev(dir string) (bool, error) {
+// fill creates d's devices, links and mount points. It reports false,
+// without an error, when devices that work cannot be had this way.
+func (d *devDir) fill(ownMounts bool) (bool, error) {
 	// The umask must not take the containers' access away.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return false, fmt.Errorf("cannot set the mode of %s: %w", dir, err)
+	if err := os.Chmod(d.path, 0o755); err != nil {
+		return false, fmt.Errorf("cannot set the mode of %s: %w", d.path, err)
 	}
-	for _, n := range devNodes {
-		p := filepath.Join(dir, n.name)
-		// EPERM: not root on the host; anything else, a filesystem
-		// without device nodes. Either way the tmpfs /dev still works.
-		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor))); err != nil {
-			return false, nil
+	for i, n := range devNodes {
+		p := filepath.Join(d.path, n.name)
+		var err error
+		if !d.bound {
+			err = unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor)))
+			d.bound = i == 0 && err != nil && ownMounts
 		}
-		if err := os.Chmod(p, 0o666); err != nil {
-			return false, fmt.Errorf("cannot set the mode of %s: %w", p, err)
+		if d.bound {
+			// Not root on the host: a file, and the host's device bind
+			// mounted on it, in ocifn's own mount namespace only.
+			if err := os.WriteFile(p, nil, 0o644); err != nil {
+				return false, fmt.Errorf("cannot create the mount point %s: %w", p, err)
+			}
+			err = unix.Mount("/dev/"+n.name, p, "", unix.MS_BIND, "")
+		} else if err == nil {
+			err = os.Chmod(p, 0o666)
+		}
+		// A node that cannot be made (EPERM: not root on the host; or a
+		// filesystem without device nodes) or bound: the tmpfs /dev
+		// still works.
+		if err != nil {
+			return false, nil
 		}
 	}
 	// On a nodev filesystem the nodes exist but cannot be opened; a bind
 	// mount of them would be nodev too.
-	f, err := os.OpenFile(filepath.Join(dir, "null"), os.O_WRONLY, 0)
+	f, err := os.OpenFile(filepath.Join(d.path, "null"), os.O_WRONLY, 0)
 	if err != nil {
 		return false, nil
 	}
 	f.Close()
 	for _, l := range devLinks {
-		if err := os.Symlink(l.target, filepath.Join(dir, l.name)); err != nil {
+		if err := os.Symlink(l.target, filepath.Join(d.path, l.name)); err != nil {
 			return false, fmt.Errorf("cannot create the symlink %s: %w", l.name, err)
 		}
 	}
-	for _, d := range devMountPoints {
-		p := filepath.Join(dir, d)
+	for _, m := range devMountPoints {
+		p := filepath.Join(d.path, m)
 		if err := os.Mkdir(p, 0o755); err != nil {
 			return false, fmt.Errorf("cannot create the mount point %s: %w", p, err)
 		}
@@ -98,4 +122,34 @@ func fillDev(dir string) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// removeDev removes a bundle's dev directory, unmounting the devices bound
+// there first (the bind mounts live in this process's mount namespace; in
+// a bundle left by a process that died they are gone with it).
+func removeDev(bundleDir string) error {
+	dir := filepath.Join(bundleDir, "dev")
+	for _, n := range devNodes {
+		err := unix.Unmount(filepath.Join(dir, n.name), unix.MNT_DETACH)
+		if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("cannot unmount %s: %w", filepath.Join(dir, n.name), err)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("cannot remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// carriesDevices reports whether a created container's /dev/null is the
+// null device: crun carries the bind mounts below a bind mount along only
+// when it honours "rbind" in a user namespace (crun 1.8.1 does not; the
+// crun hack/crun.sh builds does), and without them /dev would hold empty
+// files.
+func carriesDevices(c *container) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/root/dev/null", c.pid), &st); err != nil {
+		return false
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == unix.Mkdev(1, 3)
 }

@@ -13,10 +13,11 @@ func TestMakeDev(t *testing.T) {
 		t.Fatal("device nodes need root (CI runs as root)")
 	}
 	bundle := t.TempDir()
-	dir, err := makeDev(bundle)
-	if err != nil || dir != filepath.Join(bundle, "dev") {
-		t.Fatalf("makeDev: %q, %v", dir, err)
+	d, err := makeDev(bundle, false)
+	if err != nil || d.path != filepath.Join(bundle, "dev") || d.bound {
+		t.Fatalf("makeDev: %+v, %v; want device nodes in %s/dev", d, err, bundle)
 	}
+	dir := d.path
 	for _, n := range devNodes {
 		var st unix.Stat_t
 		if err := unix.Stat(filepath.Join(dir, n.name), &st); err != nil {
@@ -49,9 +50,9 @@ func TestMakeDevOnNodev(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(bundle, unix.MNT_DETACH) })
-	dir, err := makeDev(bundle)
-	if err != nil || dir != "" {
-		t.Fatalf("makeDev on nodev: %q, %v; want no directory and no error", dir, err)
+	d, err := makeDev(bundle, false)
+	if err != nil || d.path != "" {
+		t.Fatalf("makeDev on nodev: %+v, %v; want no directory and no error", d, err)
 	}
 	if _, err := os.Stat(filepath.Join(bundle, "dev")); !os.IsNotExist(err) {
 		t.Errorf("the unusable directory was left behind: %v", err)

@@ -183,20 +183,21 @@ jq -c --arg null "$null" --arg zero "$zero" --arg random "$random" --arg full "$
 	  dev_write: $dev_write, entries: $entries, proc_write: $proc_write, status: $status}}'`
 
 // TestDevAndProc checks, from inside a function, that its /dev has the
-// devices and links every container has, and that they work, both when
-// ocifn runs as root (a read-only /dev prepared once per bundle) and
-// unprivileged (where it cannot make device nodes: crun's tmpfs, with the
-// host's devices bind mounted); and that /proc reads but takes no write.
+// devices and links every container has, that they work and that /dev is
+// read-only, both when ocifn runs as root (a directory of device nodes
+// made once per bundle) and unprivileged (where it may not make device
+// nodes: the host's, bind mounted in its own mount namespace); and that
+// /proc reads but takes no write.
 func TestDevAndProc(t *testing.T) {
 	_, home, as := unprivileged(t, "sh-function.tar")
 	for _, c := range []struct {
-		name     string
-		args     []string
-		opts     []serverOption
-		devWrite string
+		name string
+		args []string
+		opts []serverOption
+		dev  string
 	}{
-		{"root", []string{"--debug", "--tarball", image("sh-function.tar")}, nil, "denied"},
-		{"unprivileged", []string{"--debug", "--tarball", filepath.Join(home, "sh-function.tar"), "--cache-dir", filepath.Join(home, "cache")}, []serverOption{as}, "allowed"},
+		{"root", []string{"--debug", "--tarball", image("sh-function.tar")}, nil, `dev=prepared`},
+		{"unprivileged", []string{"--debug", "--tarball", filepath.Join(home, "sh-function.tar"), "--cache-dir", filepath.Join(home, "cache")}, []serverOption{as}, `dev="prepared, devices bind mounted"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := hostDevices()
@@ -206,7 +207,7 @@ func TestDevAndProc(t *testing.T) {
 				t.Fatalf("the script failed: %v", rsp.GetResults())
 			}
 			got := rsp.GetContext().AsMap()
-			for k, v := range map[string]string{"null": "ok", "zero": "ok", "random": "ok", "full": "ENOSPC", "links": "ok", "dev_write": c.devWrite,
+			for k, v := range map[string]string{"null": "ok", "zero": "ok", "random": "ok", "full": "ENOSPC", "links": "ok", "dev_write": "denied",
 				"proc_write": "denied", "status": "ok"} {
 				if got[k] != v {
 					t.Errorf("%s: got %q, want %q (context %v)", k, got[k], v, got)
@@ -218,8 +219,9 @@ func TestDevAndProc(t *testing.T) {
 					t.Errorf("/dev has no %s: %q", e, entries)
 				}
 			}
-			// The function's stderr line reached the server's log (--debug).
-			mustContain(t, "server log", s.stderr.String(), "to-stderr")
+			// The function's stderr line reached the server's log (--debug),
+			// which also says what /dev the containers get.
+			mustContain(t, "server log", s.stderr.String(), "to-stderr", c.dev)
 			if after := hostDevices(); after != before {
 				t.Errorf("the host's devices changed:\nbefore %s\nafter  %s", before, after)
 			}

@@ -233,8 +233,9 @@ func mounts(network, tmpSize, devDir string) []rspec.Mount {
 	dev := rspec.Mount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}}
 	if devDir != "" {
 		// A bind mount on /dev also tells crun not to create any device:
-		// the directory has them all.
-		dev = rspec.Mount{Destination: "/dev", Type: "bind", Source: devDir, Options: []string{"bind", "ro", "nosuid", "noexec"}}
+		// the directory has them all, as nodes or as bind mounts of the
+		// host's, which "rbind" carries along.
+		dev = rspec.Mount{Destination: "/dev", Type: "bind", Source: devDir, Options: []string{"rbind", "ro", "nosuid", "noexec"}}
 	}
 	m := []rspec.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev", "ro"}},

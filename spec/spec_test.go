@@ -119,9 +119,10 @@ func TestGenerateDev(t *testing.T) {
 	o := baseOptions()
 	o.Dev = "/cache/dev"
 	m := dev(o)
-	// "bind" is what tells crun that /dev needs no device of its own.
-	if m.Source != "/cache/dev" || !slices.Contains(m.Options, "bind") || !slices.Contains(m.Options, "ro") || !slices.Contains(m.Options, "noexec") {
-		t.Errorf("with Dev: got %+v, want a read-only, noexec bind mount of /cache/dev", m)
+	// A bind mount is what tells crun that /dev needs no device of its
+	// own; recursive, for devices bind mounted there.
+	if m.Source != "/cache/dev" || !slices.Contains(m.Options, "rbind") || !slices.Contains(m.Options, "ro") || !slices.Contains(m.Options, "noexec") {
+		t.Errorf("with Dev: got %+v, want a read-only, noexec, recursive bind mount of /cache/dev", m)
 	}
 }
 

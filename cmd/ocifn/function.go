@@ -139,7 +139,7 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 	}
 	b, err := bundle.Create(ctx, rt, img.Image(), o.cacheDir, bundle.Options{
 		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network, StateDir: o.stateDir, Warm: o.warm, WarmMax: o.warmMax, WarmIdle: o.warmIdle,
-		MaxRootfsBytes: int64(o.maxRootfsBytes), Limits: o.limits(log),
+		MaxRootfsBytes: int64(o.maxRootfsBytes), Limits: o.limits(log), OwnMountNamespace: host.ReexecParent() != 0,
 		Warn: func(w oci.Warning) {
 			log.Warn("image entry neutralised", "layer", w.Layer, "entry", w.Entry, "reason", w.Reason)
 		},
@@ -149,7 +149,7 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 	}
 	log.Info("image unpacked", "tarball", tarball, "image", img.Name(), "digest", img.Digest().String(),
 		"id_mode", mode, "io", o.codec.Name(), "duration", time.Since(start).Round(time.Millisecond), "runtime", rt.Version())
-	log.Debug("runtime config", "args", b.Spec().Process.Args, "user", b.Spec().Process.User, "uid_mappings", b.Spec().Linux.UIDMappings)
+	log.Debug("runtime config", "args", b.Spec().Process.Args, "user", b.Spec().Process.User, "uid_mappings", b.Spec().Linux.UIDMappings, "dev", b.Dev())
 	return b, nil
 }
 
