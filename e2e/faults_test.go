@@ -75,7 +75,7 @@ func assertNoLeaks(t *testing.T, s *server, cache, tmp string) {
 	bundles, _ := filepath.Glob(filepath.Join(cache, "bundle-*", "*"))
 	for _, b := range bundles {
 		switch filepath.Base(b) {
-		case "rootfs", "config.json", "state", "lock":
+		case "rootfs", "config.json", "state", "lock", "dev":
 		default:
 			t.Errorf("unexpected file in the bundle: %s", b)
 		}
