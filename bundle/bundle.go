@@ -93,8 +93,10 @@ type Bundle struct {
 	pool *warmPool
 	// misses counts calls that found no warm container.
 	misses atomic.Uint64
-	// dev is what Dev reports.
-	dev string
+	// dev is what Dev reports; devDir the directory containers get as
+	// their /dev (zero: crun's tmpfs).
+	dev    string
+	devDir devDir
 }
 
 // lockFile is the name of the lock file in a bundle directory.
@@ -119,8 +121,10 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	if err != nil {
 		return nil, err
 	}
+	var dev devDir
 	defer func() {
 		if err != nil {
+			_ = dev.unmount()
 			_ = removeDir(dir)
 			lock.Close()
 		}
@@ -180,8 +184,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	if err != nil {
 		return nil, err
 	}
-	dev, err := makeDev(dir, o.OwnMountNamespace)
-	if err != nil {
+	if dev, err = makeDev(dir, o.OwnMountNamespace); err != nil {
 		return nil, err
 	}
 	options := spec.Options{
@@ -197,29 +200,26 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	if err != nil {
 		return nil, err
 	}
-	b.dev = "prepared"
-	if dev.bound {
+	switch {
+	case dev.path == "":
+		b.dev = "tmpfs"
+	case !dev.bound:
+		b.dev = "prepared"
+	default:
 		b.dev = "prepared, devices bind mounted"
-		// Whether crun carries the devices along is seen in a container.
-		c, err := b.create()
-		ok := err == nil && carriesDevices(c)
-		if c != nil {
-			c.discard()
-		}
-		if !ok {
-			if err := removeDev(dir); err != nil {
+		if why := b.checkDevicesCarried(); why != nil {
+			if err = dev.remove(); err != nil {
 				return nil, err
 			}
+			dev = devDir{}
 			options.Dev = ""
 			if s, err = b.writeConfig(ic, u, options); err != nil {
 				return nil, err
 			}
-			dev = devDir{}
+			b.dev = "tmpfs (" + why.Error() + ")"
 		}
 	}
-	if dev.path == "" {
-		b.dev = "tmpfs"
-	}
+	b.devDir = dev
 	b.spec = s
 	if o.Warm > 0 {
 		// A server: where compileSeccomp could not, having crun compile
@@ -254,7 +254,8 @@ func (b *Bundle) Spec() *rspec.Spec { return b.spec }
 // Dev says what a container's /dev is: "prepared" (a directory of device
 // nodes made once for the bundle), "prepared, devices bind mounted" (the
 // same, with the host's devices bind mounted in ocifn's own mount
-// namespace) or "tmpfs" (crun's, made for each container).
+// namespace) or "tmpfs" (crun's, made for each container), then why the
+// prepared one could not be used, when it was tried.
 func (b *Bundle) Dev() string { return b.dev }
 
 // Close removes the bundle and every container of it from disk. Calls
@@ -262,9 +263,10 @@ func (b *Bundle) Dev() string { return b.dev }
 func (b *Bundle) Close() error {
 	b.stopPool()
 	b.pending.Wait()
+	devErr := b.devDir.unmount()
 	err := remove(b.dir, b.runtime)
 	b.lock.Close()
-	return err
+	return errors.Join(devErr, err)
 }
 
 // checkReachable makes sure the container's ids, which are not root on the

@@ -20,7 +20,8 @@ var devNodes = []struct {
 	{"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0},
 }
 
-// devLinks are the symlinks of a container's /dev, as crun makes them.
+// devLinks are the symlinks of a container's /dev, as crun makes them, less
+// "core", which points at /proc/kcore: masked anyway.
 var devLinks = []struct{ name, target string }{
 	{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"},
 	{"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"},
@@ -61,10 +62,7 @@ func makeDev(bundleDir string, ownMounts bool) (devDir, error) {
 	}
 	usable, err := d.fill(ownMounts)
 	if err != nil || !usable {
-		if rmErr := removeDev(bundleDir); rmErr != nil && err == nil {
-			err = rmErr
-		}
-		return devDir{}, err
+		return devDir{}, errors.Join(err, d.remove())
 	}
 	return d, nil
 }
@@ -124,32 +122,51 @@ func (d *devDir) fill(ownMounts bool) (bool, error) {
 	return true, nil
 }
 
-// removeDev removes a bundle's dev directory, unmounting the devices bound
-// there first (the bind mounts live in this process's mount namespace; in
-// a bundle left by a process that died they are gone with it).
-func removeDev(bundleDir string) error {
-	dir := filepath.Join(bundleDir, "dev")
+// unmount undoes the bind mounts of d's devices, if it has them. The mounts
+// live in this process's mount namespace: a bundle left by a process that
+// died has none.
+func (d devDir) unmount() error {
+	if !d.bound {
+		return nil
+	}
+	var errs []error
 	for _, n := range devNodes {
-		err := unix.Unmount(filepath.Join(dir, n.name), unix.MNT_DETACH)
+		p := filepath.Join(d.path, n.name)
+		err := unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 		if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("cannot unmount %s: %w", filepath.Join(dir, n.name), err)
+			errs = append(errs, fmt.Errorf("cannot unmount %s: %w", p, err))
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("cannot remove %s: %w", dir, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// carriesDevices reports whether a created container's /dev/null is the
-// null device: crun carries the bind mounts below a bind mount along only
-// when it honours "rbind" in a user namespace (crun 1.8.1 does not; the
-// crun hack/crun.sh builds does), and without them /dev would hold empty
-// files.
-func carriesDevices(c *container) bool {
-	var st unix.Stat_t
-	if err := unix.Stat(fmt.Sprintf("/proc/%d/root/dev/null", c.pid), &st); err != nil {
-		return false
+// remove unmounts d's devices and removes d.
+func (d devDir) remove() error {
+	err := d.unmount()
+	if rmErr := os.RemoveAll(d.path); rmErr != nil {
+		err = errors.Join(err, fmt.Errorf("cannot remove %s: %w", d.path, rmErr))
 	}
-	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == unix.Mkdev(1, 3)
+	return err
+}
+
+// checkDevicesCarried creates a container and checks that its /dev/null is
+// the null device: crun carries the bind mounts below a bind mount along
+// only when it honours "rbind" in a user namespace (crun 1.8.1 does not;
+// the crun hack/crun.sh builds does), and without them /dev would hold
+// empty files. The container never runs.
+func (b *Bundle) checkDevicesCarried() error {
+	c, err := b.create()
+	if err != nil {
+		return err
+	}
+	defer c.discard()
+	var st unix.Stat_t
+	null := fmt.Sprintf("/proc/%d/root/dev/null", c.pid)
+	if err := unix.Stat(null, &st); err != nil {
+		return fmt.Errorf("cannot look at a container's /dev/null: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != unix.Mkdev(1, 3) {
+		return errors.New("a container's /dev/null is not the null device: this crun does not carry bind mounts along with an rbind mount in a user namespace (hack/crun-patches)")
+	}
+	return nil
 }

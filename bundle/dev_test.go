@@ -3,6 +3,8 @@ package bundle
 import (
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -12,7 +14,8 @@ func TestMakeDev(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("device nodes need root (CI runs as root)")
 	}
-	bundle := t.TempDir()
+	// A tmpfs of its own: TMPDIR may be on a nodev filesystem.
+	bundle := tmpfs(t, 0)
 	d, err := makeDev(bundle, false)
 	if err != nil || d.path != filepath.Join(bundle, "dev") || d.bound {
 		t.Fatalf("makeDev: %+v, %v; want device nodes in %s/dev", d, err, bundle)
@@ -45,11 +48,7 @@ func TestMakeDevOnNodev(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("mounting a tmpfs needs root (CI runs as root)")
 	}
-	bundle := t.TempDir()
-	if err := unix.Mount("tmpfs", bundle, "tmpfs", unix.MS_NODEV, "size=1m"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(bundle, unix.MNT_DETACH) })
+	bundle := tmpfs(t, unix.MS_NODEV)
 	d, err := makeDev(bundle, false)
 	if err != nil || d.path != "" {
 		t.Fatalf("makeDev on nodev: %+v, %v; want no directory and no error", d, err)
@@ -57,4 +56,79 @@ func TestMakeDevOnNodev(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(bundle, "dev")); !os.IsNotExist(err) {
 		t.Errorf("the unusable directory was left behind: %v", err)
 	}
+}
+
+// tmpfs mounts a small tmpfs with flags on a new temporary directory.
+func tmpfs(t *testing.T, flags uintptr) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	return dir
+}
+
+// Unprivileged, ocifn may not make device nodes: in a mount namespace of
+// its own it binds the host's, and removing the directory unbinds them.
+// The test does that on a thread of its own, in a new mount namespace and
+// without CAP_MKNOD, so neither the host nor other tests see it.
+func TestMakeDevBindsTheHostsDevices(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("a mount namespace needs root (CI runs as root)")
+	}
+	bundle := tmpfs(t, 0)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Never unlocked: the thread ends with the goroutine, and its
+		// namespace with it.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := dropCapability(unix.CAP_MKNOD); err != nil {
+			t.Error(err)
+			return
+		}
+		d, err := makeDev(bundle, true)
+		if err != nil || !d.bound {
+			t.Errorf("makeDev without CAP_MKNOD: %+v, %v; want the host's devices bound", d, err)
+			return
+		}
+		for _, n := range devNodes {
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(d.path, n.name), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != unix.Mkdev(n.major, n.minor) {
+				t.Errorf("%s: %v; want the host's device %d:%d", n.name, err, n.major, n.minor)
+			}
+		}
+		if err := d.remove(); err != nil {
+			t.Errorf("remove: %v", err)
+		}
+		if _, err := os.Stat(d.path); !os.IsNotExist(err) {
+			t.Errorf("%s is still there: %v", d.path, err)
+		}
+		mounts, _ := os.ReadFile("/proc/thread-self/mountinfo")
+		if strings.Contains(string(mounts), d.path) {
+			t.Errorf("mounts left under %s:\n%s", d.path, mounts)
+		}
+	}()
+	<-done
+}
+
+// dropCapability takes capability c out of the calling thread's effective
+// set.
+func dropCapability(c int) error {
+	h := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var d [2]unix.CapUserData
+	if err := unix.Capget(&h, &d[0]); err != nil {
+		return err
+	}
+	d[c/32].Effective &^= 1 << (c % 32)
+	return unix.Capset(&h, &d[0])
 }

@@ -116,9 +116,6 @@ func remove(dir string, rt *Runtime) error {
 // to.
 func removeDir(dir string) error {
 	stateErr := removeStateDir(dir)
-	if err := removeDev(dir); err != nil {
-		return err
-	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("cannot remove the bundle %s: %w", dir, err)
 	}

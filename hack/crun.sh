@@ -56,8 +56,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/build/crun}
 mkdir -p "$out/bin"
 out=$(cd "$out" && pwd)
+shopt -s nullglob
 PATCHES=("$root"/hack/crun-patches/*.patch)
-stamp="$VERSION ${CONFIGURE[*]} static $LIBC $(cat "${PATCHES[@]}" | sha256sum | cut -c1-16)"
+shopt -u nullglob
+stamp="$VERSION ${CONFIGURE[*]} static $LIBC $(cat /dev/null "${PATCHES[@]}" | sha256sum | cut -c1-16)"
 [[ $LIBC == glibc ]] || stamp+=" ${MUSL_DEPS[*]} $DEP_CFLAGS"
 if [[ -x $out/bin/crun && "$(cat "$out/bin/crun.stamp" 2>/dev/null)" == "$stamp" ]]; then
 	exit 0
@@ -121,7 +123,7 @@ unpack "crun=$VERSION"
 src=$work/src/crun
 # ocifn's own patches, after Debian's (hack/crun-patches, each says why).
 for p in "${PATCHES[@]}"; do
-	patch -d "$src" -p1 --quiet <"$p" || die "cannot apply $p"
+	patch -d "$src" -p1 --quiet --forward --fuzz=0 <"$p" || die "cannot apply $p"
 done
 build_log=$work/build.log
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(date -r "$src/configure" +%s)}
