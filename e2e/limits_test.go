@@ -193,30 +193,15 @@ func TestPerCallLimitsInCgroups(t *testing.T) {
 		checkPerCallLimits(t, cacheDir(t), start)
 	})
 	t.Run("unprivileged_in_a_delegated_cgroup", func(t *testing.T) {
-		u := testUser(t)
+		u, home, as := unprivileged(t, "sh-function.tar")
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
-		home, err := os.MkdirTemp("", "ocifn-e2e-home-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(home) })
-		data, err := os.ReadFile(image("sh-function.tar"))
-		if err != nil {
-			t.Fatal(err)
-		}
 		tarball := filepath.Join(home, "sh-function.tar")
-		if err := os.WriteFile(tarball, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(home, uid, gid); err != nil {
-			t.Fatal(err)
-		}
 		start := func(cache string) (*server, string) {
 			dir := delegate(t, uid, gid)
 			return startServer(t, []string{"--tarball", tarball, "--cache-dir", cache, "--timeout", "30s",
 				"--memory-limit", strconv.Itoa(testMemoryLimit), "--pids-limit", strconv.Itoa(testPidsLimit)},
-				inCgroup(t, dir, false), asUser(uint32(uid), uint32(gid), home)), dir
+				inCgroup(t, dir, false), as), dir
 		}
 		checkPerCallLimits(t, filepath.Join(home, "cache"), start)
 	})
