@@ -135,6 +135,18 @@ func TestUnprivileged(t *testing.T) {
 // it cannot enter), and the option that starts a server as that user.
 func unprivileged(t *testing.T, images ...string) (*user.User, string, serverOption) {
 	t.Helper()
+	files := map[string]string{}
+	for _, name := range images {
+		files[image(name)] = name
+	}
+	return userHome(t, files)
+}
+
+// userHome returns the test user, a new home directory it owns holding a
+// copy of each file of files (host path to name in the home), and the
+// option that starts a server as that user.
+func userHome(t *testing.T, files map[string]string) (*user.User, string, serverOption) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test creates a user and must run as root (CI does)")
 	}
@@ -146,8 +158,8 @@ func unprivileged(t *testing.T, images ...string) (*user.User, string, serverOpt
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(home) })
-	for _, name := range images {
-		data, err := os.ReadFile(image(name))
+	for src, name := range files {
+		data, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)
 		}

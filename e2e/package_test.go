@@ -729,26 +729,9 @@ func TestBuildAsUnprivilegedUser(t *testing.T) {
 		t.Fatal("this test creates a user and must run as root (CI does)")
 	}
 	rt := runtimeImage(t)
-	u := testUser(t)
+	u, home, _ := userHome(t, map[string]string{image("labelizer.oci.tar"): "function.tar", rt: "runtime.tar"})
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	home, err := os.MkdirTemp("", "ocifn-e2e-build-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(home) })
-	for src, dst := range map[string]string{image("labelizer.oci.tar"): "function.tar", rt: "runtime.tar"} {
-		data, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(home, dst), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chown(home, uid, gid); err != nil {
-		t.Fatal(err)
-	}
 	xpkg := filepath.Join(home, "function.xpkg")
 	cmd := exec.Command(ocifnBin, "build", "--from-oci-tarball", filepath.Join(home, "function.tar"), "--name", "function-labelizer",
 		"--runtime-image-tarball", filepath.Join(home, "runtime.tar"), "-o", xpkg)
