@@ -53,11 +53,39 @@ func TestWarmContainers(t *testing.T) {
 	if c := childrenOf(t, server); len(c) == 1 {
 		server = c[0] // the re-executed ocifn
 	}
+	serverPIDNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", server))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var pooled []int
 	eventually(t, 10*time.Second, "three warm containers", func() bool {
 		pooled = childrenOf(t, server)
-		return len(pooled) == 3
+		if len(pooled) != 3 {
+			return false
+		}
+		// A child in the server's own pid namespace is a crun that
+		// is still creating its container.
+		for _, pid := range pooled {
+			if ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); ns == "" || ns == serverPIDNS {
+				return false
+			}
+		}
+		return true
 	})
+	// Each waits with its seccomp filter loaded already, so that the
+	// kernel's compilation of the filter is not on a call's path
+	// (hack/crun-patches/seccomp-before-the-exec-fifo.patch).
+	for _, pid := range pooled {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"\nNoNewPrivs:\t1\n", "\nSeccomp:\t2\n"} {
+			if !strings.Contains(string(status), want) {
+				t.Errorf("warm container process %d waits without %q in its status", pid, strings.TrimSpace(want))
+			}
+		}
+	}
 
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	s.wait(t)
