@@ -84,27 +84,43 @@ func (s *server) warmContainers(t *testing.T) int {
 
 // TestWarmPoolKeepsUpWithAClosedLoop: one client calling again as soon as
 // it has its answer keeps a single call running, yet consumes containers
-// faster than crun makes them with a pool of --warm 2 (29% of such calls
-// found it empty before the pool learned headroom). A call that finds the
-// pool empty although it was as large as the calls running grows it, so
-// most of the loop's calls find a container ready.
+// faster than crun makes them with a pool of --warm 2. A call that finds
+// the pool empty although it was as large as the calls running grows it,
+// so far fewer of the loop's calls find no container ready.
+//
+// How many still do depends on the machine: where a container costs more
+// CPU than a call leaves free on it, no pool keeps up with a closed loop
+// for long (on the 2026-11-23 machine under 2% of such calls found none,
+// on one that makes containers at twice the cost 9-14%). So the yardstick
+// is the same loop against a pool held at --warm 2, which
+// --max-concurrency 2 keeps from growing (29% and 33% on those machines).
 func TestWarmPoolKeepsUpWithAClosedLoop(t *testing.T) {
-	s := startServer(t, []string{"--tarball", image("trivial.tar"), "--warm", "2", "--metrics-address", "127.0.0.1:0"})
-	eventually(t, 10*time.Second, "two warm containers at start", func() bool { return s.metric(t, "ocifn_warm_containers") == 2 })
 	const calls = 300
+	held, _ := closedLoopMisses(t, calls, "--max-concurrency", "2")
+	misses, target := closedLoopMisses(t, calls)
+	t.Logf("of %d calls in a closed loop, %v found no warm container with the pool growing (up to %v), %v with it held at 2", calls, misses, target, held)
+	if misses > 0 && target <= 2 {
+		t.Errorf("%v calls found the pool empty while one call ran at a time, and it still fills up to %v, not more than --warm 2", misses, target)
+	}
+	if misses > held/2 {
+		t.Errorf("%v of %d calls in a closed loop found no warm container, want at most half of the %v that did with the pool held at --warm 2", misses, calls, held)
+	}
+}
+
+// closedLoopMisses makes calls, one after another, to a server of the
+// trivial function with --warm 2 and the extra flags, and returns how many
+// found no warm container and the pool's target after them.
+func closedLoopMisses(t *testing.T, calls int, extra ...string) (misses, target float64) {
+	t.Helper()
+	s := startServer(t, append([]string{"--tarball", image("trivial.tar"), "--warm", "2", "--metrics-address", "127.0.0.1:0"}, extra...))
+	defer s.stop() // the next server gets the machine to itself
+	eventually(t, 10*time.Second, "two warm containers at start", func() bool { return s.metric(t, "ocifn_warm_containers") == 2 })
 	for i := range calls {
 		if rsp := s.call(t, &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: fmt.Sprint(i)}}); len(rsp.GetResults()) > 0 {
 			t.Fatalf("call %d: %v", i, rsp.GetResults())
 		}
 	}
-	misses, target := s.metric(t, "ocifn_warm_misses_total"), s.metric(t, "ocifn_warm_target")
-	t.Logf("%v of %d calls found no warm container; the pool fills up to %v", misses, calls, target)
-	if misses > 0 && target <= 2 {
-		t.Errorf("%v calls found the pool empty while one call ran at a time, and it still fills up to %v, not more than --warm 2", misses, target)
-	}
-	if misses > calls/10 {
-		t.Errorf("%v of %d calls in a closed loop found no warm container, want at most a tenth", misses, calls)
-	}
+	return s.metric(t, "ocifn_warm_misses_total"), s.metric(t, "ocifn_warm_target")
 }
 
 // TestMountNamespacesHeldOnlyForLiveContainers: ocifn keeps a reference to
