@@ -175,7 +175,8 @@ func userHome(t *testing.T, files map[string]string) (*user.User, string, server
 
 // devProcScript reports, as the response's context, what a function finds
 // in its /dev: the entries, whether each device behaves as it should, and
-// whether /dev itself takes a new file; and whether /proc reads, and
+// whether /dev itself takes a new file; who owns /dev/mqueue and the
+// loopback device's sysfs entries; and whether /proc reads, and
 // takes a write to the process's own oom_score_adj (which any process may
 // make where /proc is writable, raising it). A refused write reports the
 // shell's error, which names the reason.
@@ -190,11 +191,12 @@ dev_write=$( (: >/dev/ocifn-probe) 2>&1 && echo allowed)
 entries=$(ls /dev | tr '\n' ' ')
 proc_write=$( (echo 1000 >/proc/self/oom_score_adj) 2>&1 && echo allowed)
 status=$(ok grep -q '^NoNewPrivs:.*1' /proc/self/status)
+owners=$(stat -c '%u:%g' /dev/mqueue /sys/class/net/lo/address 2>&1 | tr '\n' ' ')
 jq -c --arg null "$null" --arg zero "$zero" --arg random "$random" --arg full "$full" \
 	--arg links "$links" --arg dev_write "$dev_write" --arg entries "$entries" \
-	--arg proc_write "$proc_write" --arg status "$status" \
+	--arg proc_write "$proc_write" --arg status "$status" --arg owners "$owners" \
 	'{desired: .desired, context: {null: $null, zero: $zero, random: $random, full: $full, links: $links,
-	  dev_write: $dev_write, entries: $entries, proc_write: $proc_write, status: $status}}'`
+	  dev_write: $dev_write, entries: $entries, proc_write: $proc_write, status: $status, owners: $owners}}'`
 
 // TestDevAndProc checks, from inside a function, that its /dev has the
 // devices and links every container has, that they work and that /dev is
@@ -221,7 +223,10 @@ func TestDevAndProc(t *testing.T) {
 				t.Fatalf("the script failed: %v", rsp.GetResults())
 			}
 			got := rsp.GetContext().AsMap()
-			for k, v := range map[string]string{"null": "ok", "zero": "ok", "random": "ok", "full": "ENOSPC", "links": "ok", "status": "ok"} {
+			// The message queue file system and the loopback device's
+			// sysfs entries belong to the container's root: the
+			// namespaces that hold them are made once its ids are mapped.
+			for k, v := range map[string]string{"null": "ok", "zero": "ok", "random": "ok", "full": "ENOSPC", "links": "ok", "status": "ok", "owners": "0:0 0:0 "} {
 				if got[k] != v {
 					t.Errorf("%s: got %q, want %q (context %v)", k, got[k], v, got)
 				}
