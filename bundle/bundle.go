@@ -144,7 +144,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 		dir:     dir,
 		rootfs:  filepath.Join(dir, "rootfs"),
 		config:  filepath.Join(dir, "config.json"),
-		runtime: &Runtime{path: rt.path, version: rt.version, stateDir: state, sealed: rt.sealed},
+		runtime: &Runtime{path: rt.path, version: rt.version, stateDir: state, sealed: rt.sealed, fork: rt.fork},
 		lock:    lock,
 	}
 

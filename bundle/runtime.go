@@ -29,6 +29,9 @@ type Runtime struct {
 	// sealed is the sealed in-memory copy of the binary that crun is run
 	// from; shared by every copy of this Runtime. nil: run path.
 	sealed *sealedBinary
+	// fork is the resident crun that creates containers, started from the
+	// sealed copy on first use; shared like sealed. nil: execute crun.
+	fork *forkServer
 }
 
 // FindRuntime locates crun (a path, or a name looked up on PATH) and checks
@@ -43,7 +46,7 @@ func FindRuntime(name string) (*Runtime, error) {
 		return nil, fmt.Errorf("cannot run %s --version: %w", path, err)
 	}
 	version, _, _ := strings.Cut(string(out), "\n")
-	return &Runtime{path: path, version: strings.TrimSpace(version), sealed: &sealedBinary{}}, nil
+	return &Runtime{path: path, version: strings.TrimSpace(version), sealed: &sealedBinary{}, fork: &forkServer{}}, nil
 }
 
 // Version is the first line of `crun --version`, e.g. "crun version 1.8.1".
@@ -257,10 +260,7 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 	if config != "" {
 		args = append(args, "--config", config)
 	}
-	cmd := b.runtime.command(context.Background(), append(args, id)...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	cmd.ExtraFiles = []*os.File{logW}
-	runErr := runToExit(cmd)
+	runErr := b.runtime.run(append(args, id), inR, outW, errW, logW)
 	// The container holds its own copies now.
 	for _, f := range []*os.File{inR, outW, errW, logW} {
 		f.Close()
@@ -526,6 +526,49 @@ func (r *Runtime) args(a ...string) []string {
 		base = append(base, "--root="+r.stateDir)
 	}
 	return append(base, a...)
+}
+
+// run runs crun with the arguments a and files as its descriptors 0, 1, 2,
+// ...: forked by the fork server if there is one, else executed.
+func (r *Runtime) run(a []string, files ...*os.File) error {
+	if exe, ok := r.forkServerExe(); ok {
+		if conn := r.fork.start(exe); conn != nil {
+			err := r.fork.run(conn, append([]string{filepath.Base(r.path)}, r.args(a...)...), files)
+			if !errors.Is(err, errNotSent) {
+				return err
+			}
+		}
+	}
+	cmd := r.command(context.Background(), a...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
+	cmd.ExtraFiles = files[3:]
+	return runToExit(cmd)
+}
+
+// Launch says how containers are created, for the log: "fork-server" (a
+// resident crun forks per container), or "exec" and why not.
+func (r *Runtime) Launch() string {
+	exe, ok := r.forkServerExe()
+	if !ok {
+		if r.fork == nil {
+			return "exec"
+		}
+		return "exec (no sealed copy of the runtime to serve from: a wrapper script, or no memfd)"
+	}
+	r.fork.start(exe)
+	return r.fork.mode()
+}
+
+// forkServerExe returns the sealed copy of crun to start the fork server
+// from, and whether there is to be one. A runtime that is a wrapper script
+// is not a crun binary (it has no sealed copy): it is executed for every
+// command, so that whatever it does around crun still happens.
+func (r *Runtime) forkServerExe() (string, bool) {
+	if r.fork == nil {
+		return "", false
+	}
+	exe := r.sealed.exe(r.path)
+	return exe, exe != r.path
 }
 
 func (r *Runtime) command(ctx context.Context, a ...string) *exec.Cmd {

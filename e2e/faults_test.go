@@ -55,13 +55,15 @@ func descendants(t *testing.T, pid int) []int {
 }
 
 // assertNoLeaks checks, once calls are answered, that the server keeps no
-// process but itself (and its re-executed self) and its warm containers, no
+// process but itself (with its helpers) and its warm containers, no
 // container state but theirs, no file in the cache directory but its
 // bundle, no temp file, and no mount that the host can see.
 func assertNoLeaks(t *testing.T, s *server, cache, tmp string) {
 	t.Helper()
 	// The warm pool may have grown to the calls that overlapped.
-	eventually(t, 5*time.Second, "no function process left", func() bool { return len(descendants(t, s.cmd.Process.Pid)) <= 1+s.warmContainers(t) })
+	eventually(t, 5*time.Second, "no function process left", func() bool {
+		return len(descendants(t, s.cmd.Process.Pid)) <= s.helpers(t)+s.warmContainers(t)
+	})
 	eventually(t, 5*time.Second, "no container state left", func() bool { return len(containerStates(t, cache)) == s.warmContainers(t) })
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("temp files left in the server's TMPDIR: %v", left)

@@ -248,6 +248,9 @@ func TestDevAndProc(t *testing.T) {
 			// also says what /dev the containers get.
 			eventually(t, 5*time.Second, "the function's stderr logged", func() bool { return strings.Contains(s.stderr.String(), "to-stderr") })
 			mustContain(t, "server log", s.stderr.String(), c.dev)
+			// Containers are made by a resident crun that forks for
+			// each (TestForkServer), unprivileged too.
+			mustContain(t, "server log", s.stderr.String(), "crun=fork-server")
 			if after := hostDevices(); after != before {
 				t.Errorf("the host's devices changed:\nbefore %s\nafter  %s", before, after)
 			}

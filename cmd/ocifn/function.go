@@ -148,7 +148,7 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		return nil, fmt.Errorf("cannot prepare the function image %s: %w", tarball, err)
 	}
 	log.Info("image unpacked", "tarball", tarball, "image", img.Name(), "digest", img.Digest().String(),
-		"id_mode", mode, "io", o.codec.Name(), "duration", time.Since(start).Round(time.Millisecond), "runtime", rt.Version(), "dev", b.Dev())
+		"id_mode", mode, "io", o.codec.Name(), "duration", time.Since(start).Round(time.Millisecond), "runtime", rt.Version(), "crun", rt.Launch(), "dev", b.Dev())
 	log.Debug("runtime config", "args", b.Spec().Process.Args, "user", b.Spec().Process.User, "uid_mappings", b.Spec().Linux.UIDMappings)
 	return b, nil
 }

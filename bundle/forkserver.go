@@ -1,0 +1,204 @@
+package bundle
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// forkServer is a resident crun that forks once per `crun create` instead
+// of being executed once per container: the exec of crun, its page faults
+// and the teardown of its address space were about a tenth of a
+// container's CPU (README, Performance). It is crun's own code, started
+// once per process from the sealed copy (hack/crun-patches/fork-server.patch
+// says how it serves). A crun without that patch refuses the flag at once,
+// and crun is then executed per command as before.
+type forkServer struct {
+	mu      sync.Mutex
+	started bool
+	conn    *net.UnixConn // nil: no server; execute crun
+	cmd     *exec.Cmd
+	stderr  *boundedBuffer
+	// why says why crun is executed instead (no server), for the log.
+	why string
+}
+
+// forkServerFlag starts crun as a fork server on the descriptor given
+// after it.
+const forkServerFlag = "--ocifn-fork-server"
+
+// errNotSent means the command never reached the server: it is safe to
+// execute crun instead.
+var errNotSent = errors.New("crun fork server: command not sent")
+
+// start starts the server from the binary exe once; it reports whether
+// there is one.
+func (s *forkServer) start(exe string) *net.UnixConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return s.conn
+	}
+	s.started = true
+	conn, err := s.spawn(exe)
+	if err != nil {
+		s.why = err.Error()
+		return nil
+	}
+	s.conn = conn
+	return conn
+}
+
+func (s *forkServer) spawn(exe string) (*net.UnixConn, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	ours := os.NewFile(uintptr(fds[0]), "crun fork server")
+	theirs := os.NewFile(uintptr(fds[1]), "crun fork server")
+	defer ours.Close() // FileConn holds its own copy
+	// The server's descriptor 3 (ExtraFiles[0]).
+	cmd := exec.Command(exe, forkServerFlag, "3")
+	cmd.Args[0] = "crun"
+	cmd.ExtraFiles = []*os.File{theirs}
+	s.stderr = &boundedBuffer{max: 4096}
+	cmd.Stderr = s.stderr
+	err = cmd.Start()
+	// Only the server may hold its end: a crun that exits at once must
+	// leave end of file here.
+	theirs.Close()
+	if err != nil {
+		return nil, err
+	}
+	c, err := net.FileConn(ours)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, err
+	}
+	conn := c.(*net.UnixConn)
+	// A crun that serves says so first; one without the patch exits
+	// with a usage error, which is end of file here.
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var hello [16]byte
+	n, err := conn.Read(hello[:])
+	_ = conn.SetReadDeadline(time.Time{})
+	if err != nil || string(hello[:n]) != "ready" {
+		conn.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		// crun's first line says why (an unpatched crun: "unrecognized
+		// option"); the usage hints after it say nothing here.
+		msg, _, _ := strings.Cut(strings.TrimSpace(string(s.stderr.Bytes())), "\n")
+		if msg == "" {
+			msg = fmt.Sprint(err)
+		}
+		return nil, fmt.Errorf("crun does not serve as a fork server: %s", msg)
+	}
+	s.cmd = cmd
+	go func() { _ = cmd.Wait() }() // reap it whenever it ends
+	return conn, nil
+}
+
+// run runs the command line args (args[0] is crun's name) in a child of
+// the server, with files as its descriptors 0, 1, 2, ..., and returns how
+// it ended as exec.Cmd.Run would: nil or an error naming its exit status.
+func (s *forkServer) run(conn *net.UnixConn, args []string, files []*os.File) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("%w: %v", errNotSent, err)
+	}
+	defer r.Close()
+	var line []byte
+	for _, a := range args {
+		line = append(append(line, a...), 0)
+	}
+	fds := []int{int(w.Fd())}
+	for _, f := range files {
+		fds = append(fds, int(f.Fd()))
+	}
+	_, _, err = conn.WriteMsgUnix(line, unix.UnixRights(fds...), nil)
+	w.Close()
+	if err != nil {
+		s.broken(fmt.Sprintf("sending to it failed: %v", err))
+		return fmt.Errorf("%w: %v", errNotSent, err)
+	}
+	var reply [8]byte
+	if _, err := io.ReadFull(r, reply[:]); err != nil {
+		s.broken("it ended while crun ran")
+		return fmt.Errorf("crun fork server ended while crun ran: %s", bytes.TrimSpace(s.stderr.Bytes()))
+	}
+	if errno := binary.NativeEndian.Uint32(reply[:4]); errno != 0 {
+		return fmt.Errorf("crun fork server: %w", syscall.Errno(errno))
+	}
+	ws := unix.WaitStatus(binary.NativeEndian.Uint32(reply[4:]))
+	switch {
+	case ws.Exited() && ws.ExitStatus() == 0:
+		return nil
+	case ws.Signaled():
+		return fmt.Errorf("signal: %v", ws.Signal())
+	default:
+		return fmt.Errorf("exit status %d", ws.ExitStatus())
+	}
+}
+
+// broken stops using a server that failed: crun is executed from now on.
+func (s *forkServer) broken(why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return
+	}
+	s.conn.Close()
+	s.conn = nil
+	s.why = "the fork server failed: " + why
+	if s.cmd != nil {
+		_ = s.cmd.Process.Kill()
+	}
+}
+
+// mode says how crun is run, for the log: "fork-server", or "exec" and why.
+func (s *forkServer) mode() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil {
+		return "fork-server"
+	}
+	if s.why == "" {
+		return "exec"
+	}
+	return "exec (" + s.why + ")"
+}
+
+// boundedBuffer keeps the first max bytes written to it.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *boundedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}
