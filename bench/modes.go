@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -205,7 +206,8 @@ func machineBusy() time.Duration {
 
 // cpuSplit returns the CPU time of the server's own processes (the serving
 // process, and the parent that waits for it) and that of the serving
-// process's reaped children.
+// process's reaped children, with everything its fork server (a resident
+// crun) used: that crun's forks, which it reaps itself, create containers.
 func (s *server) cpuSplit() (own, children time.Duration) {
 	serving := s.pid()
 	own, children = procTicks(serving)
@@ -213,14 +215,35 @@ func (s *server) cpuSplit() (own, children time.Duration) {
 		o, _ := procTicks(parent) // its only child, the serving process, is alive
 		own += o
 	}
+	for _, pid := range forkServers(serving) {
+		o, c := procTicks(pid)
+		children += o + c
+	}
 	return own, children
+}
+
+// forkServers returns the children of the serving process that share its
+// pid namespace: its fork server, a resident crun (bundle/forkserver.go).
+// Containers, its other children, each have a pid namespace of their own.
+func forkServers(serving int) []int {
+	own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", serving))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, c := range childrenOf(serving) {
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", c)); err == nil && ns == own {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // memory is what a server holds: the serving process's resident and peak
 // resident memory, the proportional set size of the server's own processes
-// (the re-executed child and the parent that waits for it; PSS counts the
-// binary's pages they share once), and that of its children now: the warm
-// containers waiting for a call.
+// (the re-executed child, the parent that waits for it, and the resident
+// crun that forks per container; PSS counts the pages they share once), and
+// that of its other children now: the warm containers waiting for a call.
 type memory struct {
 	rss, peak, pss int64
 	childPss       int64
@@ -231,12 +254,14 @@ func (s *server) memory() memory {
 	var m memory
 	serving := s.pid()
 	m.rss, m.peak = procStatus(serving)
-	for _, pid := range uniq(s.cmd.Process.Pid, serving) {
+	for _, pid := range append(uniq(s.cmd.Process.Pid, serving), forkServers(serving)...) {
 		m.pss += procPss(pid)
 	}
 	for _, c := range childrenOf(serving) {
-		m.childPss += procPss(c)
-		m.children++
+		if !slices.Contains(forkServers(serving), c) {
+			m.childPss += procPss(c)
+			m.children++
+		}
 	}
 	return m
 }
