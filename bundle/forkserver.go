@@ -100,8 +100,8 @@ func (s *forkServer) spawn(exe string) (*net.UnixConn, error) {
 		_ = cmd.Wait()
 		// crun's first line says why (an unpatched crun: "unrecognized
 		// option"); the usage hints after it say nothing here.
-		msg, _, _ := strings.Cut(strings.TrimSpace(string(s.stderr.Bytes())), "\n")
-		if msg == "" {
+		msg := s.stderrLine()
+		if msg == "no message" {
 			msg = fmt.Sprint(err)
 		}
 		return nil, fmt.Errorf("crun does not serve as a fork server: %s", msg)
@@ -110,6 +110,15 @@ func (s *forkServer) spawn(exe string) (*net.UnixConn, error) {
 	go func() { _ = cmd.Wait() }() // reap it whenever it ends
 	return conn, nil
 }
+
+// The kinds of the records the server replies with
+// (hack/crun-patches/fork-server.patch): the child's pid once forked, then
+// its wait status; or an errno alone if the command was not run.
+const (
+	recordPID    = 1
+	recordStatus = 2
+	recordErrno  = 3
+)
 
 // run runs the command line args (args[0] is crun's name) in a child of
 // the server, with files as its descriptors 0, 1, 2, ..., and returns how
@@ -134,15 +143,36 @@ func (s *forkServer) run(conn *net.UnixConn, args []string, files []*os.File) er
 		s.broken(fmt.Sprintf("sending to it failed: %v", err))
 		return fmt.Errorf("%w: %v", errNotSent, err)
 	}
-	var reply [8]byte
-	if _, err := io.ReadFull(r, reply[:]); err != nil {
+	kind, value, err := readRecord(r)
+	switch {
+	case err != nil:
+		s.broken("it ended before it ran crun")
+		return fmt.Errorf("crun fork server ended before it ran crun: %s", s.stderrLine())
+	case kind == recordErrno:
+		// Not run (it could not fork): executing crun instead is safe.
+		return fmt.Errorf("%w: %v", errNotSent, syscall.Errno(value))
+	case kind != recordPID:
+		return fmt.Errorf("crun fork server: unexpected reply %d", kind)
+	}
+	pid := int(value)
+	// Held from now on: the pid cannot name another process later.
+	pidfd, pidfdErr := unix.PidfdOpen(pid, 0)
+	if pidfdErr == nil {
+		defer unix.Close(pidfd)
+	}
+	kind, value, err = readRecord(r)
+	if err != nil || kind != recordStatus {
+		// The server died while its child ran crun. That child, an
+		// orphan now, must not go on to make a container nobody knows
+		// of: kill it, and reap it, as ocifn (the subreaper) inherits it.
 		s.broken("it ended while crun ran")
-		return fmt.Errorf("crun fork server ended while crun ran: %s", bytes.TrimSpace(s.stderr.Bytes()))
+		if pidfdErr == nil {
+			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+			reapOrphan(pid)
+		}
+		return fmt.Errorf("crun fork server ended while crun ran: %s", s.stderrLine())
 	}
-	if errno := binary.NativeEndian.Uint32(reply[:4]); errno != 0 {
-		return fmt.Errorf("crun fork server: %w", syscall.Errno(errno))
-	}
-	ws := unix.WaitStatus(binary.NativeEndian.Uint32(reply[4:]))
+	ws := unix.WaitStatus(value)
 	switch {
 	case ws.Exited() && ws.ExitStatus() == 0:
 		return nil
@@ -153,7 +183,31 @@ func (s *forkServer) run(conn *net.UnixConn, args []string, files []*os.File) er
 	}
 }
 
+// readRecord reads one reply record: two native-endian int32.
+func readRecord(r io.Reader) (kind, value int32, err error) {
+	var b [8]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return 0, 0, err
+	}
+	return int32(binary.NativeEndian.Uint32(b[:4])), int32(binary.NativeEndian.Uint32(b[4:])), nil
+}
+
+// reapOrphan waits for the killed child of a dead server, once it has
+// become this process's child: the kernel hands it over as the server
+// exits, which may be a little after the server's descriptors closed.
+func reapOrphan(pid int) {
+	awaitExit(pid)
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+		got, err := unix.Wait4(pid, nil, unix.WNOHANG, nil)
+		if got == pid || (err != nil && !errors.Is(err, unix.ECHILD)) || time.Now().After(deadline) {
+			return
+		}
+	}
+}
+
 // broken stops using a server that failed: crun is executed from now on.
+// Its socket is closed, so a server still alive ends as it does at
+// ocifn's exit: it lets the commands it runs finish and replies for them.
 func (s *forkServer) broken(why string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -163,9 +217,15 @@ func (s *forkServer) broken(why string) {
 	s.conn.Close()
 	s.conn = nil
 	s.why = "the fork server failed: " + why
-	if s.cmd != nil {
-		_ = s.cmd.Process.Kill()
+}
+
+// stderrLine is the first line the server wrote on its stderr, if any.
+func (s *forkServer) stderrLine() string {
+	line, _, _ := strings.Cut(strings.TrimSpace(string(s.stderr.Bytes())), "\n")
+	if line == "" {
+		return "no message"
 	}
+	return line
 }
 
 // mode says how crun is run, for the log: "fork-server", or "exec" and why.

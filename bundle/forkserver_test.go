@@ -2,9 +2,12 @@ package bundle
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +130,74 @@ func TestWrapperIsExecuted(t *testing.T) {
 	}
 	if rt.fork.started {
 		t.Error("a fork server was started for a wrapper")
+	}
+}
+
+// TestForkServerDiesMidCommand: when the server dies while its child runs
+// a command, the command fails, that child (an orphan now) is killed and
+// reaped rather than left to finish behind ocifn's back, and crun is
+// executed from then on. The child is held in a write to a full pipe.
+func TestForkServerDiesMidCommand(t *testing.T) {
+	// As in ocifn, the orphan comes to this process.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	rt := forkServerRuntime(t)
+	server := rt.fork.cmd.Process.Pid
+
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	full := os.NewFile(uintptr(p[1]), "full pipe")
+	defer full.Close()
+	defer unix.Close(p[0])
+	for chunk := make([]byte, 4096); ; {
+		if _, err := unix.Write(p[1], chunk); err != nil {
+			break // EAGAIN: full
+		}
+	}
+	if err := unix.SetNonblock(p[1], false); err != nil { // so that crun's write waits
+		t.Fatal(err)
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	done := make(chan error, 1)
+	go func() { done <- rt.run([]string{"--version"}, null, full, null, null) }()
+
+	var child int
+	for deadline := time.Now().Add(5 * time.Second); child == 0; time.Sleep(5 * time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", server, server)); len(bytes.TrimSpace(b)) > 0 {
+			child, _ = strconv.Atoi(strings.Fields(string(b))[0])
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server forked no child")
+		}
+	}
+	if err := unix.Kill(server, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, errNotSent) || !strings.Contains(err.Error(), "ended while crun ran") {
+			t.Errorf("the command the server's death interrupted: %v, want an error saying so", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command did not return after the server died")
+	}
+	// Killed and reaped: no process, not even a zombie, by that pid.
+	if err := unix.Kill(child, 0); !errors.Is(err, unix.ESRCH) {
+		t.Errorf("the orphaned child %d is still there (kill 0: %v)", child, err)
+	}
+	out, _, err := runCaptured(t, rt, "--version")
+	if err != nil || !strings.HasPrefix(out, "crun version") {
+		t.Errorf("crun --version after the server died: %q, %v", out, err)
+	}
+	if got := rt.Launch(); !strings.HasPrefix(got, "exec (the fork server failed: ") {
+		t.Errorf("Launch() = %q, want exec and why", got)
 	}
 }
