@@ -222,9 +222,11 @@ func (s *server) cpuSplit() (own, children time.Duration) {
 	return own, children
 }
 
-// forkServers returns the children of the serving process that share its
-// pid namespace: its fork server, a resident crun (bundle/forkserver.go).
-// Containers, its other children, each have a pid namespace of their own.
+// forkServers returns the serving process's fork server, a resident crun
+// (bundle/forkserver.go): its child in its own pid namespace with the
+// server's flag. Containers show the same command line until they run the
+// function (they are forks of it), but each has a pid namespace of its
+// own; a crun executed for `crun delete` has another command line.
 func forkServers(serving int) []int {
 	own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", serving))
 	if err != nil {
@@ -232,7 +234,9 @@ func forkServers(serving int) []int {
 	}
 	var out []int
 	for _, c := range childrenOf(serving) {
-		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", c)); err == nil && ns == own {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", c))
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c))
+		if err == nil && ns == own && slices.Contains(strings.Split(string(cmdline), "\x00"), "--ocifn-fork-server") {
 			out = append(out, c)
 		}
 	}
