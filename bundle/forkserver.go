@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -123,7 +124,8 @@ const (
 // run runs the command line args (args[0] is crun's name) in a child of
 // the server, with files as its descriptors 0, 1, 2, ..., and returns how
 // it ended as exec.Cmd.Run would: nil or an error naming its exit status.
-func (s *forkServer) run(conn *net.UnixConn, args []string, files []*os.File) error {
+// If ctx ends first, the child is killed, as exec.CommandContext would.
+func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string, files []*os.File) error {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNotSent, err)
@@ -158,7 +160,19 @@ func (s *forkServer) run(conn *net.UnixConn, args []string, files []*os.File) er
 	// Held from now on: the pid cannot name another process later.
 	pidfd, pidfdErr := unix.PidfdOpen(pid, 0)
 	if pidfdErr == nil {
-		defer unix.Close(pidfd)
+		// Killed when ctx ends; the server reaps it and replies as for
+		// any end. The descriptor is closed once no kill can use it.
+		killed := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			defer close(killed)
+			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+		})
+		defer func() {
+			if !stop() {
+				<-killed
+			}
+			unix.Close(pidfd)
+		}()
 	}
 	kind, value, err = readRecord(r)
 	if err != nil || kind != recordStatus {

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -43,7 +44,7 @@ func runCaptured(t *testing.T, rt *Runtime, args ...string) (stdout, stderr stri
 		defer f.Close()
 		files[i] = f
 	}
-	err = rt.run(args, files...)
+	err = rt.run(context.Background(), args, files...)
 	out, _ := os.ReadFile(filepath.Join(dir, "stdout"))
 	errOut, _ := os.ReadFile(filepath.Join(dir, "stderr"))
 	return string(out), string(errOut), err
@@ -146,28 +147,9 @@ func TestForkServerDiesMidCommand(t *testing.T) {
 	rt := forkServerRuntime(t)
 	server := rt.fork.cmd.Process.Pid
 
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		t.Fatal(err)
-	}
-	full := os.NewFile(uintptr(p[1]), "full pipe")
-	defer full.Close()
-	defer unix.Close(p[0])
-	for chunk := make([]byte, 4096); ; {
-		if _, err := unix.Write(p[1], chunk); err != nil {
-			break // EAGAIN: full
-		}
-	}
-	if err := unix.SetNonblock(p[1], false); err != nil { // so that crun's write waits
-		t.Fatal(err)
-	}
-	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer null.Close()
+	full, null := fullPipe(t), devNull(t)
 	done := make(chan error, 1)
-	go func() { done <- rt.run([]string{"--version"}, null, full, null, null) }()
+	go func() { done <- rt.run(context.Background(), []string{"--version"}, null, full, null, null) }()
 
 	var child int
 	for deadline := time.Now().Add(5 * time.Second); child == 0; time.Sleep(5 * time.Millisecond) {
@@ -199,5 +181,56 @@ func TestForkServerDiesMidCommand(t *testing.T) {
 	}
 	if got := rt.Launch(); !strings.HasPrefix(got, "exec (the fork server failed: ") {
 		t.Errorf("Launch() = %q, want exec and why", got)
+	}
+}
+
+// fullPipe returns the write end of a pipe that is full, in blocking mode:
+// a command writing to it waits until the test ends.
+func fullPipe(t *testing.T) *os.File {
+	t.Helper()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	full := os.NewFile(uintptr(p[1]), "full pipe")
+	t.Cleanup(func() { full.Close(); unix.Close(p[0]) })
+	for chunk := make([]byte, 4096); ; {
+		if _, err := unix.Write(p[1], chunk); err != nil {
+			break // EAGAIN: full
+		}
+	}
+	if err := unix.SetNonblock(p[1], false); err != nil {
+		t.Fatal(err)
+	}
+	return full
+}
+
+func devNull(t *testing.T) *os.File {
+	t.Helper()
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { null.Close() })
+	return null
+}
+
+// TestForkServerHonoursContext: a command forked by the server is killed
+// when its context ends, as an executed one is, and the server goes on.
+func TestForkServerHonoursContext(t *testing.T) {
+	rt := forkServerRuntime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	null := devNull(t)
+	start := time.Now()
+	err := rt.run(ctx, []string{"--version"}, null, fullPipe(t), null, null)
+	if err == nil || err.Error() != "signal: killed" || time.Since(start) > 5*time.Second {
+		t.Errorf("a command held past its context: %v after %s, want killed after 200ms", err, time.Since(start))
+	}
+	if out, _, err := runCaptured(t, rt, "--version"); err != nil || !strings.HasPrefix(out, "crun version") {
+		t.Errorf("the next command: %q, %v", out, err)
+	}
+	if got := rt.Launch(); got != "fork-server" {
+		t.Errorf("Launch() = %q, want the server still in use", got)
 	}
 }

@@ -260,7 +260,7 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 	if config != "" {
 		args = append(args, "--config", config)
 	}
-	runErr := b.runtime.run(append(args, id), inR, outW, errW, logW)
+	runErr := b.runtime.run(context.Background(), append(args, id), inR, outW, errW, logW)
 	// The container holds its own copies now.
 	for _, f := range []*os.File{inR, outW, errW, logW} {
 		f.Close()
@@ -529,17 +529,18 @@ func (r *Runtime) args(a ...string) []string {
 }
 
 // run runs crun with the arguments a and files as its descriptors 0, 1, 2,
-// ...: forked by the fork server if there is one, else executed.
-func (r *Runtime) run(a []string, files ...*os.File) error {
+// ...: forked by the fork server if there is one, else executed. crun is
+// killed if ctx ends first.
+func (r *Runtime) run(ctx context.Context, a []string, files ...*os.File) error {
 	if exe, ok := r.forkServerExe(); ok {
 		if conn := r.fork.start(exe); conn != nil {
-			err := r.fork.run(conn, append([]string{filepath.Base(r.path)}, r.args(a...)...), files)
+			err := r.fork.run(ctx, conn, append([]string{filepath.Base(r.path)}, r.args(a...)...), files)
 			if !errors.Is(err, errNotSent) {
 				return err
 			}
 		}
 	}
-	cmd := r.command(context.Background(), a...)
+	cmd := r.command(ctx, a...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
 	cmd.ExtraFiles = files[3:]
 	return runToExit(cmd)
@@ -582,17 +583,29 @@ func (r *Runtime) command(ctx context.Context, a ...string) *exec.Cmd {
 
 // kill sends SIGKILL to a container's init.
 func (r *Runtime) kill(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = r.command(ctx, "kill", id, "KILL").Run()
+	r.runQuietly("kill", id, "KILL")
 }
 
 // forceDelete kills a container if it runs and removes its state; "no such
-// container" is not an error.
+// container" is not an error. With calls in cgroups of their own, every
+// call ends with it (it removes the cgroup), so it goes to the fork server
+// like `crun create`.
 func (r *Runtime) forceDelete(id string) {
+	r.runQuietly("delete", "--force", id)
+}
+
+// runQuietly runs crun with the arguments a, its output discarded, for at
+// most 5 s; the caller does not need to know how it ended.
+func (r *Runtime) runQuietly(a ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = r.command(ctx, "delete", "--force", id).Run()
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		_ = r.command(ctx, a...).Run()
+		return
+	}
+	defer null.Close()
+	_ = r.run(ctx, a, null, null, null)
 }
 
 // containerID returns a new unique container name.
