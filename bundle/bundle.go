@@ -147,6 +147,13 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 		runtime: &Runtime{path: rt.path, version: rt.version, stateDir: state, sealed: rt.sealed, fork: rt.fork},
 		lock:    lock,
 	}
+	// The runtime's fork server lives while bundles use it.
+	rt.fork.hold()
+	defer func() {
+		if err != nil {
+			rt.fork.let()
+		}
+	}()
 
 	if o.Mode == IDRange {
 		if err := checkReachable(dir, o.RangeStart, o.RangeSize); err != nil {
@@ -266,6 +273,9 @@ func (b *Bundle) Close() error {
 	devErr := b.devDir.unmount()
 	err := remove(b.dir, b.runtime)
 	b.lock.Close()
+	// The last bundle of its runtime stops the fork server, and waits for
+	// it: ocifn leaves no process behind (in its cgroup, say).
+	b.runtime.fork.let()
 	return errors.Join(devErr, err)
 }
 

@@ -30,9 +30,12 @@ type forkServer struct {
 	started bool
 	conn    *net.UnixConn // nil: no server; execute crun
 	cmd     *exec.Cmd
+	exited  chan struct{} // closed once cmd has ended and been reaped
 	stderr  *boundedBuffer
 	// why says why crun is executed instead (no server), for the log.
 	why string
+	// users counts the bundles that use the server (hold, let).
+	users int
 }
 
 // forkServerFlag starts crun as a fork server on the descriptor given
@@ -108,7 +111,11 @@ func (s *forkServer) spawn(exe string) (*net.UnixConn, error) {
 		return nil, fmt.Errorf("crun does not serve as a fork server: %s", msg)
 	}
 	s.cmd = cmd
-	go func() { _ = cmd.Wait() }() // reap it whenever it ends
+	s.exited = make(chan struct{})
+	go func(exited chan struct{}) { // reap it whenever it ends
+		_ = cmd.Wait()
+		close(exited)
+	}(s.exited)
 	return conn, nil
 }
 
@@ -240,6 +247,51 @@ func (s *forkServer) stderrLine() string {
 		return "no message"
 	}
 	return line
+}
+
+// hold counts a user of the server; let ends a use, and the last one stops
+// it. nil holds nothing.
+func (s *forkServer) hold() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.users++
+	s.mu.Unlock()
+}
+
+func (s *forkServer) let() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.users--
+	last := s.users == 0
+	s.mu.Unlock()
+	if last {
+		s.stop()
+	}
+}
+
+// stop ends the server and waits until it has: with its socket closed it
+// lets the commands it runs finish, replies for them and exits; after 5 s
+// it is killed. A later command starts a new one.
+func (s *forkServer) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil {
+		s.conn.Close()
+		s.conn = nil
+	}
+	if s.cmd != nil {
+		select {
+		case <-s.exited:
+		case <-time.After(5 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+		}
+	}
+	s.started, s.cmd, s.exited, s.why = false, nil, nil, ""
 }
 
 // mode says how crun is run, for the log: "fork-server", or "exec" and why.

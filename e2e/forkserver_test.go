@@ -91,3 +91,22 @@ func TestForkServer(t *testing.T) {
 		t.Errorf("a fork server (%d) is back; crun should be executed now", got)
 	}
 }
+
+// TestForkServerEndsWithOcifn: ocifn serve stops its fork server before it
+// exits, and waits for it, so that it leaves no process behind (a cgroup
+// it leaves could not be removed otherwise).
+func TestForkServerEndsWithOcifn(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("sh-function.tar")})
+	if rsp := s.call(t, shRequest(t, "before-stop", okScript)); len(rsp.GetResults()) != 0 {
+		t.Fatalf("call: %v", rsp.GetResults())
+	}
+	pid := forkServerOf(t, servingPID(t, s))
+	if pid == 0 {
+		t.Fatal("no fork server among the serving process's children")
+	}
+	s.stop()
+	if err := syscall.Kill(pid, 0); err == nil {
+		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		t.Errorf("the fork server %d outlived ocifn serve: %s", pid, stat)
+	}
+}
