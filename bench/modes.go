@@ -258,11 +258,12 @@ func (s *server) memory() memory {
 	var m memory
 	serving := s.pid()
 	m.rss, m.peak = procStatus(serving)
-	for _, pid := range append(uniq(s.cmd.Process.Pid, serving), forkServers(serving)...) {
+	forks := forkServers(serving)
+	for _, pid := range append(uniq(s.cmd.Process.Pid, serving), forks...) {
 		m.pss += procPss(pid)
 	}
 	for _, c := range childrenOf(serving) {
-		if !slices.Contains(forkServers(serving), c) {
+		if !slices.Contains(forks, c) {
 			m.childPss += procPss(c)
 			m.children++
 		}
