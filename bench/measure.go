@@ -184,6 +184,11 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		targets = append(targets, target{"peer (sdk server, chroot + exec)", s})
 	}
 	time.Sleep(time.Second) // the warm pools fill
+	// The isolation floor runs the warm server's bundle (cache-1).
+	iso, err := newIsolationFloor(dir, filepath.Join(dir, "cache-1"), reqFile)
+	if err != nil {
+		return fmt.Errorf("isolation floor: %w", err)
+	}
 	for _, t := range targets {
 		idle = append(idle, t.s.memory())
 	}
@@ -200,6 +205,11 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		f := measure(ctx, fl.call, n, c.duration, c.maxCalls, 0, childrenCPU)
 		floorCPU = f.cpuPerCall
 		rows = append(rows, row{"floor (chroot + exec, no gRPC)", n, f, split{function: f.cpuPerCall}})
+		r, cpu, err := iso.measure(n, c.duration, c.maxCalls, f.cpuPerCall)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row{isolationName, n, r, cpu})
 		for _, t := range targets {
 			r, cpu, err := ghzCell(ctx, &gz, t.s, n, c.duration, 0, f.cpuPerCall)
 			if err != nil {
@@ -215,7 +225,7 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 	}
 
 	fmt.Printf("## %s\n\n", fn)
-	fmt.Printf("Latency and throughput by ghz (the floor and podman by the bench's own loop). CPU per call: *server* is ocifn's own processes (the peer's process); *crun & co.* is what the server's reaped children used beyond the floor's CPU per call (crun create/delete and the container's set-up before exec); *function* is the floor's CPU per call (fork, exec and the program in a chroot). Outside the server, not in *total*: *ghz* is the load tool's own CPU; *elsewhere* is the rest of what the machine's CPUs were busy with during the cell (/proc/stat), mostly kernel threads, such as the workers that tear down a container's network namespace.\n\n")
+	fmt.Printf("Latency and throughput by ghz (the floor and podman by the bench's own loop). CPU per call: *server* is ocifn's own processes (the peer's process); *crun & co.* is what the server's reaped children used beyond the floor's CPU per call (crun create/delete and the container's set-up before exec); *function* is the floor's CPU per call (fork, exec and the program in a chroot). The *isolation floor* runs the function with the isolation of ocifn's containers (the namespaces, ID mappings, mounts, masked paths, rlimits, no capabilities and the seccomp filter of the warm server's bundle) made by a minimal C loop with no runtime (bench/isolation/isolate.c): its *crun & co.* is the kernel's work for that isolation, which any runtime pays; what ocifn's *crun & co.* has beyond it is crun's own. Outside the server, not in *total*: *ghz* is the load tool's own CPU; *elsewhere* is the rest of what the machine's CPUs were busy with during the cell (/proc/stat), mostly kernel threads, such as the workers that tear down a container's network namespace.\n\n")
 	fmt.Printf("| mode | clients | calls | errors | p50 | p90 | p99 | calls/s | CPU/call: server | crun & co. | function | total | ghz | elsewhere |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		fmt.Printf("| %s | %d | %d | %d | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s |\n", r.mode, r.clients, r.r.calls, r.r.errors, ms(r.r.p50), ms(r.r.p90), ms(r.r.p99), r.r.perSecond,
@@ -227,20 +237,22 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 			fmt.Printf("first error of %s with %d clients: %s\n\n", r.mode, r.clients, oneLine(r.r.firstError))
 		}
 	}
-	get := func(n int, prefix string) result {
+	getRow := func(n int, prefix string) row {
 		for _, r := range rows {
 			if r.clients == n && strings.HasPrefix(r.mode, prefix) {
-				return r.r
+				return r
 			}
 		}
-		return result{}
+		return row{}
 	}
+	get := func(n int, prefix string) result { return getRow(n, prefix).r }
 	warmName := targets[1].name
-	fmt.Printf("| clients | warm p50 − floor p50 | warm p99 − floor p99 | warm/floor throughput | warm p50 / peer p50 | warm/peer throughput | podman p50 / warm p50 |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Printf("| clients | warm p50 − floor p50 | warm p99 − floor p99 | warm/floor throughput | warm p50 / peer p50 | warm/peer throughput | podman p50 / warm p50 | isolation floor/floor throughput | warm crun & co. − isolation floor's |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, n := range c.clients {
-		f, w, pe, p := get(n, "floor"), get(n, warmName), get(n, "peer"), get(n, "podman")
-		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s |\n", n, ms(w.p50-f.p50), ms(w.p99-f.p99), pctOf(w.perSecond, f.perSecond),
-			ratio(w.p50.Seconds(), pe.p50.Seconds()), pctOf(w.perSecond, pe.perSecond), ratio(p.p50.Seconds(), w.p50.Seconds()))
+		f, w, pe, p, iso := get(n, "floor"), getRow(n, warmName), get(n, "peer"), get(n, "podman"), getRow(n, isolationName)
+		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, ms(w.r.p50-f.p50), ms(w.r.p99-f.p99), pctOf(w.r.perSecond, f.perSecond),
+			ratio(w.r.p50.Seconds(), pe.p50.Seconds()), pctOf(w.r.perSecond, pe.perSecond), ratio(p.p50.Seconds(), w.r.p50.Seconds()),
+			pctOf(iso.r.perSecond, f.perSecond), ms(w.cpu.runtime-iso.cpu.runtime))
 	}
 	fmt.Println()
 	if c.paced > 0 {

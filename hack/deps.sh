@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=("$@")
-[ ${#packages[@]} -gt 0 ] || packages=(crun buildah busybox-static jq skopeo docker-registry seccomp)
+[ ${#packages[@]} -gt 0 ] || packages=(crun buildah busybox-static jq skopeo docker-registry seccomp build-essential)
 
 missing=()
 for p in "${packages[@]}"; do

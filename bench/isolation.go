@@ -1,0 +1,207 @@
+package main
+
+import (
+	_ "embed"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// isolateSource is the isolation floor's program (isolation/isolate.c says
+// what it does and does not do).
+//
+//go:embed isolation/isolate.c
+var isolateSource []byte
+
+// isolationFloor runs a function with the isolation of ocifn's containers
+// and nothing of a runtime, in its own closed loop: the kernel's share of
+// a container, measured apart from crun's and ocifn's.
+type isolationFloor struct {
+	exe  string
+	args []string
+}
+
+// isolationName names the isolation floor's rows.
+const isolationName = "isolation floor (the same namespaces, mounts and seccomp; no runtime, no gRPC)"
+
+// seccompAnnotation is crun's annotation for a ready-made seccomp program,
+// which ocifn puts in every bundle's config (bundle/seccomp.go).
+const seccompAnnotation = "run.oci.seccomp_bpf_data"
+
+// newIsolationFloor compiles the program into dir and derives its
+// arguments from the config.json of the bundle a running `ocifn serve`
+// made under cache, so that both run the same isolation.
+func newIsolationFloor(dir, cache, request string) (*isolationFloor, error) {
+	configs, _ := filepath.Glob(filepath.Join(cache, "bundle-*", "config.json"))
+	if len(configs) != 1 {
+		return nil, fmt.Errorf("want one bundle config under %s, found %d", cache, len(configs))
+	}
+	raw, err := os.ReadFile(configs[0])
+	if err != nil {
+		return nil, err
+	}
+	var s rspec.Spec
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", configs[0], err)
+	}
+	src := filepath.Join(dir, "isolate.c")
+	exe := filepath.Join(dir, "isolate")
+	if err := os.WriteFile(src, isolateSource, 0o644); err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command("cc", "-O2", "-o", exe, src).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("compiling the isolation floor: %v: %s", err, out)
+	}
+	args, err := isolateArgs(&s, dir, request)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", configs[0], err)
+	}
+	return &isolationFloor{exe: exe, args: args}, nil
+}
+
+// isolateArgs translates what isolate.c supports of a bundle config into its
+// arguments, and fails on anything it does not, so the floor never runs
+// with less isolation than the containers it is compared with.
+func isolateArgs(s *rspec.Spec, dir, request string) ([]string, error) {
+	if s.Process == nil || s.Root == nil || s.Linux == nil {
+		return nil, fmt.Errorf("no process, root or linux section")
+	}
+	if s.Process.User.UID != 0 || s.Process.User.GID != 0 || len(s.Process.User.AdditionalGids) > 0 {
+		return nil, fmt.Errorf("the isolation floor runs functions as the container's root only")
+	}
+	if c := s.Process.Capabilities; c != nil && len(c.Bounding)+len(c.Effective)+len(c.Permitted)+len(c.Inheritable)+len(c.Ambient) > 0 {
+		return nil, fmt.Errorf("the isolation floor drops every capability; the config keeps some")
+	}
+	if !s.Process.NoNewPrivileges {
+		return nil, fmt.Errorf("the isolation floor sets no_new_privs; the config does not")
+	}
+	if len(s.Linux.ReadonlyPaths) > 0 || s.Linux.Resources != nil || len(s.Linux.Sysctl) > 0 || len(s.Linux.Devices) > 0 {
+		return nil, fmt.Errorf("read-only paths, resources, sysctls and devices are not in the isolation floor")
+	}
+	want := map[rspec.LinuxNamespaceType]bool{}
+	for _, ns := range s.Linux.Namespaces {
+		if ns.Path != "" {
+			return nil, fmt.Errorf("namespace %s joins %s", ns.Type, ns.Path)
+		}
+		want[ns.Type] = true
+	}
+	for _, t := range []rspec.LinuxNamespaceType{rspec.UserNamespace, rspec.PIDNamespace, rspec.MountNamespace, rspec.NetworkNamespace, rspec.IPCNamespace, rspec.UTSNamespace, rspec.CgroupNamespace} {
+		if !want[t] {
+			return nil, fmt.Errorf("the isolation floor makes a %s namespace; the config does not", t)
+		}
+		delete(want, t)
+	}
+	if len(want) > 0 {
+		return nil, fmt.Errorf("namespaces the isolation floor does not make: %v", want)
+	}
+
+	a := []string{"-r", s.Root.Path, "-i", request, "-w", s.Process.Cwd}
+	if s.Root.Readonly {
+		a = append(a, "-R")
+	}
+	if s.Hostname != "" {
+		a = append(a, "-h", s.Hostname)
+	}
+	idMap := func(flag string, m []rspec.LinuxIDMapping) error {
+		if len(m) != 1 {
+			return fmt.Errorf("want one ID mapping, have %d", len(m))
+		}
+		a = append(a, flag, fmt.Sprintf("%d:%d:%d", m[0].ContainerID, m[0].HostID, m[0].Size))
+		return nil
+	}
+	if err := idMap("-u", s.Linux.UIDMappings); err != nil {
+		return nil, err
+	}
+	if err := idMap("-g", s.Linux.GIDMappings); err != nil {
+		return nil, err
+	}
+	for _, m := range s.Mounts {
+		var flags, data []string
+		for _, o := range m.Options {
+			switch o {
+			case "ro", "nosuid", "nodev", "noexec", "bind", "rbind", "relatime", "strictatime", "noatime":
+				flags = append(flags, o)
+			default:
+				if !strings.Contains(o, "=") && o != "newinstance" {
+					return nil, fmt.Errorf("mount %s: option %q is not in the isolation floor", m.Destination, o)
+				}
+				data = append(data, o)
+			}
+		}
+		f := []string{m.Type, m.Source, m.Destination, strings.Join(flags, ","), strings.Join(data, ",")}
+		for _, x := range f {
+			if strings.Contains(x, ":") {
+				return nil, fmt.Errorf("mount %s: %q has a colon", m.Destination, x)
+			}
+		}
+		a = append(a, "-m", strings.Join(f, ":"))
+	}
+	for _, p := range s.Linux.MaskedPaths {
+		a = append(a, "-M", p)
+	}
+	for _, l := range s.Process.Rlimits {
+		a = append(a, "-l", fmt.Sprintf("%s:%d:%d", l.Type, l.Soft, l.Hard))
+	}
+	if s.Linux.Seccomp != nil {
+		bpf, err := base64.StdEncoding.DecodeString(s.Annotations[seccompAnnotation])
+		if err != nil || len(bpf) == 0 {
+			return nil, fmt.Errorf("the config has a seccomp profile but no ready-made program in %s", seccompAnnotation)
+		}
+		path := filepath.Join(dir, "seccomp.bpf")
+		if err := os.WriteFile(path, bpf, 0o644); err != nil {
+			return nil, err
+		}
+		a = append(a, "-s", path)
+	}
+	for _, e := range s.Process.Env {
+		a = append(a, "-e", e)
+	}
+	return append(append(a, "--"), s.Process.Args...), nil
+}
+
+// measure runs the loop from clients workers and reads its figures. Its
+// CPU is what the program and the containers it reaped used: the function's
+// part of that is the floor's (floorCPU), and the rest is the kernel's
+// isolation work, under the runtime's column as crun's is for ocifn. The
+// machine's busy time beyond it, a moment after the loop so that the kernel
+// workers have torn down its last namespaces, is elsewhere.
+func (f *isolationFloor) measure(clients int, d time.Duration, maxCalls int, floorCPU time.Duration) (result, split, error) {
+	args := append([]string{"-c", fmt.Sprint(clients), "-t", fmt.Sprint(d.Seconds()), "-n", fmt.Sprint(maxCalls)}, f.args...)
+	cmd := exec.Command(f.exe, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	ch0, m0 := childrenCPU(), machineBusy()
+	out, err := cmd.Output()
+	if err != nil {
+		return result{}, split{}, fmt.Errorf("isolation floor: %v: %s", err, stderr.String())
+	}
+	time.Sleep(200 * time.Millisecond)
+	children, busy := childrenCPU()-ch0, machineBusy()-m0
+	var r result
+	var p50, p90, p99, elapsed int64
+	if _, err := fmt.Sscanf(string(out), "calls %d errors %d p50 %d p90 %d p99 %d elapsed %d",
+		&r.calls, &r.errors, &p50, &p90, &p99, &elapsed); err != nil {
+		return result{}, split{}, fmt.Errorf("isolation floor: cannot read %q: %v", out, err)
+	}
+	r.p50, r.p90, r.p99 = time.Duration(p50), time.Duration(p90), time.Duration(p99)
+	if r.errors > 0 {
+		r.firstError = strings.TrimSpace(stderr.String())
+	}
+	if r.calls == 0 {
+		return r, split{}, nil
+	}
+	r.perSecond = float64(r.calls) / time.Duration(elapsed).Seconds()
+	n := time.Duration(r.calls)
+	r.cpuPerCall = children / n
+	cpu := split{function: min(floorCPU, r.cpuPerCall)}
+	cpu.runtime = r.cpuPerCall - cpu.function
+	cpu.elsewhere = max(0, busy/n-r.cpuPerCall)
+	return r, cpu, nil
+}

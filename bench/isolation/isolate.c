@@ -1,0 +1,505 @@
+/*
+ * isolate: the isolation floor of `make bench`.
+ *
+ * It runs a function the way ocifn's containers run it, with the same
+ * namespaces, ID mappings, mounts, masked paths, hostname, rlimits,
+ * capabilities (none), no_new_privs and seccomp filter, but with nothing of
+ * a container runtime: no config to parse, no state files, no second
+ * process, no start signal. One clone into new user and PID namespaces, the
+ * other namespaces unshared once the IDs are mapped (as ocifn's crun does),
+ * the mounts on mount points resolved inside the image (openat2 with
+ * RESOLVE_IN_ROOT, as crun guards against an image's symlinks), pivot_root,
+ * exec. Whatever a call costs here is the kernel's work for that isolation,
+ * which any runtime pays; what ocifn's containers cost beyond it is crun's
+ * and ocifn's own. It creates no missing mount point and knows only what
+ * ocifn's configs use: the bench derives every argument from the
+ * config.json of the bundle `ocifn serve` made, and refuses a config with
+ * anything else (bench/isolation.go), so the two run the same isolation.
+ *
+ * It runs a closed loop of calls itself, from -c concurrent workers, for -t
+ * seconds or -n calls, and prints one line of figures: calls, errors, and
+ * p50, p90, p99 and the time it ran in nanoseconds. The bench reads the CPU
+ * it used (its reaped children's) and the machine's.
+ *
+ * Usage: isolate -r ROOTFS -i REQUEST [-c N] [-t SECONDS] [-n CALLS]
+ *        [-u CONTAINER:HOST:SIZE] [-g CONTAINER:HOST:SIZE]
+ *        [-m TYPE:SOURCE:DEST:FLAGS:DATA]... [-M MASKED]... [-R]
+ *        [-h HOSTNAME] [-l RESOURCE:SOFT:HARD]... [-s BPF] [-w CWD]
+ *        [-e NAME=VALUE]... [-o OUTPUT] -- PROGRAM ARG...
+ * -o keeps what the last call wrote on stdout in the file OUTPUT.
+ * Root only: it writes the ID mappings of its children.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/openat2.h>
+#include <linux/seccomp.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_ITEMS 64
+
+struct mnt {
+	char *type, *source, *dest, *data;
+	unsigned long flags;
+};
+
+static struct {
+	const char *rootfs, *request, *hostname, *cwd, *bpf_path, *out_path;
+	const char *uid_map, *gid_map;
+	struct mnt mounts[MAX_ITEMS];
+	int n_mounts;
+	const char *masked[MAX_ITEMS];
+	int n_masked;
+	struct {
+		int resource;
+		struct rlimit limit;
+	} rlimits[MAX_ITEMS];
+	int n_rlimits;
+	char *env[MAX_ITEMS + 1];
+	int n_env;
+	int readonly_root;
+	char **argv;
+	char *input;
+	size_t input_len;
+	struct sock_fprog bpf;
+} cfg;
+
+static void die(const char *what)
+{
+	fprintf(stderr, "isolate: %s: %s\n", what, strerror(errno));
+	exit(2);
+}
+
+static void usage(const char *why)
+{
+	fprintf(stderr, "isolate: %s (see the comment at the top of bench/isolation/isolate.c)\n", why);
+	exit(2);
+}
+
+/* split cuts s at the next ':' and returns what followed it. */
+static char *split(char *s)
+{
+	char *c = strchr(s, ':');
+	if (c == NULL)
+		usage("a field is missing in a -m, -l, -u or -g argument");
+	*c = 0;
+	return c + 1;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		die(path);
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		die(path);
+	char *b = malloc(st.st_size + 1);
+	size_t n = 0;
+	while (n < (size_t) st.st_size) {
+		ssize_t r = read(fd, b + n, st.st_size - n);
+		if (r <= 0)
+			die(path);
+		n += r;
+	}
+	close(fd);
+	b[n] = 0;
+	*len = n;
+	return b;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t) t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void fail(const char *what)
+{
+	/* stderr is the parent's: the first failure says what went wrong. */
+	fprintf(stderr, "isolate: in the container: %s: %s\n", what, strerror(errno));
+	_exit(127);
+}
+
+/* root_fd is the rootfs, opened once it is bind mounted on itself. */
+static int root_fd = -1;
+
+/* in_root opens path as the image sees it: symlinks in the image resolve
+ * inside it (RESOLVE_IN_ROOT), so an image cannot point a mount at the
+ * host, as crun guards too. It returns a /proc/self/fd path to mount on,
+ * and -1 in *fd if path is not there. */
+static char *in_root(const char *path, int *fd)
+{
+	static char buf[64];
+	struct open_how how = { .flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT };
+	*fd = syscall(SYS_openat2, root_fd, path[0] == '/' ? path + 1 : path, &how, sizeof how);
+	snprintf(buf, sizeof buf, "/proc/self/fd/%d", *fd);
+	return buf;
+}
+
+/* locked_flags are the flags of the mount at path that a bind remount in
+ * a user namespace must keep (the kernel refuses to drop them). */
+static unsigned long locked_flags(const char *path)
+{
+	struct statvfs s;
+	unsigned long f = 0;
+	if (statvfs(path, &s) < 0)
+		fail(path);
+	if (s.f_flag & ST_NODEV)
+		f |= MS_NODEV;
+	if (s.f_flag & ST_NOSUID)
+		f |= MS_NOSUID;
+	if (s.f_flag & ST_NOEXEC)
+		f |= MS_NOEXEC;
+	if (s.f_flag & ST_RDONLY)
+		f |= MS_RDONLY;
+	return f;
+}
+
+static void do_mount(struct mnt *m)
+{
+	int fd;
+	char dest[64];
+	snprintf(dest, sizeof dest, "%s", in_root(m->dest, &fd));
+	if (fd < 0)
+		fail(m->dest);
+	if (m->flags & MS_BIND) {
+		if (mount(m->source, dest, NULL, m->flags & (MS_BIND | MS_REC), NULL) < 0)
+			fail(m->dest);
+		/* Remount the new mount, not the one under it. */
+		close(fd);
+		snprintf(dest, sizeof dest, "%s", in_root(m->dest, &fd));
+		unsigned long rest = m->flags & ~(MS_BIND | MS_REC);
+		if (fd < 0 || (rest && mount(NULL, dest, NULL, MS_BIND | MS_REMOUNT | rest | locked_flags(dest), NULL) < 0))
+			fail(m->dest);
+	} else if (mount(m->source, dest, m->type, m->flags, m->data[0] ? m->data : NULL) < 0) {
+		fail(m->dest);
+	}
+	close(fd);
+}
+
+static void mask(const char *path)
+{
+	int fd;
+	struct stat st;
+	char *p = in_root(path, &fd);
+	if (fd < 0)
+		return; /* as crun: a path that is not there needs no mask */
+	if (fstat(fd, &st) < 0)
+		fail(path);
+	if (S_ISDIR(st.st_mode)) {
+		if (mount("tmpfs", p, "tmpfs", MS_RDONLY, "size=0k") < 0)
+			fail(path);
+	} else {
+		if (mount("/dev/null", p, NULL, MS_BIND, NULL) < 0)
+			fail(path);
+		close(fd);
+		p = in_root(path, &fd);
+		if (fd < 0 || mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | locked_flags(p), NULL) < 0)
+			fail(path);
+	}
+	close(fd);
+}
+
+static void loopback_up(void)
+{
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct ifreq r = { .ifr_name = "lo", .ifr_flags = IFF_UP | IFF_RUNNING };
+	if (s < 0 || ioctl(s, SIOCSIFFLAGS, &r) < 0)
+		fail("bringing up lo");
+	close(s);
+}
+
+static void drop_capabilities(void)
+{
+	for (int c = 0; c <= 63; c++)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+			fail("PR_CAPBSET_DROP");
+	prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[2] = { 0 };
+	if (syscall(SYS_capset, &h, d) < 0)
+		fail("capset");
+}
+
+/* container runs in the child once its IDs are mapped; it ends in the
+ * function's exec. */
+static void container(void)
+{
+	if (unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) < 0)
+		fail("unshare");
+	if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 || setgroups(0, NULL) < 0)
+		fail("becoming root of the user namespace");
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		fail("making / private");
+	if (mount(cfg.rootfs, cfg.rootfs, NULL, MS_BIND | MS_REC, NULL) < 0)
+		fail(cfg.rootfs);
+	if ((root_fd = open(cfg.rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+		fail(cfg.rootfs);
+	for (int i = 0; i < cfg.n_mounts; i++)
+		do_mount(&cfg.mounts[i]);
+	for (int i = 0; i < cfg.n_masked; i++)
+		mask(cfg.masked[i]);
+	if (cfg.hostname && sethostname(cfg.hostname, strlen(cfg.hostname)) < 0)
+		fail("sethostname");
+	loopback_up();
+	if (cfg.readonly_root &&
+	    mount(NULL, cfg.rootfs, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | locked_flags(cfg.rootfs), NULL) < 0)
+		fail("remounting the root read-only");
+	if (chdir(cfg.rootfs) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0)
+		fail("pivot_root");
+	if (chdir(cfg.cwd ? cfg.cwd : "/") < 0)
+		fail("chdir");
+	for (int i = 0; i < cfg.n_rlimits; i++)
+		if (setrlimit(cfg.rlimits[i].resource, &cfg.rlimits[i].limit) < 0)
+			fail("setrlimit");
+	drop_capabilities();
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		fail("no_new_privs");
+	if (cfg.bpf.len && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &cfg.bpf) < 0)
+		fail("seccomp");
+	execve(cfg.argv[0], cfg.argv, cfg.env);
+	fail(cfg.argv[0]);
+}
+
+static void write_map(pid_t pid, const char *file, const char *map)
+{
+	char path[64], line[128];
+	snprintf(path, sizeof path, "/proc/%d/%s", pid, file);
+	int n = snprintf(line, sizeof line, "%s\n", map);
+	for (char *c = line; *c; c++)
+		if (*c == ':')
+			*c = ' ';
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, line, n) != n)
+		die(path);
+	close(fd);
+}
+
+/* call runs one call and reports whether the function answered. */
+static int call(void)
+{
+	int in[2], out[2], go[2];
+	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0)
+		die("pipe");
+	pid_t pid = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
+	if (pid < 0)
+		die("clone");
+	if (pid == 0) {
+		char c;
+		if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0)
+			fail("dup2");
+		close(go[1]);
+		if (read(go[0], &c, 1) != 1)
+			_exit(127); /* the parent could not map the IDs */
+		close(go[0]);
+		container();
+	}
+	close(in[0]);
+	close(out[1]);
+	close(go[0]);
+	if (cfg.uid_map)
+		write_map(pid, "uid_map", cfg.uid_map);
+	if (cfg.gid_map)
+		write_map(pid, "gid_map", cfg.gid_map);
+	if (write(go[1], "x", 1) != 1)
+		die("starting the child");
+	close(go[1]);
+	/* Requests fit in a pipe's buffer; a function that exits without
+	 * reading it makes this fail, which is its right. */
+	signal(SIGPIPE, SIG_IGN);
+	(void) !write(in[1], cfg.input, cfg.input_len);
+	close(in[1]);
+	char buf[65536];
+	size_t got = 0;
+	ssize_t r;
+	int keep = cfg.out_path ? open(cfg.out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+	while ((r = read(out[0], buf, sizeof buf)) > 0 || (r < 0 && errno == EINTR)) {
+		if (r > 0)
+			got += r;
+		if (r > 0 && keep >= 0 && write(keep, buf, r) != r)
+			die(cfg.out_path);
+	}
+	if (keep >= 0)
+		close(keep);
+	close(out[0]);
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			die("waitpid");
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0 && got > 0;
+}
+
+static unsigned long mount_flag(const char *name)
+{
+	static const struct {
+		const char *name;
+		unsigned long flag;
+	} flags[] = {
+		{ "ro", MS_RDONLY },   { "nosuid", MS_NOSUID },	 { "nodev", MS_NODEV },	 { "noexec", MS_NOEXEC },
+		{ "bind", MS_BIND },   { "rbind", MS_BIND | MS_REC }, { "relatime", MS_RELATIME }, { "strictatime", MS_STRICTATIME },
+		{ "noatime", MS_NOATIME },
+	};
+	for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+		if (strcmp(name, flags[i].name) == 0)
+			return flags[i].flag;
+	fprintf(stderr, "isolate: unknown mount flag %s\n", name);
+	exit(2);
+}
+
+static const struct {
+	const char *name;
+	int resource;
+} resources[] = {
+	{ "RLIMIT_NOFILE", RLIMIT_NOFILE }, { "RLIMIT_NPROC", RLIMIT_NPROC }, { "RLIMIT_CORE", RLIMIT_CORE },
+	{ "RLIMIT_DATA", RLIMIT_DATA },	    { "RLIMIT_AS", RLIMIT_AS },	      { "RLIMIT_STACK", RLIMIT_STACK },
+	{ "RLIMIT_FSIZE", RLIMIT_FSIZE },   { "RLIMIT_CPU", RLIMIT_CPU },     { "RLIMIT_MEMLOCK", RLIMIT_MEMLOCK },
+};
+
+static void parse(int argc, char **argv)
+{
+	int c;
+	while ((c = getopt(argc, argv, "r:i:c:t:n:u:g:m:M:Rh:l:s:w:e:o:")) != -1) {
+		if (strchr("mMle", c) && (cfg.n_mounts >= MAX_ITEMS || cfg.n_masked >= MAX_ITEMS ||
+					  cfg.n_rlimits >= MAX_ITEMS || cfg.n_env >= MAX_ITEMS))
+			usage("too many -m, -M, -l or -e arguments");
+		switch (c) {
+		case 'r': cfg.rootfs = optarg; break;
+		case 'i': cfg.request = optarg; break;
+		case 'u': cfg.uid_map = optarg; break;
+		case 'g': cfg.gid_map = optarg; break;
+		case 'R': cfg.readonly_root = 1; break;
+		case 'h': cfg.hostname = optarg; break;
+		case 's': cfg.bpf_path = optarg; break;
+		case 'w': cfg.cwd = optarg; break;
+		case 'o': cfg.out_path = optarg; break;
+		case 'e': cfg.env[cfg.n_env++] = optarg; break;
+		case 'M': cfg.masked[cfg.n_masked++] = optarg; break;
+		case 'm': {
+			struct mnt *m = &cfg.mounts[cfg.n_mounts++];
+			m->type = optarg;
+			m->source = split(m->type);
+			m->dest = split(m->source);
+			char *flags = split(m->dest);
+			m->data = split(flags);
+			for (char *f = strtok(flags, ","); f; f = strtok(NULL, ","))
+				m->flags |= mount_flag(f);
+			break;
+		}
+		case 'l': {
+			char *soft = split(optarg), *hard = split(soft);
+			size_t i;
+			for (i = 0; i < sizeof resources / sizeof resources[0]; i++)
+				if (strcmp(optarg, resources[i].name) == 0)
+					break;
+			if (i == sizeof resources / sizeof resources[0])
+				usage("unknown rlimit");
+			cfg.rlimits[cfg.n_rlimits].resource = resources[i].resource;
+			cfg.rlimits[cfg.n_rlimits].limit.rlim_cur = strtoull(soft, NULL, 10);
+			cfg.rlimits[cfg.n_rlimits].limit.rlim_max = strtoull(hard, NULL, 10);
+			cfg.n_rlimits++;
+			break;
+		}
+		case 'c': case 't': case 'n': break; /* read by main */
+		default: usage("unknown option");
+		}
+	}
+	if (cfg.rootfs == NULL || cfg.request == NULL || optind >= argc)
+		usage("-r, -i and a program are needed");
+	cfg.argv = argv + optind;
+	cfg.input = read_file(cfg.request, &cfg.input_len);
+	if (cfg.bpf_path) {
+		size_t n;
+		char *b = read_file(cfg.bpf_path, &n);
+		if (n % sizeof(struct sock_filter))
+			usage("the seccomp program is not whole BPF instructions");
+		cfg.bpf.filter = (struct sock_filter *) b;
+		cfg.bpf.len = n / sizeof(struct sock_filter);
+	}
+}
+
+static int cmp(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
+	return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+	int clients = 1, max_calls = 2000;
+	double seconds = 3;
+	for (int i = 1; i + 1 < argc && strcmp(argv[i], "--"); i++) {
+		if (!strcmp(argv[i], "-c"))
+			clients = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "-t"))
+			seconds = atof(argv[i + 1]);
+		else if (!strcmp(argv[i], "-n"))
+			max_calls = atoi(argv[i + 1]);
+	}
+	parse(argc, argv);
+	if (clients < 1 || max_calls < 1)
+		usage("-c and -n must be positive");
+
+	/* Each worker sends the latency of each call it made (0: it failed) on
+	 * one pipe; its calls end at the deadline or at its share of -n. */
+	int lat[2];
+	if (pipe2(lat, O_CLOEXEC) < 0)
+		die("pipe");
+	int64_t start = now_ns();
+	int64_t deadline = start + (int64_t) (seconds * 1e9);
+	for (int w = 0; w < clients; w++) {
+		pid_t pid = fork();
+		if (pid < 0)
+			die("fork");
+		if (pid == 0) {
+			close(lat[0]);
+			int share = max_calls / clients + (w < max_calls % clients);
+			for (int i = 0; i < share && now_ns() < deadline; i++) {
+				int64_t t = now_ns();
+				int64_t d = call() ? now_ns() - t : 0;
+				if (write(lat[1], &d, sizeof d) != sizeof d)
+					_exit(2);
+			}
+			_exit(0);
+		}
+	}
+	close(lat[1]);
+	int64_t *lats = malloc(sizeof(int64_t) * max_calls), d;
+	int n = 0, errors = 0;
+	while (read(lat[0], &d, sizeof d) == sizeof d) {
+		if (d == 0)
+			errors++;
+		else if (n < max_calls)
+			lats[n++] = d;
+	}
+	while (wait(NULL) > 0)
+		;
+	int64_t elapsed = now_ns() - start;
+	qsort(lats, n, sizeof *lats, cmp);
+#define PCT(p) (n ? lats[(n - 1) * (p) / 100] : 0)
+	printf("calls %d errors %d p50 %lld p90 %lld p99 %lld elapsed %lld\n", n, errors, (long long) PCT(50),
+	       (long long) PCT(90), (long long) PCT(99), (long long) elapsed);
+	return 0;
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// The isolation floor must never be cheaper because it isolates less:
+// isolateArgs refuses whatever isolate.c cannot do.
+func TestIsolateArgsRefusesWhatItCannotRun(t *testing.T) {
+	good := func() *rspec.Spec {
+		return &rspec.Spec{
+			Process: &rspec.Process{Args: []string{"/bin/cat"}, Cwd: "/", NoNewPrivileges: true},
+			Root:    &rspec.Root{Path: "/rootfs", Readonly: true},
+			Mounts: []rspec.Mount{
+				{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "ro"}},
+				{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nodev", "mode=1777", "size=64m"}},
+			},
+			Linux: &rspec.Linux{
+				Namespaces:  []rspec.LinuxNamespace{{Type: "user"}, {Type: "mount"}, {Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "cgroup"}, {Type: "network"}},
+				UIDMappings: []rspec.LinuxIDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}},
+				GIDMappings: []rspec.LinuxIDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}},
+				MaskedPaths: []string{"/proc/kcore"},
+			},
+		}
+	}
+	args, err := isolateArgs(good(), t.TempDir(), "/req")
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := " " + strings.Join(args, " ") + " "
+	for _, want := range []string{"-r /rootfs", "-R", "-u 0:100000:65536", "-g 0:100000:65536", "-m proc:proc:/proc:nosuid,ro:",
+		"-m tmpfs:tmpfs:/tmp:nodev:mode=1777,size=64m", "-M /proc/kcore", "-- /bin/cat"} {
+		if !strings.Contains(joined, " "+want+" ") {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+
+	for name, spoil := range map[string]func(*rspec.Spec){
+		"a capability kept": func(s *rspec.Spec) {
+			s.Process.Capabilities = &rspec.LinuxCapabilities{Bounding: []string{"CAP_CHOWN"}}
+		},
+		"no no_new_privs":       func(s *rspec.Spec) { s.Process.NoNewPrivileges = false },
+		"a namespace missing":   func(s *rspec.Spec) { s.Linux.Namespaces = s.Linux.Namespaces[1:] },
+		"a namespace joined":    func(s *rspec.Spec) { s.Linux.Namespaces[6].Path = "/proc/1/ns/net" },
+		"an unknown option":     func(s *rspec.Spec) { s.Mounts[0].Options = append(s.Mounts[0].Options, "rshared") },
+		"read-only paths":       func(s *rspec.Spec) { s.Linux.ReadonlyPaths = []string{"/proc/sys"} },
+		"cgroup resources":      func(s *rspec.Spec) { s.Linux.Resources = &rspec.LinuxResources{} },
+		"a user other than 0":   func(s *rspec.Spec) { s.Process.User.UID = 1000 },
+		"seccomp without a BPF": func(s *rspec.Spec) { s.Linux.Seccomp = &rspec.LinuxSeccomp{DefaultAction: "SCMP_ACT_ERRNO"} },
+		"two ID mappings":       func(s *rspec.Spec) { s.Linux.UIDMappings = append(s.Linux.UIDMappings, s.Linux.UIDMappings[0]) },
+	} {
+		s := good()
+		spoil(s)
+		if _, err := isolateArgs(s, t.TempDir(), "/req"); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// The isolation floor runs a real bundle of `ocifn serve` in the namespaces,
+// with the mappings, mounts and restrictions of its containers, and answers.
+func TestIsolationFloorIsolates(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the bench and its isolation floor run as root")
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tarball := filepath.Join(root, "testdata", "build", "trivial.tar")
+	if _, err := os.Stat(tarball); err != nil {
+		t.Fatalf("%v (make testdata builds it)", err)
+	}
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} { // the containers' IDs reach the cache
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ocifn := filepath.Join(dir, "ocifn")
+	build := exec.Command("go", "build", "-o", ocifn, "./cmd/ocifn")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v: %s", err, out)
+	}
+	cache := filepath.Join(dir, "cache")
+	s, err := startServer(ocifn, tarball, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	request := filepath.Join(root, "testdata", "functions", "trivial", "request.json")
+	f, err := newIsolationFloor(dir, cache, request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configs, _ := filepath.Glob(filepath.Join(cache, "bundle-*", "config.json"))
+	raw, _ := os.ReadFile(configs[0])
+	var spec rspec.Spec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		t.Fatal(err)
+	}
+
+	// One call of a probe instead of the function: what it sees.
+	out := filepath.Join(dir, "probe.out")
+	probe := `cat /proc/self/uid_map; hostname; grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd):' /proc/self/status; echo pid $$
+for ns in user mnt pid net ipc uts cgroup; do echo "$ns $(readlink /proc/self/ns/$ns)"; done
+touch /written 2>/dev/null && echo root writable || echo root read-only
+echo tmp $(echo x > /tmp/x && cat /tmp/x)`
+	probeArgs := append(slices.Clone(f.args[:slices.Index(f.args, "--")]), "-n", "1", "-o", out, "--", "/bin/sh", "-c", probe)
+	if b, err := exec.Command(f.exe, probeArgs...).CombinedOutput(); err != nil || !strings.HasPrefix(string(b), "calls 1 errors 0") {
+		t.Fatalf("probe: %v: %s", err, b)
+	}
+	seen, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(seen)
+	m := spec.Linux.UIDMappings[0]
+	for _, want := range []string{
+		fmt.Sprintf("0 %d %d", m.HostID, m.Size),
+		spec.Hostname, "NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000",
+		"pid 1", "root read-only", "tmp x",
+	} {
+		if !strings.Contains(strings.Join(strings.Fields(got), " "), strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("the probe's view lacks %q:\n%s", want, got)
+		}
+	}
+	for _, ns := range []string{"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"} {
+		host, err := os.Readlink("/proc/self/ns/" + ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(got, ns+" "+ns+":[") || strings.Contains(got, ns+" "+host) {
+			t.Errorf("the probe is not in a %s namespace of its own (host %s):\n%s", ns, host, got)
+		}
+	}
+
+	// The loop itself: the function answers every call.
+	r, cpu, err := f.measure(2, 5*time.Second, 20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.calls != 20 || r.errors != 0 || r.p50 <= 0 || r.p99 < r.p50 || cpu.runtime <= 0 {
+		t.Errorf("20 calls from 2 workers: got %+v, CPU %+v", r, cpu)
+	}
+}
