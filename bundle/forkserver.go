@@ -133,7 +133,7 @@ const (
 // it ended as exec.Cmd.Run would: nil or an error naming its exit status.
 // If ctx ends first, the child is killed, as exec.CommandContext would.
 func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string, files []*os.File) error {
-	r, w, err := os.Pipe()
+	r, w, err := childPipe(false)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNotSent, err)
 	}

@@ -226,26 +226,26 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 			}
 		}
 	}()
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
+	pipe := func(childReads bool) (ours, theirs *os.File, err error) {
+		ours, theirs, err = childPipe(childReads)
 		if err == nil {
-			files = append(files, r, w)
+			files = append(files, ours, theirs)
 		}
-		return r, w, err
+		return ours, theirs, err
 	}
-	inR, inW, err := pipe()
+	inW, inR, err := pipe(true)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the stdin pipe: %w", err)
 	}
-	outR, outW, err := pipe()
+	outR, outW, err := pipe(false)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the stdout pipe: %w", err)
 	}
-	errR, errW, err := pipe()
+	errR, errW, err := pipe(false)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the stderr pipe: %w", err)
 	}
-	logR, logW, err := os.Pipe()
+	logR, logW, err := childPipe(false)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the runtime log pipe: %w", err)
 	}
@@ -302,11 +302,12 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 // descriptor that only ocifn has (close-on-exec, so no container inherits
 // it).
 func holdMountNamespace(pid int) *os.File {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+	// unix.Open: os.Open would try the descriptor with the poller.
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil // the teardown stays on the call's path; nothing else changes
 	}
-	return f
+	return os.NewFile(uintptr(fd), "mnt")
 }
 
 // unmount lets go of the container's mount namespace, if held: with its
@@ -395,7 +396,7 @@ func copyOut(dst io.Writer, src *os.File) (int64, error) {
 // does it.
 func (c *container) start() error {
 	fifo := filepath.Join(c.rt.stateDir, c.id, "exec.fifo")
-	f, err := os.OpenFile(fifo, os.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(fifo, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if out, err := c.rt.command(context.Background(), "start", c.id).CombinedOutput(); err != nil {
 			return fmt.Errorf("crun start: %v: %s", err, bytes.TrimSpace(out))
@@ -403,12 +404,12 @@ func (c *container) start() error {
 		c.running = time.Now()
 		return nil
 	}
-	defer f.Close()
-	if err := os.Remove(fifo); err != nil {
-		return fmt.Errorf("cannot start the container: %w", err)
+	defer unix.Close(fd)
+	if err := unix.Unlink(fifo); err != nil {
+		return fmt.Errorf("cannot start the container: %w", &os.PathError{Op: "remove", Path: fifo, Err: err})
 	}
-	if _, err := f.Write([]byte{0}); err != nil {
-		return fmt.Errorf("cannot start the container: %w", err)
+	if _, err := unix.Write(fd, []byte{0}); err != nil {
+		return fmt.Errorf("cannot start the container: %w", &os.PathError{Op: "write", Path: fifo, Err: err})
 	}
 	c.running = time.Now()
 	return nil
@@ -428,7 +429,7 @@ func (b *Bundle) release(c *container) {
 		}
 		defer c.unmount()
 		if c.reaped && cgroupManagerFlag() == "--cgroup-manager=disabled" &&
-			os.RemoveAll(filepath.Join(c.rt.stateDir, c.id)) == nil {
+			removeState(filepath.Join(c.rt.stateDir, c.id)) == nil {
 			return
 		}
 		// A failure leaves state that Close sweeps away.
@@ -458,7 +459,7 @@ func waitPid(pid int) (int, error) {
 }
 
 func readPid(path string) (int, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmallFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("cannot read the container's pid file: %w", err)
 	}
