@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	_ "embed"
 	"encoding/base64"
 	"encoding/json"
@@ -8,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
+	"syscall"
 	"time"
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
@@ -82,8 +85,13 @@ func isolateArgs(s *rspec.Spec, dir, request string) ([]string, error) {
 	if !s.Process.NoNewPrivileges {
 		return nil, fmt.Errorf("the isolation floor sets no_new_privs; the config does not")
 	}
-	if len(s.Linux.ReadonlyPaths) > 0 || s.Linux.Resources != nil || len(s.Linux.Sysctl) > 0 || len(s.Linux.Devices) > 0 {
-		return nil, fmt.Errorf("read-only paths, resources, sysctls and devices are not in the isolation floor")
+	if s.Linux.Seccomp != nil && len(s.Linux.Seccomp.Flags) > 0 {
+		return nil, fmt.Errorf("seccomp flags %v are not in the isolation floor", s.Linux.Seccomp.Flags)
+	}
+	if rest, err := untranslated(s); err != nil {
+		return nil, err
+	} else if rest != "{}" {
+		return nil, fmt.Errorf("the isolation floor does not do what the config asks besides: %s", rest)
 	}
 	want := map[rspec.LinuxNamespaceType]bool{}
 	for _, ns := range s.Linux.Namespaces {
@@ -166,6 +174,45 @@ func isolateArgs(s *rspec.Spec, dir, request string) ([]string, error) {
 	return append(append(a, "--"), s.Process.Args...), nil
 }
 
+// untranslated is the JSON of what is left of s once every field that
+// isolateArgs translates (or has checked to be empty) is taken out: "{}"
+// for a config the isolation floor runs in full.
+func untranslated(s *rspec.Spec) (string, error) {
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return "", err
+	}
+	var r rspec.Spec // a deep copy, to take apart
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return "", err
+	}
+	r.Version, r.Hostname, r.Mounts, r.Root = "", "", nil, nil
+	if p := r.Process; p != nil {
+		p.Args, p.Env, p.Cwd, p.Rlimits, p.NoNewPrivileges, p.User, p.Capabilities = nil, nil, "", nil, false, rspec.User{}, nil
+		if reflect.ValueOf(*p).IsZero() {
+			r.Process = nil
+		}
+	}
+	if l := r.Linux; l != nil {
+		l.Namespaces, l.UIDMappings, l.GIDMappings, l.MaskedPaths, l.Seccomp = nil, nil, nil, nil, nil
+		if reflect.ValueOf(*l).IsZero() {
+			r.Linux = nil
+		}
+	}
+	delete(r.Annotations, seccompAnnotation)
+	if len(r.Annotations) == 0 {
+		r.Annotations = nil
+	}
+	rest, err := json.Marshal(r)
+	if err != nil {
+		return "", err
+	}
+	if empty, _ := json.Marshal(rspec.Spec{}); string(rest) == string(empty) {
+		return "{}", nil // ociVersion is marshalled even when empty
+	}
+	return string(rest), nil
+}
+
 // measure runs the loop from clients workers and reads its figures. Its
 // CPU is what the program and the containers it reaped used: the function's
 // part of that is the floor's (floorCPU), and the rest is the kernel's
@@ -174,7 +221,13 @@ func isolateArgs(s *rspec.Spec, dir, request string) ([]string, error) {
 // workers have torn down its last namespaces, is elsewhere.
 func (f *isolationFloor) measure(clients int, d time.Duration, maxCalls int, floorCPU time.Duration) (result, split, error) {
 	args := append([]string{"-c", fmt.Sprint(clients), "-t", fmt.Sprint(d.Seconds()), "-n", fmt.Sprint(maxCalls)}, f.args...)
-	cmd := exec.Command(f.exe, args...)
+	// A function that hangs must not hang the bench: past the cell's
+	// time and a margin, the loop's whole process group is killed.
+	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, f.exe, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	ch0, m0 := childrenCPU(), machineBusy()
@@ -195,7 +248,7 @@ func (f *isolationFloor) measure(clients int, d time.Duration, maxCalls int, flo
 		r.firstError = strings.TrimSpace(stderr.String())
 	}
 	if r.calls == 0 {
-		return r, split{}, nil
+		return r, split{}, fmt.Errorf("isolation floor: no call answered: %s", strings.TrimSpace(stderr.String()))
 	}
 	r.perSecond = float64(r.calls) / time.Duration(elapsed).Seconds()
 	n := time.Duration(r.calls)

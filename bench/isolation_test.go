@@ -58,6 +58,14 @@ func TestIsolateArgsRefusesWhatItCannotRun(t *testing.T) {
 		"a user other than 0":   func(s *rspec.Spec) { s.Process.User.UID = 1000 },
 		"seccomp without a BPF": func(s *rspec.Spec) { s.Linux.Seccomp = &rspec.LinuxSeccomp{DefaultAction: "SCMP_ACT_ERRNO"} },
 		"two ID mappings":       func(s *rspec.Spec) { s.Linux.UIDMappings = append(s.Linux.UIDMappings, s.Linux.UIDMappings[0]) },
+		"a hook":                func(s *rspec.Spec) { s.Hooks = &rspec.Hooks{Poststart: []rspec.Hook{{Path: "/bin/true"}}} },
+		"a cgroups path":        func(s *rspec.Spec) { s.Linux.CgroupsPath = "/ocifn/call" },
+		"an OOM score":          func(s *rspec.Spec) { n := 500; s.Process.OOMScoreAdj = &n },
+		"another annotation":    func(s *rspec.Spec) { s.Annotations = map[string]string{"run.oci.keep_original_groups": "1"} },
+		"seccomp flags": func(s *rspec.Spec) {
+			s.Linux.Seccomp = &rspec.LinuxSeccomp{Flags: []rspec.LinuxSeccompFlag{"SECCOMP_FILTER_FLAG_LOG"}}
+			s.Annotations = map[string]string{seccompAnnotation: "AAAAAAAAAAA="}
+		},
 	} {
 		s := good()
 		spoil(s)
@@ -105,7 +113,10 @@ func TestIsolationFloorIsolates(t *testing.T) {
 		t.Fatal(err)
 	}
 	configs, _ := filepath.Glob(filepath.Join(cache, "bundle-*", "config.json"))
-	raw, _ := os.ReadFile(configs[0])
+	raw, err := os.ReadFile(configs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
 	var spec rspec.Spec
 	if err := json.Unmarshal(raw, &spec); err != nil {
 		t.Fatal(err)
@@ -113,10 +124,13 @@ func TestIsolationFloorIsolates(t *testing.T) {
 
 	// One call of a probe instead of the function: what it sees.
 	out := filepath.Join(dir, "probe.out")
-	probe := `cat /proc/self/uid_map; hostname; grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd):' /proc/self/status; echo pid $$
+	probe := `cat /proc/self/uid_map; hostname; grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd|SigIgn):' /proc/self/status; echo pid $$
 for ns in user mnt pid net ipc uts cgroup; do echo "$ns $(readlink /proc/self/ns/$ns)"; done
 touch /written 2>/dev/null && echo root writable || echo root read-only
-echo tmp $(echo x > /tmp/x && cat /tmp/x)`
+echo tmp $(echo x > /tmp/x && cat /tmp/x)
+grep -E '^(proc /proc|sysfs /sys) ' /proc/mounts
+for p in ` + strings.Join(spec.Linux.MaskedPaths, " ") + `; do [ -d $p ] && echo "mask $p $(ls -A $p | wc -l)"; [ -e $p ] && ! [ -d $p ] && echo "mask $p $(cat $p | wc -c)"; done
+awk '{print "mountpoint", $5}' /proc/self/mountinfo`
 	probeArgs := append(slices.Clone(f.args[:slices.Index(f.args, "--")]), "-n", "1", "-o", out, "--", "/bin/sh", "-c", probe)
 	if b, err := exec.Command(f.exe, probeArgs...).CombinedOutput(); err != nil || !strings.HasPrefix(string(b), "calls 1 errors 0") {
 		t.Fatalf("probe: %v: %s", err, b)
@@ -129,12 +143,31 @@ echo tmp $(echo x > /tmp/x && cat /tmp/x)`
 	m := spec.Linux.UIDMappings[0]
 	for _, want := range []string{
 		fmt.Sprintf("0 %d %d", m.HostID, m.Size),
-		spec.Hostname, "NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000",
+		spec.Hostname, "NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "SigIgn:\t0000000000000000",
 		"pid 1", "root read-only", "tmp x",
 	} {
 		if !strings.Contains(strings.Join(strings.Fields(got), " "), strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("the probe's view lacks %q:\n%s", want, got)
 		}
+	}
+	for _, fs := range []string{"proc /proc proc ro,", "sysfs /sys sysfs ro,"} {
+		if !strings.Contains(got, fs) {
+			t.Errorf("the probe's view lacks %q (read-only):\n%s", fs, got)
+		}
+	}
+	masked := 0
+	for _, p := range spec.Linux.MaskedPaths {
+		if _, err := os.Stat(p); err != nil {
+			continue // not on this host, so not in the container either
+		}
+		masked++
+		// Masked: something is mounted over it, and it reads empty.
+		if !strings.Contains(got, "mask "+p+" 0\n") || !strings.Contains(got, "mountpoint "+p+"\n") {
+			t.Errorf("%s is not masked in the probe's view:\n%s", p, got)
+		}
+	}
+	if masked == 0 {
+		t.Errorf("none of the masked paths %v is on this host: the test checks no mask", spec.Linux.MaskedPaths)
 	}
 	for _, ns := range []string{"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"} {
 		host, err := os.Readlink("/proc/self/ns/" + ns)
