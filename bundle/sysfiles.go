@@ -23,14 +23,15 @@ import (
 // says which end the child gets: the read end (its stdin) or the write end.
 func childPipe(childReads bool) (ours, theirs *os.File, err error) {
 	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		return nil, nil, os.NewSyscallError("pipe2", err)
 	}
 	our, their := p[0], p[1]
 	if childReads {
 		our, their = p[1], p[0]
 	}
-	if err := unix.SetNonblock(our, true); err != nil {
+	// A pipe's only status flag is O_NONBLOCK: clearing all clears it.
+	if _, err := unix.FcntlInt(uintptr(their), unix.F_SETFL, 0); err != nil {
 		unix.Close(p[0])
 		unix.Close(p[1])
 		return nil, nil, os.NewSyscallError("fcntl", err)
