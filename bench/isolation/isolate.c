@@ -286,8 +286,14 @@ static void container(void)
 	 * mitigations that the containers would not have either. */
 	if (cfg.bpf.len && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_SPEC_ALLOW, &cfg.bpf) < 0)
 		fail("seccomp");
-	/* The loop ignores SIGPIPE; the function gets the default, as from crun. */
-	signal(SIGPIPE, SIG_DFL);
+	/* Every signal at its default and none blocked, as crun leaves them
+	 * (the loop ignores SIGPIPE, and whatever started the bench may have
+	 * ignored others). */
+	for (int sig = 1; sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
 	execve(cfg.argv[0], cfg.argv, cfg.env);
 	fail(cfg.argv[0]);
 }
