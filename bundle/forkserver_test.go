@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ocifn/ocifn/host"
 	"golang.org/x/sys/unix"
 )
 
@@ -232,5 +234,108 @@ func TestForkServerHonoursContext(t *testing.T) {
 	}
 	if got := rt.Launch(); got != "fork-server" {
 		t.Errorf("Launch() = %q, want the server still in use", got)
+	}
+}
+
+// TestForkServerSeesAChangedConfig: the server parses a bundle's
+// config.json once for every `crun create` from it; a config changed since
+// is parsed again, so each container runs what its bundle says at its
+// creation.
+func TestForkServerSeesAChangedConfig(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("maps the container's IDs to a range of host IDs, which needs root")
+	}
+	// On a hybrid cgroup host crun refuses to create containers while the
+	// cgroup2 mount has controllers; ocifn covers it in its own mount
+	// namespace (host.Reexec), and so does this test, in a mount namespace
+	// of this goroutine's thread, which the fork server and every crun
+	// started from it inherit. The thread is never unlocked: it ends with
+	// the test, and no other goroutine runs on it.
+	runtime.LockOSThread()
+	if cg, err := host.DetectCgroups(); err != nil {
+		t.Fatal(err)
+	} else if cg.NeedsMask() {
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", cg.Unified, "tmpfs", unix.MS_RDONLY, "size=4k,mode=555"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := forkServerRuntime(t)
+	bundle, state := t.TempDir(), t.TempDir()
+	for _, d := range []string{filepath.Dir(bundle), bundle} { // the container's IDs reach the rootfs
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rootfs := filepath.Join(bundle, "rootfs")
+	if err := os.MkdirAll(filepath.Join(rootfs, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	busybox, err := os.ReadFile("/bin/busybox") // busybox-static, from hack/deps.sh
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), busybox, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"proc", "dev"} {
+		if err := os.Mkdir(filepath.Join(rootfs, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := filepath.Join(bundle, "config.json")
+	// The shape of ocifn's configs: a user namespace mapping the
+	// container's root to unprivileged host IDs, as crun needs on any host.
+	template := []byte(`{"ociVersion": "1.0.2",
+	"process": {"user": {"uid": 0, "gid": 0}, "args": ["sh"], "cwd": "/", "env": ["PATH=/bin"], "noNewPrivileges": true},
+	"root": {"path": "rootfs", "readonly": true}, "hostname": "t",
+	"mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}, {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]}],
+	"linux": {"uidMappings": [{"containerID": 0, "hostID": 100000, "size": 65536}], "gidMappings": [{"containerID": 0, "hostID": 100000, "size": 65536}],
+		"namespaces": [{"type": "user"}, {"type": "pid"}, {"type": "mount"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}, {"type": "cgroup"}]}}`)
+	// Each container prints a word of its config and exits.
+	run := func(id, word string) string {
+		t.Helper()
+		b := bytes.Replace(template, []byte(`"sh"`), []byte(`"/bin/busybox", "echo", "`+word+`"`), 1)
+		if current, _ := os.ReadFile(config); !bytes.Equal(current, b) {
+			if err := os.WriteFile(config, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dir := t.TempDir()
+		files := make([]*os.File, 4)
+		for i, name := range []string{"stdin", "stdout", "stderr", "log"} {
+			f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			files[i] = f
+		}
+		root := "--root=" + state
+		if err := rt.run(context.Background(), []string{"--cgroup-manager=disabled", root, "create", "--bundle", bundle, id}, files...); err != nil {
+			errOut, _ := os.ReadFile(filepath.Join(dir, "stderr"))
+			t.Fatalf("crun create %s: %v: %s", id, err, errOut)
+		}
+		defer exec.Command(rt.Path(), "--cgroup-manager=disabled", root, "delete", "--force", id).Run()
+		if out, err := exec.Command(rt.Path(), "--cgroup-manager=disabled", root, "start", id).CombinedOutput(); err != nil {
+			t.Fatalf("crun start %s: %v: %s", id, err, out)
+		}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if out, _ := os.ReadFile(filepath.Join(dir, "stdout")); len(out) > 0 {
+				return strings.TrimSpace(string(out))
+			}
+		}
+		t.Fatalf("container %s printed nothing", id)
+		return ""
+	}
+	for i, word := range []string{"first", "first", "second", "third", "third"} {
+		if got := run(fmt.Sprintf("c%d", i), word); got != word {
+			t.Errorf("container %d printed %q, want %q (its config at its creation)", i, got, word)
+		}
 	}
 }
