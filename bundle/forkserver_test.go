@@ -32,20 +32,27 @@ func forkServerRuntime(t *testing.T) *Runtime {
 	return rt
 }
 
+// stdioFiles returns files in a new directory dir to give crun as its
+// descriptors 0-3: stdin, stdout, stderr and log, closed when the test ends.
+func stdioFiles(t *testing.T) (dir string, files []*os.File) {
+	t.Helper()
+	dir = t.TempDir()
+	for _, name := range []string{"stdin", "stdout", "stderr", "log"} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		files = append(files, f)
+	}
+	return dir, files
+}
+
 // runCaptured runs crun with args through rt.run and returns its stdout and
 // stderr.
 func runCaptured(t *testing.T, rt *Runtime, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	dir := t.TempDir()
-	files := make([]*os.File, 4)
-	for i, name := range []string{"stdin", "stdout", "stderr", "log"} {
-		f, ferr := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
-		if ferr != nil {
-			t.Fatal(ferr)
-		}
-		defer f.Close()
-		files[i] = f
-	}
+	dir, files := stdioFiles(t)
 	err = rt.run(context.Background(), args, files...)
 	out, _ := os.ReadFile(filepath.Join(dir, "stdout"))
 	errOut, _ := os.ReadFile(filepath.Join(dir, "stderr"))
@@ -306,16 +313,7 @@ func TestForkServerSeesAChangedConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		dir := t.TempDir()
-		files := make([]*os.File, 4)
-		for i, name := range []string{"stdin", "stdout", "stderr", "log"} {
-			f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			files[i] = f
-		}
+		dir, files := stdioFiles(t)
 		root := "--root=" + state
 		if err := rt.run(context.Background(), []string{"--cgroup-manager=disabled", root, "create", "--bundle", bundle, id}, files...); err != nil {
 			errOut, _ := os.ReadFile(filepath.Join(dir, "stderr"))
