@@ -199,7 +199,7 @@ func cgroupOf(pid int) string {
 	if !ok {
 		return ""
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	b, err := readSmallFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		return ""
 	}
@@ -217,7 +217,7 @@ func (c *container) oomKilled() string {
 	if c.cgroup == "" {
 		return ""
 	}
-	b, err := os.ReadFile(filepath.Join(c.cgroup, "memory.events"))
+	b, err := readSmallFile(filepath.Join(c.cgroup, "memory.events"))
 	if err != nil {
 		return ""
 	}

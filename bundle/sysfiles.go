@@ -41,8 +41,9 @@ func childPipe(childReads bool) (ours, theirs *os.File, err error) {
 	return os.NewFile(uintptr(our), "|0"), os.NewFile(uintptr(their), "|1"), nil
 }
 
-// readSmallFile reads a file of at most a page, such as a pid file, with
-// an open, a read and a close.
+// readSmallFile reads a file of less than a page, such as a pid file or a
+// cgroup's memory.events, with an open, a read and a close. A file that
+// fills the page is an error, not a truncated read.
 func readSmallFile(path string) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -57,6 +58,9 @@ func readSmallFile(path string) ([]byte, error) {
 		}
 		if err != nil {
 			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == len(buf) {
+			return nil, &os.PathError{Op: "read", Path: path, Err: errors.New("larger than a page")}
 		}
 		return buf[:n], nil
 	}

@@ -97,3 +97,25 @@ func TestRemoveState(t *testing.T) {
 		t.Errorf("a directory already gone: %v", err)
 	}
 }
+
+// readSmallFile reads what a small file holds, and refuses one that fills
+// its page rather than return part of it.
+func TestReadSmallFile(t *testing.T) {
+	dir := t.TempDir()
+	small, big := filepath.Join(dir, "pid"), filepath.Join(dir, "big")
+	if err := os.WriteFile(small, []byte("4242\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(big, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := readSmallFile(small); err != nil || string(b) != "4242\n" {
+		t.Errorf("readSmallFile(small) = %q, %v", b, err)
+	}
+	if b, err := readSmallFile(big); err == nil {
+		t.Errorf("readSmallFile of a page: %d bytes and no error", len(b))
+	}
+	if b, err := readSmallFile("/proc/self/cgroup"); err != nil || len(b) == 0 {
+		t.Errorf("readSmallFile(/proc/self/cgroup) = %q, %v", b, err)
+	}
+}
