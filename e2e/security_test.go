@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,6 +119,15 @@ func TestIsolationFromInside(t *testing.T) {
 		if st[k] != v {
 			t.Errorf("/proc/self/status %s: %v, want %s", k, st[k], v)
 		}
+	}
+	// crun's set-up runs on one CPU (hack/crun-patches/setup-on-one-cpu.patch);
+	// the function gets back every CPU the server may use.
+	if own, err := os.ReadFile("/proc/self/status"); err != nil {
+		t.Fatal(err)
+	} else if cpus := regexp.MustCompile(`(?m)^Cpus_allowed_list:\s*(\S+)`).FindSubmatch(own); cpus == nil {
+		t.Fatal("no Cpus_allowed_list in the test's /proc/self/status")
+	} else if st["Cpus_allowed_list"] != string(cpus[1]) {
+		t.Errorf("the function may run on CPUs %v, want %s as the server", st["Cpus_allowed_list"], cpus[1])
 	}
 	rl := sub(got, "rlimits")
 	for _, k := range []string{"nofile_raise", "nproc_raise", "data_raise"} {

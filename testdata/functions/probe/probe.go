@@ -117,7 +117,8 @@ func squeeze(p string) string {
 	return strings.Join(lines, "\n")
 }
 
-// status returns the security fields of /proc/self/status.
+// status returns the security fields of /proc/self/status, and the CPUs
+// the function may run on.
 func status() map[string]string {
 	out := map[string]string{}
 	b, err := os.ReadFile("/proc/self/status")
@@ -131,7 +132,7 @@ func status() map[string]string {
 			continue
 		}
 		switch k {
-		case "NoNewPrivs", "Seccomp", "Seccomp_filters", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "Uid", "Gid":
+		case "NoNewPrivs", "Seccomp", "Seccomp_filters", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "Uid", "Gid", "Cpus_allowed_list":
 			out[k] = strings.Join(strings.Fields(v), " ")
 		}
 	}
