@@ -54,7 +54,10 @@ func WithMaxInflightBytes(n int64) ServerOption {
 // goroutine starts with a small stack, and decoding a function's response
 // (protojson recurses once per level of the JSON) grows it several times
 // per call, each time copying it: about 6% of ocifn's CPU at 4 clients. A
-// worker keeps the stack it grew. Give it the calls that may run at once.
+// worker keeps the stack it grew. Give it the calls that may run at once:
+// a call waiting for its turn holds a worker too, so beyond that many
+// calls, running or waiting, the rest get goroutines of their own, as
+// before, which costs only this saving.
 func WithStreamWorkers(n int) ServerOption {
 	return func(o *serverOptions) { o.streamWorkers = uint32(max(n, 0)) }
 }
