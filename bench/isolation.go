@@ -54,13 +54,9 @@ func newIsolationFloor(dir, cache, request string) (*isolationFloor, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, fmt.Errorf("%s: %w", configs[0], err)
 	}
-	src := filepath.Join(dir, "isolate.c")
-	exe := filepath.Join(dir, "isolate")
-	if err := os.WriteFile(src, isolateSource, 0o644); err != nil {
-		return nil, err
-	}
-	if out, err := exec.Command("cc", "-O2", "-o", exe, src).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("compiling the isolation floor: %v: %s", err, out)
+	exe, err := compileC(dir, "isolate", isolateSource)
+	if err != nil {
+		return nil, fmt.Errorf("the isolation floor: %w", err)
 	}
 	args, err := isolateArgs(&s, dir, request)
 	if err != nil {

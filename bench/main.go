@@ -103,6 +103,14 @@ func run(ctx context.Context, c config) error {
 	fmt.Printf("# ocifn benchmark\n\n`%s`\n\n", strings.Join(os.Args, " "))
 	fmt.Printf("%s, %d CPUs, %s; %s; each cell: %s or %d calls.\n\n", hostDescription(), runtime.NumCPU(), crunVersion(), time.Now().UTC().Format(time.RFC3339), c.duration, c.maxCalls)
 
+	// What a wake-up on another CPU costs here, next to one on the same CPU.
+	if across, same, err := wakeupCosts(work, 10000); err != nil {
+		fmt.Printf("Wake-ups: not measured (%v).\n\n", err)
+	} else {
+		fmt.Printf("Wake-ups: a round trip between two processes over a socket pair costs %.1f µs of CPU (%.1f µs of wall time) across two CPUs, %.1f µs (%.1f µs) on one (`bench/wakeup/pingpong.c`, 10,000 round trips each); crun's set-up runs on one CPU for that reason (`hack/crun-patches/setup-on-one-cpu.patch`).\n\n",
+			across.cpu, across.wall, same.cpu, same.wall)
+	}
+
 	var pod *podman
 	if c.podman {
 		if pod, err = newPodman(filepath.Join(work, "podman")); err != nil {
