@@ -180,6 +180,18 @@ static unsigned long locked_flags(const char *path)
 	return f;
 }
 
+/* remount_bind opens path anew, so as to remount the bind mount just made
+ * there and not the one under it, and remounts it with flags (and the
+ * flags it must keep), if any. */
+static void remount_bind(const char *path, unsigned long flags)
+{
+	int fd;
+	char *p = in_root(path, &fd);
+	if (fd < 0 || (flags && mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | flags | locked_flags(p), NULL) < 0))
+		fail(path);
+	close(fd);
+}
+
 static void do_mount(struct mnt *m)
 {
 	int fd;
@@ -190,16 +202,12 @@ static void do_mount(struct mnt *m)
 	if (m->flags & MS_BIND) {
 		if (mount(m->source, dest, NULL, m->flags & (MS_BIND | MS_REC), NULL) < 0)
 			fail(m->dest);
-		/* Remount the new mount, not the one under it. */
-		close(fd);
-		snprintf(dest, sizeof dest, "%s", in_root(m->dest, &fd));
-		unsigned long rest = m->flags & ~(MS_BIND | MS_REC);
-		if (fd < 0 || (rest && mount(NULL, dest, NULL, MS_BIND | MS_REMOUNT | rest | locked_flags(dest), NULL) < 0))
-			fail(m->dest);
 	} else if (mount(m->source, dest, m->type, m->flags, m->data[0] ? m->data : NULL) < 0) {
 		fail(m->dest);
 	}
 	close(fd);
+	if (m->flags & MS_BIND)
+		remount_bind(m->dest, m->flags & ~(MS_BIND | MS_REC));
 }
 
 static void mask(const char *path)
@@ -216,15 +224,12 @@ static void mask(const char *path)
 	if (S_ISDIR(st.st_mode)) {
 		if (mount("tmpfs", p, "tmpfs", MS_RDONLY, "size=0k") < 0)
 			fail(path);
-	} else {
-		if (mount("/dev/null", p, NULL, MS_BIND, NULL) < 0)
-			fail(path);
-		close(fd);
-		p = in_root(path, &fd);
-		if (fd < 0 || mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | locked_flags(p), NULL) < 0)
-			fail(path);
+	} else if (mount("/dev/null", p, NULL, MS_BIND, NULL) < 0) {
+		fail(path);
 	}
 	close(fd);
+	if (!S_ISDIR(st.st_mode))
+		remount_bind(path, MS_RDONLY);
 }
 
 static void loopback_up(void)
