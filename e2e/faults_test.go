@@ -162,22 +162,33 @@ func TestFaultyFunctions(t *testing.T) {
 }
 
 // peakRSS is the largest VmHWM of the server and its re-executed self.
-func peakRSS(t *testing.T, s *server) int64 {
+func peakRSS(t *testing.T, s *server) int64 { return largestOfServer(t, s, "VmHWM") }
+
+// largestOfServer is the largest of a /proc/PID/status field in kB (VmRSS,
+// VmHWM), in bytes, over the server and its re-executed self.
+func largestOfServer(t *testing.T, s *server, key string) int64 {
 	t.Helper()
-	var peak int64
+	var most int64
 	for _, pid := range append([]int{s.cmd.Process.Pid}, descendants(t, s.cmd.Process.Pid)...) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				peak = max(peak, kb<<10)
-			}
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(statusField(pid, key), " kB"), 10, 64)
+		most = max(most, kb<<10)
+	}
+	return most
+}
+
+// statusField is the value of key in /proc/PID/status, or "" if the
+// process or the key is not there.
+func statusField(pid int, key string) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
+			return strings.TrimSpace(v)
 		}
 	}
-	return peak
+	return ""
 }
 
 // TestResourceLimitsWithoutCgroups: on a host that does not delegate cgroup

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,23 +14,7 @@ import (
 )
 
 // rss is the largest VmRSS of the server and its re-executed self now.
-func rss(t *testing.T, s *server) int64 {
-	t.Helper()
-	var most int64
-	for _, pid := range append([]int{s.cmd.Process.Pid}, descendants(t, s.cmd.Process.Pid)...) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				most = max(most, kb<<10)
-			}
-		}
-	}
-	return most
-}
+func rss(t *testing.T, s *server) int64 { return largestOfServer(t, s, "VmRSS") }
 
 // TestFloodOfLargestRequests: requests of the largest size (64 MiB), as
 // many as the server runs and queues and more, all at once. The server

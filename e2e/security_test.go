@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -124,14 +123,12 @@ func TestIsolationFromInside(t *testing.T) {
 	// with the fork server); the function gets back every CPU the server
 	// may use.
 	mustContain(t, "server log", s.stderr.String(), "crun=fork-server")
-	if server, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", servingPID(t, s))); err != nil {
-		t.Fatal(err)
-	} else if cpus := regexp.MustCompile(`(?m)^Cpus_allowed_list:\s*(\S+)`).FindSubmatch(server); cpus == nil {
+	if cpus := statusField(servingPID(t, s), "Cpus_allowed_list"); cpus == "" {
 		t.Fatal("no Cpus_allowed_list in the server's /proc/PID/status")
-	} else if st["Cpus_allowed_list"] != string(cpus[1]) {
-		t.Errorf("the function may run on CPUs %v, want %s as the server", st["Cpus_allowed_list"], cpus[1])
-	} else if !strings.ContainsAny(string(cpus[1]), ",-") {
-		t.Logf("the server may run on CPU %s alone: crun's set-up was not pinned, so this checks nothing of it", cpus[1])
+	} else if st["Cpus_allowed_list"] != cpus {
+		t.Errorf("the function may run on CPUs %v, want %s as the server", st["Cpus_allowed_list"], cpus)
+	} else if !strings.ContainsAny(cpus, ",-") {
+		t.Logf("the server may run on CPU %s alone: crun's set-up was not pinned, so this checks nothing of it", cpus)
 	}
 	rl := sub(got, "rlimits")
 	for _, k := range []string{"nofile_raise", "nproc_raise", "data_raise"} {
