@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -21,24 +21,21 @@ type ghzTool struct {
 	request string
 }
 
-// ghzReport is the part of ghz's JSON report the bench reads.
+// ghzReport is the part of ghz's JSON report the bench reads: each call's
+// latency and status, so that the rounds of a cell can be summed.
 type ghzReport struct {
-	Count               uint64         `json:"count"`
-	Total               time.Duration  `json:"total"`
-	Rps                 float64        `json:"rps"`
-	StatusCodes         map[string]int `json:"statusCodeDistribution"`
-	ErrorDistribution   map[string]int `json:"errorDistribution"`
-	LatencyDistribution []struct {
-		Percentage int           `json:"percentage"`
-		Latency    time.Duration `json:"latency"`
-	} `json:"latencyDistribution"`
+	Total   time.Duration `json:"total"`
+	Details []struct {
+		Latency time.Duration `json:"latency"`
+		Error   string        `json:"error"`
+	} `json:"details"`
 }
 
 // run sends calls from clients concurrent workers (one connection each)
 // for d (d 0: one call), with rps calls per second in all when rps > 0,
-// and returns ghz's percentiles and throughput. Server reflection gives
-// ghz the service.
-func (g *ghzTool) run(ctx context.Context, addr string, clients int, d time.Duration, rps int) (result, error) {
+// and returns every call's latency and the CPU ghz used. Server
+// reflection gives ghz the service.
+func (g *ghzTool) run(ctx context.Context, addr string, clients int, d time.Duration, rps int) (round, error) {
 	args := []string{"--insecure", "--call", "apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction",
 		"-D", g.request, "-c", fmt.Sprint(clients), "--connections", fmt.Sprint(clients),
 		"-O", "json", "--timeout", "20s", "--duration-stop", "wait"}
@@ -55,38 +52,26 @@ func (g *ghzTool) run(ctx context.Context, addr string, clients int, d time.Dura
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return result{}, fmt.Errorf("ghz %s: %v: %s", strings.Join(args, " "), err, errb.Bytes())
+		return round{}, fmt.Errorf("ghz %s: %v: %s", strings.Join(args, " "), err, errb.Bytes())
+	}
+	var rep ghzReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		return round{}, fmt.Errorf("ghz report: %w", err)
 	}
 	// ghz runs on the same CPUs as the server: its own CPU is reported so
 	// that the machine's whole CPU per call can be accounted for.
-	ghzCPU := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	var rep ghzReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		return result{}, fmt.Errorf("ghz report: %w", err)
-	}
-	r := result{calls: int(rep.Count), perSecond: rep.Rps, clientCPU: ghzCPU}
-	for code, n := range rep.StatusCodes {
-		if code != "OK" {
-			r.errors += n
-		}
-	}
+	r := round{elapsed: rep.Total, client: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	var msgs []string
-	for m := range rep.ErrorDistribution {
-		msgs = append(msgs, m)
-	}
-	sort.Strings(msgs)
-	if len(msgs) > 0 {
-		r.firstError = msgs[0]
-	}
-	for _, l := range rep.LatencyDistribution {
-		switch l.Percentage {
-		case 50:
-			r.p50 = l.Latency
-		case 90:
-			r.p90 = l.Latency
-		case 99:
-			r.p99 = l.Latency
+	for _, c := range rep.Details {
+		r.lat = append(r.lat, c.Latency)
+		if c.Error != "" {
+			r.errors++
+			msgs = append(msgs, c.Error)
 		}
+	}
+	if len(msgs) > 0 {
+		slices.Sort(msgs)
+		r.firstError = msgs[0]
 	}
 	return r, nil
 }

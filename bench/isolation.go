@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -211,13 +212,13 @@ func untranslated(s *rspec.Spec) (string, error) {
 
 // measure runs the loop from clients workers and reads its figures. Its
 // CPU is what the program and the containers it reaped used: the function's
-// part of that is the floor's (floorCPU), and the rest is the kernel's
-// isolation work, under the runtime's column as crun's is for ocifn. The
-// machine's busy time beyond it, a moment after the loop so that the kernel
-// workers have torn down its last namespaces, is elsewhere.
-func (f *isolationFloor) measure(clients int, d time.Duration, maxCalls int, floorCPU time.Duration) (result, split, error) {
+// part of that is the floor's (see cell.split), and the rest is the
+// kernel's isolation work, under the runtime's column as crun's is for
+// ocifn. The machine's busy time is read a moment after the loop, so that
+// the kernel workers have torn down its last namespaces.
+func (f *isolationFloor) measure(clients int, d time.Duration, maxCalls int) (round, error) {
 	args := append([]string{"-c", fmt.Sprint(clients), "-t", fmt.Sprint(d.Seconds()), "-n", fmt.Sprint(maxCalls)}, f.args...)
-	// A function that hangs must not hang the bench: past the cell's
+	// A function that hangs must not hang the bench: past the round's
 	// time and a margin, the loop's whole process group is killed.
 	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
 	defer cancel()
@@ -229,28 +230,28 @@ func (f *isolationFloor) measure(clients int, d time.Duration, maxCalls int, flo
 	ch0, m0 := childrenCPU(), machineBusy()
 	out, err := cmd.Output()
 	if err != nil {
-		return result{}, split{}, fmt.Errorf("isolation floor: %v: %s", err, stderr.String())
+		return round{}, fmt.Errorf("isolation floor: %v: %s", err, stderr.String())
 	}
 	time.Sleep(200 * time.Millisecond)
-	children, busy := childrenCPU()-ch0, machineBusy()-m0
-	var r result
-	var p50, p90, p99, elapsed int64
-	if _, err := fmt.Sscanf(string(out), "calls %d errors %d p50 %d p90 %d p99 %d elapsed %d",
-		&r.calls, &r.errors, &p50, &p90, &p99, &elapsed); err != nil {
-		return result{}, split{}, fmt.Errorf("isolation floor: cannot read %q: %v", out, err)
+	r := round{children: childrenCPU() - ch0, machine: machineBusy() - m0}
+	// The first line counts; one answered call's latency per line follows.
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var calls int
+	if _, err := fmt.Sscanf(lines[0], "calls %d errors %d elapsed %d", &calls, &r.errors, &r.elapsed); err != nil || len(lines) != calls+1 {
+		return round{}, fmt.Errorf("isolation floor: cannot read its output (%d lines, first %q): %v", len(lines), lines[0], err)
 	}
-	r.p50, r.p90, r.p99 = time.Duration(p50), time.Duration(p90), time.Duration(p99)
+	for _, l := range lines[1:] {
+		ns, err := strconv.ParseInt(l, 10, 64)
+		if err != nil {
+			return round{}, fmt.Errorf("isolation floor: a latency %q: %v", l, err)
+		}
+		r.lat = append(r.lat, time.Duration(ns))
+	}
 	if r.errors > 0 {
 		r.firstError = strings.TrimSpace(stderr.String())
 	}
-	if r.calls == 0 {
-		return r, split{}, fmt.Errorf("isolation floor: no call answered: %s", strings.TrimSpace(stderr.String()))
+	if calls == 0 {
+		return r, fmt.Errorf("isolation floor: no call answered: %s", strings.TrimSpace(stderr.String()))
 	}
-	r.perSecond = float64(r.calls) / time.Duration(elapsed).Seconds()
-	n := time.Duration(r.calls)
-	r.cpuPerCall = children / n
-	cpu := split{function: min(floorCPU, r.cpuPerCall)}
-	cpu.runtime = r.cpuPerCall - cpu.function
-	cpu.elsewhere = max(0, busy/n-r.cpuPerCall)
-	return r, cpu, nil
+	return r, nil
 }

@@ -190,11 +190,12 @@ awk '{print "mountpoint", $5}' /proc/self/mountinfo`
 	}
 
 	// The loop itself: the function answers every call.
-	r, cpu, err := f.measure(2, 5*time.Second, 20, 0)
+	rd, err := f.measure(2, 5*time.Second, 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.calls != 20 || r.errors != 0 || r.p50 <= 0 || r.p99 < r.p50 || cpu.runtime <= 0 {
+	r, cpu := cell{rd}.result(), cell{rd}.split(0)
+	if r.calls != 20 || r.errors != 0 || r.p50 <= 0 || r.p99 < r.p50 || r.perSecond <= 0 || cpu.runtime <= 0 {
 		t.Errorf("20 calls from 2 workers: got %+v, CPU %+v", r, cpu)
 	}
 }

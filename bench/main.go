@@ -6,7 +6,7 @@
 // Markdown tables that can be pasted into an issue, with the command line
 // that produced them. It is a benchmark, not a test: nothing passes or fails.
 //
-//	go run ./bench -ghz PATH [-peer PATH] [-functions trivial,labelizer] [-clients 1,4,16] [-duration 3s]
+//	go run ./bench -ghz PATH [-peer PATH] [-functions trivial,labelizer] [-clients 1,4,16] [-duration 3s] [-rounds 3]
 package main
 
 import (
@@ -30,6 +30,7 @@ type config struct {
 	clients   []int
 	duration  time.Duration
 	maxCalls  int
+	rounds    int
 	warm      int
 	podman    bool
 	startup   bool
@@ -54,6 +55,7 @@ func main() {
 	flag.StringVar(&clients, "clients", "1,4,16", "concurrent clients")
 	flag.DurationVar(&c.duration, "duration", 3*time.Second, "how long each measurement runs")
 	flag.IntVar(&c.maxCalls, "max-calls", 2000, "most calls per measurement")
+	flag.IntVar(&c.rounds, "rounds", 3, "rounds each measurement is split into, taken in turn with the other modes' so that all see the same phases of the machine")
 	flag.IntVar(&c.warm, "warm", 2, "--warm value for the warm ocifn runs (2: serve's default)")
 	flag.StringVar(&c.ghz, "ghz", "", "the ghz binary (github.com/bojand/ghz; make bench installs it)")
 	flag.StringVar(&c.peer, "peer", "", "the no-isolation peer server binary, bench/peer (empty: not measured)")
@@ -64,6 +66,9 @@ func main() {
 	flag.IntVar(&c.paced, "paced", 20, "also measure one client making this many calls per second (0: off)")
 	flag.Parse()
 	c.functions = strings.Split(functions, ",")
+	if c.rounds < 1 {
+		fatalf("-rounds %d: want at least 1", c.rounds)
+	}
 	for _, s := range strings.Split(clients, ",") {
 		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 {
@@ -101,7 +106,7 @@ func run(ctx context.Context, c config) error {
 	c.ocifn = ocifn
 
 	fmt.Printf("# ocifn benchmark\n\n`%s`\n\n", strings.Join(os.Args, " "))
-	fmt.Printf("%s, %d CPUs, %s; %s; each cell: %s or %d calls.\n\n", hostDescription(), runtime.NumCPU(), crunVersion(), time.Now().UTC().Format(time.RFC3339), c.duration, c.maxCalls)
+	fmt.Printf("%s, %d CPUs, %s; %s; each cell: %s or %d calls, in %d rounds taken in turn with the other modes of its row.\n\n", hostDescription(), runtime.NumCPU(), crunVersion(), time.Now().UTC().Format(time.RFC3339), c.duration, c.maxCalls, c.rounds)
 
 	// What a wake-up on another CPU costs here, next to one on the same CPU.
 	if across, same, err := wakeupCosts(work, 10000); err != nil {

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -25,21 +24,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// result is one measured cell.
-type result struct {
-	calls, errors int
-	p50, p90, p99 time.Duration
-	perSecond     float64
-	cpuPerCall    time.Duration
-	// clientCPU is the CPU time ghz used for all the cell's calls.
-	clientCPU  time.Duration
-	firstError string
-}
-
 // measure runs call from clients concurrent workers for d or max calls,
 // whichever ends first, each worker as fast as it can or, with pace, one
 // call per pace. cpu reports the CPU time spent by whatever runs the calls.
-func measure(ctx context.Context, call caller, clients int, d time.Duration, max int, pace time.Duration, cpu func() time.Duration) result {
+func measure(ctx context.Context, call caller, clients int, d time.Duration, max int, pace time.Duration, cpu func() time.Duration) round {
 	// Warm up: caches, connections, the first container.
 	for i := range clients {
 		_ = call(ctx, i)
@@ -73,23 +61,11 @@ func measure(ctx context.Context, call caller, clients int, d time.Duration, max
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	used := cpu() - cpu0
-	var all []time.Duration
-	r := result{}
+	r := round{elapsed: time.Since(start), children: cpu() - cpu0}
 	for w := range clients {
-		all = append(all, lat[w]...)
+		r.lat = append(r.lat, lat[w]...)
 		r.errors += errs[w]
 	}
-	slices.Sort(all)
-	r.calls = len(all)
-	if r.calls == 0 {
-		return r
-	}
-	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
-	r.p50, r.p90, r.p99 = pct(.50), pct(.90), pct(.99)
-	r.perSecond = float64(r.calls) / elapsed.Seconds()
-	r.cpuPerCall = used / time.Duration(r.calls)
 	if e, ok := firstErr.Load().(string); ok {
 		r.firstError = e
 	}
@@ -201,31 +177,50 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		}
 	}
 
+	// Each cell runs in c.rounds rounds of d (or perRound calls),
+	// interleaved with the other modes' (see cell).
+	d := c.duration / time.Duration(c.rounds)
+	perRound := (c.maxCalls + c.rounds - 1) / c.rounds
 	var rows []row
-	var floorCPU time.Duration
 	for _, n := range c.clients {
-		f := measure(ctx, fl.call, n, c.duration, c.maxCalls, 0, childrenCPU)
-		floorCPU = f.cpuPerCall
-		rows = append(rows, row{"floor (chroot + exec, no gRPC)", n, f, split{function: f.cpuPerCall}})
+		// The modes of a row, floor first: its CPU per call is the
+		// function's part of the others'.
+		names := []string{"floor (chroot + exec, no gRPC)"}
+		modes := []func() (round, error){func() (round, error) {
+			return measure(ctx, fl.call, n, d, perRound, 0, childrenCPU), nil
+		}}
+		var isoErr error
 		if iso != nil {
-			r, cpu, err := iso.measure(n, c.duration, c.maxCalls, f.cpuPerCall)
-			if err != nil {
-				fmt.Printf("%v\n\n", err)
-			} else {
-				rows = append(rows, row{isolationName, n, r, cpu})
-			}
+			names = append(names, isolationName)
+			modes = append(modes, func() (round, error) {
+				if isoErr != nil {
+					return round{}, nil
+				}
+				r, err := iso.measure(n, d, perRound)
+				isoErr = err
+				return r, nil
+			})
 		}
 		for _, t := range targets {
-			r, cpu, err := ghzCell(ctx, &gz, t.s, n, c.duration, 0, f.cpuPerCall)
-			if err != nil {
-				return err
+			names = append(names, t.name)
+			modes = append(modes, func() (round, error) { return ghzCell(ctx, &gz, t.s, n, d, 0) })
+		}
+		cells, err := interleave(c.rounds, modes)
+		if err != nil {
+			return err
+		}
+		floorCPU := cells[0].cpuPerCall()
+		for i, name := range names {
+			if name == isolationName && isoErr != nil {
+				fmt.Printf("%v\n\n", isoErr)
+				continue
 			}
-			rows = append(rows, row{t.name, n, r, cpu})
+			rows = append(rows, row{name, n, cells[i].result(), cells[i].split(floorCPU)})
 		}
 		if podFn != nil {
-			// podman is slow: fewer calls keep the run short.
-			r := measure(ctx, podFn.call, n, c.duration, max(n*4, 20), 0, childrenCPU)
-			rows = append(rows, row{"podman run --rm -i (own client)", n, r, split{runtime: r.cpuPerCall}})
+			// podman is slow: fewer calls keep the run short, in one round.
+			r := cell{measure(ctx, podFn.call, n, c.duration, max(n*4, 20), 0, childrenCPU)}
+			rows = append(rows, row{"podman run --rm -i (own client)", n, r.result(), split{runtime: r.cpuPerCall()}})
 		}
 	}
 
@@ -264,13 +259,20 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		pace := time.Second / time.Duration(c.paced)
 		fmt.Printf("One client, %d calls/s (ghz --rps; as calls come from reconciles rather than a closed loop):\n\n", c.paced)
 		fmt.Printf("| mode | calls | p50 | p90 | p99 | p50 − floor p50 | CPU/call: server | crun & co. | function | ghz | elsewhere |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		floorRes := measure(ctx, fl.call, 1, c.duration, c.maxCalls, pace, childrenCPU)
-		fmt.Printf("| floor | %d | %s | %s | %s | – | – | – | %s | – | – |\n", floorRes.calls, ms(floorRes.p50), ms(floorRes.p90), ms(floorRes.p99), ms(floorRes.cpuPerCall))
+		modes := []func() (round, error){func() (round, error) {
+			return measure(ctx, fl.call, 1, d, perRound, pace, childrenCPU), nil
+		}}
 		for _, t := range targets {
-			r, cpu, err := ghzCell(ctx, &gz, t.s, 1, c.duration, c.paced, floorCPU)
-			if err != nil {
-				return err
-			}
+			modes = append(modes, func() (round, error) { return ghzCell(ctx, &gz, t.s, 1, d, c.paced) })
+		}
+		cells, err := interleave(c.rounds, modes)
+		if err != nil {
+			return err
+		}
+		floorRes, floorCPU := cells[0].result(), cells[0].cpuPerCall()
+		fmt.Printf("| floor | %d | %s | %s | %s | – | – | – | %s | – | – |\n", floorRes.calls, ms(floorRes.p50), ms(floorRes.p90), ms(floorRes.p99), ms(floorCPU))
+		for i, t := range targets {
+			r, cpu := cells[i+1].result(), cells[i+1].split(floorCPU)
 			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", t.name, r.calls, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.p50-floorRes.p50), ms(cpu.own), ms(cpu.runtime), ms(cpu.function), orDash(cpu.client), orDash(cpu.elsewhere))
 		}
 		fmt.Println()
@@ -288,40 +290,28 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 	return nil
 }
 
-// ghzCell measures one cell with ghz and splits the CPU the server used per
-// call. The server's own processes are read from /proc (utime+stime);
+// ghzCell measures one round of a server with ghz and reads the CPU it
+// used. The server's own processes are read from /proc (utime+stime);
 // everything else it caused ran in processes it reaped (crun, and the
 // container's process: crun's set-up inside the container, then the
-// function), whose CPU the kernel adds to the reaper's cutime+cstime. The
-// function's own part of that is taken to be the floor's CPU per call,
-// measured on the same machine in the same run; the rest is the runtime's.
-// Warm containers created but not yet reaped are not counted, nor are ones
-// created before the cell but reaped in it: with a pool of steady size the
-// two even out.
-func ghzCell(ctx context.Context, g *ghzTool, s *server, clients int, d time.Duration, rps int, floorCPU time.Duration) (result, split, error) {
+// function), whose CPU the kernel adds to the reaper's cutime+cstime
+// (cell.split takes the function's part out). Warm containers created but
+// not yet reaped are not counted, nor are ones created before the round
+// but reaped in it: with a pool of steady size the two even out.
+func ghzCell(ctx context.Context, g *ghzTool, s *server, clients int, d time.Duration, rps int) (round, error) {
 	// Warm up: connections, caches, the pool's size for this load.
 	if _, err := g.run(ctx, s.addrConn, clients, 300*time.Millisecond, rps); err != nil {
-		return result{}, split{}, err
+		return round{}, err
 	}
 	own0, ch0 := s.cpuSplit()
 	m0 := machineBusy()
 	r, err := g.run(ctx, s.addrConn, clients, d, rps)
 	if err != nil {
-		return result{}, split{}, err
+		return round{}, err
 	}
 	own1, ch1 := s.cpuSplit()
-	m1 := machineBusy()
-	if r.calls == 0 {
-		return r, split{}, nil
-	}
-	n := time.Duration(r.calls)
-	cpu := split{own: (own1 - own0) / n, client: r.clientCPU / n}
-	children := (ch1 - ch0) / n
-	cpu.function = min(floorCPU, children)
-	cpu.runtime = children - cpu.function
-	cpu.elsewhere = max(0, (m1-m0)/n-cpu.client-cpu.total())
-	r.cpuPerCall = cpu.total()
-	return r, cpu, nil
+	r.own, r.children, r.machine = own1-own0, ch1-ch0, machineBusy()-m0
+	return r, nil
 }
 
 func oneLine(s string) string {

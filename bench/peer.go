@@ -65,7 +65,7 @@ func benchScaleToZero(ctx context.Context, c config, g *ghzTool, tarballPath, di
 		if err != nil {
 			return err
 		}
-		warmFirst = append(warmFirst, r.p50)
+		warmFirst = append(warmFirst, cell{r}.result().p50)
 		deadline := time.Now().Add(c.scaleIdle + 10*time.Second)
 		for {
 			if empty = s.memory(); empty.children == 0 {
@@ -80,7 +80,7 @@ func benchScaleToZero(ctx context.Context, c config, g *ghzTool, tarballPath, di
 		if err != nil {
 			return err
 		}
-		coldFirst = append(coldFirst, r.p50)
+		coldFirst = append(coldFirst, cell{r}.result().p50)
 		time.Sleep(time.Second) // the pool refills
 	}
 	fmt.Printf("## scale to zero (`--warm %d --warm-idle %s`)\n\n", c.warm, c.scaleIdle)

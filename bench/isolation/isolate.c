@@ -17,9 +17,10 @@
  * anything else (bench/isolation.go), so the two run the same isolation.
  *
  * It runs a closed loop of calls itself, from -c concurrent workers, for -t
- * seconds or -n calls, and prints one line of figures: calls, errors, and
- * p50, p90, p99 and the time it ran in nanoseconds. The bench reads the CPU
- * it used (its reaped children's) and the machine's.
+ * seconds or -n calls, and prints a line of counts (answered calls, errors,
+ * and the time it ran in nanoseconds), then the latency of each answered
+ * call in nanoseconds, one per line. The bench reads the CPU it used (its
+ * reaped children's) and the machine's.
  *
  * Usage: isolate -r ROOTFS -i REQUEST [-c N] [-t SECONDS] [-n CALLS]
  *        [-u CONTAINER:HOST:SIZE] [-g CONTAINER:HOST:SIZE]
@@ -461,12 +462,6 @@ static void parse(int argc, char **argv)
 	}
 }
 
-static int cmp(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
-	return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv)
 {
 	int clients = 1, max_calls = 2000;
@@ -529,10 +524,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "isolate: a worker failed\n");
 		return 2;
 	}
-	qsort(lats, n, sizeof *lats, cmp);
-	/* As the bench's own loops take them (bench/measure.go). */
-#define PCT(p) (n ? lats[(int64_t) n * (p) / 100 < n ? (int64_t) n * (p) / 100 : n - 1] : 0)
-	printf("calls %d errors %d p50 %lld p90 %lld p99 %lld elapsed %lld\n", n, errors, (long long) PCT(50),
-	       (long long) PCT(90), (long long) PCT(99), (long long) elapsed);
+	printf("calls %d errors %d elapsed %lld\n", n, errors, (long long) elapsed);
+	for (int i = 0; i < n; i++)
+		printf("%lld\n", (long long) lats[i]);
 	return 0;
 }
