@@ -62,14 +62,13 @@ func (c cell) result() result {
 	return r
 }
 
-// split divides the cell's CPU per call by who spent it. The function's
-// part of the reaped children's CPU is taken to be floorCPU, the floor's
-// CPU per call in the same run; the rest is the runtime's (crun, or the
-// isolation floor's kernel work). elsewhere is the machine's busy time
-// beyond the server, its children and ghz.
-func (c cell) split(floorCPU time.Duration) split {
+// usage is the CPU a call of the cell used on average, by whom (as in
+// round), or zeros if it made no call.
+type usage struct{ own, children, client, machine time.Duration }
+
+func (c cell) usage() usage {
 	var calls int
-	var sum round
+	var sum usage
 	for _, rd := range c {
 		calls += len(rd.lat)
 		sum.own += rd.own
@@ -78,33 +77,30 @@ func (c cell) split(floorCPU time.Duration) split {
 		sum.machine += rd.machine
 	}
 	if calls == 0 {
-		return split{}
+		return usage{}
 	}
 	n := time.Duration(calls)
-	s := split{own: sum.own / n, client: sum.client / n}
-	children := sum.children / n
-	s.function = min(floorCPU, children)
-	s.runtime = children - s.function
-	if sum.machine > 0 {
-		s.elsewhere = max(0, sum.machine/n-s.client-s.total())
+	return usage{own: sum.own / n, children: sum.children / n, client: sum.client / n, machine: sum.machine / n}
+}
+
+// split divides the cell's CPU per call by who spent it. The function's
+// part of the reaped children's CPU is taken to be floorCPU, the floor's
+// CPU per call in the same run; the rest is the runtime's (crun, or the
+// isolation floor's kernel work). elsewhere is the machine's busy time
+// beyond the server, its children and ghz.
+func (c cell) split(floorCPU time.Duration) split {
+	u := c.usage()
+	s := split{own: u.own, client: u.client, function: min(floorCPU, u.children)}
+	s.runtime = u.children - s.function
+	if u.machine > 0 {
+		s.elsewhere = max(0, u.machine-s.client-s.total())
 	}
 	return s
 }
 
 // cpuPerCall is the reaped children's CPU per call: the whole cost of a
 // call for the bench's own loops.
-func (c cell) cpuPerCall() time.Duration {
-	var calls int
-	var children time.Duration
-	for _, rd := range c {
-		calls += len(rd.lat)
-		children += rd.children
-	}
-	if calls == 0 {
-		return 0
-	}
-	return children / time.Duration(calls)
-}
+func (c cell) cpuPerCall() time.Duration { return c.usage().children }
 
 // interleave measures each of the modes in rounds: round i runs every
 // mode once, in an order rotated by i, so that no mode always runs right
