@@ -126,17 +126,24 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
+	got := map[string]*measured{}
 	for i, fn := range c.functions {
 		if i > 0 {
 			c.scaleIdle = 0 // once is enough
 		}
-		if err := benchFunction(ctx, c, work, fn, pod, g); err != nil {
+		m, err := benchFunction(ctx, c, work, fn, pod, g)
+		if err != nil {
 			return fmt.Errorf("%s: %w", fn, err)
 		}
+		got[fn] = m
 	}
+	var startup float64
 	if c.startup {
-		return benchStartup(ctx, c, work)
+		if startup, err = benchStartup(ctx, c, work); err != nil {
+			return err
+		}
 	}
+	printTargets(got, startup, runtime.NumCPU())
 	return nil
 }
 

@@ -104,37 +104,51 @@ type target struct {
 	s    *server
 }
 
-func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, g *ghzTool) error {
+// measured is what benchFunction measured of one function, for the
+// targets' table (targets.go).
+type measured struct {
+	rows []row
+	// warm names the rows of the server with the default pool.
+	warm string
+	// paced holds the one-client rows at pace calls/s, the floor's
+	// first (its split: the function's CPU alone).
+	paced []row
+	pace  int
+	// idle is the warm server's memory before the runs.
+	idle memory
+}
+
+func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, g *ghzTool) (*measured, error) {
 	tarballPath, err := filepath.Abs(filepath.Join(c.images, fn+".tar"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	reqPath := filepath.Join("testdata", "functions", fn, "request.json")
 	request, err := os.ReadFile(reqPath)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, request); err != nil {
-		return fmt.Errorf("%s: %w", reqPath, err)
+		return nil, fmt.Errorf("%s: %w", reqPath, err)
 	}
 	input := compact.Bytes()
 	dir, err := os.MkdirTemp(work, fn+"-")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.Chmod(dir, 0o711); err != nil {
-		return err
+		return nil, err
 	}
 	reqFile := filepath.Join(dir, "request.json")
 	if err := os.WriteFile(reqFile, input, 0o644); err != nil {
-		return err
+		return nil, err
 	}
 	gz := *g
 	gz.request = reqFile
 	fl, err := newFloor(ctx, tarballPath, dir, input)
 	if err != nil {
-		return fmt.Errorf("floor: %w", err)
+		return nil, fmt.Errorf("floor: %w", err)
 	}
 
 	var targets []target
@@ -146,7 +160,7 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		cache := filepath.Join(dir, fmt.Sprintf("cache-%d", i))
 		s, err := startServer(c.ocifn, tarballPath, cache, m.extra...)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer s.stop()
 		targets = append(targets, target{m.name, s})
@@ -154,7 +168,7 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 	if c.peer != "" {
 		s, err := startPeer(c.peer, fl)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer s.stop()
 		targets = append(targets, target{"peer (sdk server, chroot + exec)", s})
@@ -207,7 +221,7 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		}
 		cells, err := interleave(c.rounds, modes)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		floorCPU := cells[0].cpuPerCall()
 		for i, name := range names {
@@ -237,16 +251,10 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 			fmt.Printf("first error of %s with %d clients: %s\n\n", r.mode, r.clients, oneLine(r.r.firstError))
 		}
 	}
-	getRow := func(n int, prefix string) row {
-		for _, r := range rows {
-			if r.clients == n && strings.HasPrefix(r.mode, prefix) {
-				return r
-			}
-		}
-		return row{}
-	}
-	get := func(n int, prefix string) result { return getRow(n, prefix).r }
 	warmName := targets[1].name
+	m := &measured{rows: rows, warm: warmName, idle: idle[1], pace: c.paced}
+	getRow := m.rowOf
+	get := func(n int, prefix string) result { return getRow(n, prefix).r }
 	fmt.Printf("| clients | warm p50 − floor p50 | warm p99 − floor p99 | warm/floor throughput | warm p50 / peer p50 | warm/peer throughput | podman p50 / warm p50 | isolation floor/floor throughput | warm crun & co. − isolation floor's |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, n := range c.clients {
 		f, w, pe, p, iso := get(n, "floor"), getRow(n, warmName), get(n, "peer"), get(n, "podman"), getRow(n, isolationName)
@@ -267,12 +275,14 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		}
 		cells, err := interleave(c.rounds, modes)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		floorRes, floorCPU := cells[0].result(), cells[0].cpuPerCall()
 		fmt.Printf("| floor | %d | %s | %s | %s | – | – | – | %s | – | – |\n", floorRes.calls, ms(floorRes.p50), ms(floorRes.p90), ms(floorRes.p99), ms(floorCPU))
+		m.paced = append(m.paced, row{"floor", 1, floorRes, split{function: floorCPU}})
 		for i, t := range targets {
 			r, cpu := cells[i+1].result(), cells[i+1].split(floorCPU)
+			m.paced = append(m.paced, row{t.name, 1, r, cpu})
 			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", t.name, r.calls, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.p50-floorRes.p50), ms(cpu.own), ms(cpu.runtime), ms(cpu.function), orDash(cpu.client), orDash(cpu.elsewhere))
 		}
 		fmt.Println()
@@ -285,9 +295,9 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 	}
 	fmt.Println()
 	if c.scaleIdle > 0 {
-		return benchScaleToZero(ctx, c, &gz, tarballPath, dir)
+		return m, benchScaleToZero(ctx, c, &gz, tarballPath, dir)
 	}
-	return nil
+	return m, nil
 }
 
 // ghzCell measures one round of a server with ghz and reads the CPU it
@@ -359,46 +369,48 @@ func pctOf(a, b float64) string {
 
 // benchStartup times `ocifn serve` from process start to SERVING, for a
 // small image and a large generated one, next to `tar -xf` of the same
-// layers.
-func benchStartup(ctx context.Context, c config, work string) error {
+// layers. It returns the ratio of the two for the large image.
+func benchStartup(ctx context.Context, c config, work string) (float64, error) {
 	small, err := filepath.Abs(filepath.Join(c.images, "labelizer.tar"))
 	if err != nil {
-		return err
+		return 0, err
 	}
-	big, layers, err := bigImage(work, filepath.Join(c.images, "trivial.tar"), c.bigMB)
+	bigTar, layers, err := bigImage(work, filepath.Join(c.images, "trivial.tar"), c.bigMB)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	smallLayers, err := layerFiles(work, small, "small")
+	var big float64 // the ratio for the large image, the last
 	if err != nil {
-		return err
+		return 0, err
 	}
 	fmt.Printf("## startup\n\n| image | ocifn serve to SERVING (median of 3) | tar -xf of the same layers (median of 3) | ratio |\n|---|---:|---:|---:|\n")
 	for _, im := range []struct {
 		name    string
 		tarball string
 		layers  []string
-	}{{"labelizer (small)", small, smallLayers}, {fmt.Sprintf("generated, %d MB", c.bigMB), big, layers}} {
+	}{{"labelizer (small)", small, smallLayers}, {fmt.Sprintf("generated, %d MB", c.bigMB), bigTar, layers}} {
 		var serve, untar []time.Duration
 		for i := range 3 {
 			cache := filepath.Join(work, fmt.Sprintf("startup-%d", i))
 			s, err := startServer(c.ocifn, im.tarball, cache)
 			if err != nil {
-				return err
+				return 0, err
 			}
 			serve = append(serve, s.started)
 			s.stop()
 			d, err := untarLayers(filepath.Join(work, fmt.Sprintf("untar-%d", i)), im.layers)
 			if err != nil {
-				return err
+				return 0, err
 			}
 			untar = append(untar, d)
 		}
 		sm, um := median(serve), median(untar)
 		fmt.Printf("| %s | %s | %s | %s |\n", im.name, ms(sm), ms(um), ratio(sm.Seconds(), um.Seconds()))
+		big = sm.Seconds() / um.Seconds()
 	}
 	fmt.Println()
-	return nil
+	return big, nil
 }
 
 func median(ds []time.Duration) time.Duration {
