@@ -143,7 +143,7 @@ func run(ctx context.Context, c config) error {
 			return err
 		}
 	}
-	printTargets(got, startup, runtime.NumCPU())
+	printTargets(got, targetOptions{cpus: runtime.NumCPU(), bigMB: c.bigMB, startup: startup})
 	return nil
 }
 

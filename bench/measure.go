@@ -380,10 +380,10 @@ func benchStartup(ctx context.Context, c config, work string) (float64, error) {
 		return 0, err
 	}
 	smallLayers, err := layerFiles(work, small, "small")
-	var big float64 // the ratio for the large image, the last
 	if err != nil {
 		return 0, err
 	}
+	var big float64 // the ratio for the large image, the last
 	fmt.Printf("## startup\n\n| image | ocifn serve to SERVING (median of 3) | tar -xf of the same layers (median of 3) | ratio |\n|---|---:|---:|---:|\n")
 	for _, im := range []struct {
 		name    string
