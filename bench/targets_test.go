@@ -63,7 +63,7 @@ func TestTargets(t *testing.T) {
 		{"trivial, 1 client: p50 ≤ floor + 1.5 ms, p99 ≤ floor + 5 ms", "p50 +1.50 ms, p99 +5.50 ms", "no", "mean from call to call ≥ floor p50 +1.00 ms (4.00 ms per call ÷ 2 CPUs)", "p50: yes"},
 		{"trivial, 20 calls/s: p50 ≤ floor + 1 ms", "+1.40 ms", "no", "+0.80 ms or more (the peer, with no container)", "yes"},
 		{"labelizer, 4 clients: ≥ 85% of the floor's calls/s", "85.0%", "yes", "87.9%", "yes"},
-		{"labelizer against the peer, 4 clients: p50 ≤ 1.1x, calls/s ≥ 90%", "p50 1.09x, 90.2% of the calls", "yes", "p50 1.08x, 92.3% of the calls (the peer's 30.00 ms of the machine per call against 32.50 ms)", "yes"},
+		{"labelizer against the peer, 4 clients: p50 ≤ 1.1x, calls/s ≥ 90%", "p50 1.10x, 90.1% of the calls", "yes", "p50 1.09x, 92.3% of the calls (the peer's 30.00 ms of the machine per call against 32.50 ms)", "yes"},
 		{"idle memory of ocifn's processes and the warm containers < 30 MB (ocifn --warm 2)", "28.0 MB + 1.0 MB", "yes", "–", "–"},
 		{"100 MB image startup ≤ 1.1x `tar -xf`", "1.050x", "yes", "–", "–"},
 	}
@@ -181,5 +181,21 @@ func TestTargetsNotMeasured(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A figure never prints as its target when it misses it.
+func TestRoundedAwayFromTheTarget(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{pct1(59.5, 70), "85.0%"},
+		{pct1(84.97, 100), "84.9%"},
+		{pct1(89.99, 100), "89.9%"},
+		{ratio2(1.1, 1), "1.10x"},
+		{ratio2(1.101, 1), "1.11x"},
+		{ratio2(60, 55), "1.10x"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %s, want %s", c.got, c.want)
+		}
 	}
 }
