@@ -4,7 +4,9 @@
 // through `podman run` (what users do today), on the same machine in the
 // same run. The servers are loaded by ghz. It prints
 // Markdown tables that can be pasted into an issue, with the command line
-// that produced them. It is a benchmark, not a test: nothing passes or fails.
+// that produced them, and ends with issue 12's targets judged from them
+// (targets.go). It is a benchmark, not a test: its exit status says
+// whether it ran, not whether a target was met.
 //
 //	go run ./bench -ghz PATH [-peer PATH] [-functions trivial,labelizer] [-clients 1,4,16] [-duration 3s] [-rounds 3]
 package main
