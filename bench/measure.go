@@ -253,11 +253,10 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 	}
 	warmName := targets[1].name
 	m := &measured{rows: rows, warm: warmName, idle: idle[1], pace: c.paced}
-	getRow := m.rowOf
-	get := func(n int, prefix string) result { return getRow(n, prefix).r }
+	get := func(n int, prefix string) result { return m.rowOf(n, prefix).r }
 	fmt.Printf("| clients | warm p50 − floor p50 | warm p99 − floor p99 | warm/floor throughput | warm p50 / peer p50 | warm/peer throughput | podman p50 / warm p50 | isolation floor/floor throughput | warm crun & co. − isolation floor's |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, n := range c.clients {
-		f, w, pe, p, iso := get(n, "floor"), getRow(n, warmName), get(n, "peer"), get(n, "podman"), getRow(n, isolationName)
+		f, w, pe, p, iso := get(n, "floor"), m.rowOf(n, warmName), get(n, "peer"), get(n, "podman"), m.rowOf(n, isolationName)
 		fmt.Printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, ms(w.r.p50-f.p50), ms(w.r.p99-f.p99), pctOf(w.r.perSecond, f.perSecond),
 			ratio(w.r.p50.Seconds(), pe.p50.Seconds()), pctOf(w.r.perSecond, pe.perSecond), ratio(p.p50.Seconds(), w.r.p50.Seconds()),
 			pctOf(iso.r.perSecond, f.perSecond), crunOwn(w.cpu, iso))

@@ -101,13 +101,10 @@ func met(ok bool, failed ...row) string {
 	for _, r := range failed {
 		n += r.r.errors
 	}
-	switch {
-	case n > 0:
+	if n > 0 {
 		return fmt.Sprintf("no (%d calls failed)", n)
-	case ok:
-		return "yes"
 	}
-	return "no"
+	return would(ok)
 }
 
 func would(ok bool) string {
@@ -306,7 +303,7 @@ func printTargets(got map[string]*measured, o targetOptions) {
 		if r.mode != m.warm || iso.r.calls == 0 || peer.r.calls == 0 {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s crun, %s ocifn's server at %d", ms(r.cpu.runtime-iso.cpu.runtime), ms(r.cpu.own-peer.cpu.own), r.clients))
+		parts = append(parts, fmt.Sprintf("%s crun, %s ocifn's server at %d", crunOwn(r.cpu, iso), ms(r.cpu.own-peer.cpu.own), r.clients))
 	}
 	if len(parts) > 0 {
 		fmt.Printf("What ocifn spent beyond the estimate's parts, trivial function, CPU per call (crun & co. over the isolation floor's, ocifn's server over the peer's), by clients: %s.\n\n", strings.Join(parts, "; "))
