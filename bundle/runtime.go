@@ -295,7 +295,7 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 // unmounts the whole tree and waits for an expedited RCU grace period
 // (which interrupts every CPU) before that process becomes a zombie, so
 // all of it lay between the function's exit and its answer: 0.2-0.4 ms per
-// call, measured (README Performance). While ocifn holds the namespace, the
+// call, measured (docs/performance.md). While ocifn holds the namespace, the
 // exit leaves it standing, and the unmounting happens when release closes
 // the reference, off the call's path. The container is no less isolated: its
 // processes are gone, and nothing can enter the namespace through a

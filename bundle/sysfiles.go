@@ -14,7 +14,7 @@ import (
 // fcntl calls and a failed epoll_ctl besides the open), and an end handed to
 // crun is then put back into blocking mode by File.Fd. With these, a
 // trivial call makes 123 system calls in ocifn's serving process instead of
-// 195 (strace -c over 300 calls; README, Performance).
+// 195 (strace -c over 300 calls; docs/performance.md, what was tried).
 
 // childPipe returns a pipe whose one end goes to a child (crun, and through
 // it the container). That end stays an ordinary blocking descriptor that

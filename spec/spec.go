@@ -54,7 +54,8 @@ var defaultRlimits = []rspec.POSIXRlimit{
 // /proc/sysrq-trigger read-only, each with a bind mount of its own and a
 // remount: fifteen mount calls per container. Here the whole of /proc is
 // mounted read-only instead, which covers them in one: a function reads
-// /proc but has no business writing to it (README, Performance).
+// /proc but has no business writing to it (docs/performance.md, what was
+// tried).
 var maskedPaths = []string{
 	"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
 	"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
