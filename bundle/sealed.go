@@ -17,9 +17,9 @@ import (
 // container could overwrite through /proc/<pid>/exe (CVE-2019-5736): unless
 // its own executable is a memfd sealed against writes, it copies (or
 // read-only bind-mounts) itself and executes that copy, which is a second
-// exec and dynamic linking on every call. Measured by the method of
-// docs/performance.md, that is about 1.3–1.7 ms of CPU per crun
-// process on the benchmark machine. Started from a memfd that already has
+// exec and dynamic linking on every call. Started from the sealed copy, a
+// container cost 1.7 ms less CPU on the benchmark machine (7.5 to 5.8 ms;
+// docs/performance.md, what was tried). Started from a memfd that already has
 // the seals crun checks for (seal, shrink, grow, write), crun finds itself
 // protected and goes on at once; the protection is the same, as the copy
 // cannot be written by anyone (runc's memfd-bind does this for runc).

@@ -125,9 +125,9 @@ func closedLoopMisses(t *testing.T, calls int, extra ...string) (misses, target 
 
 // TestMountNamespacesHeldOnlyForLiveContainers: ocifn keeps a reference to
 // each container's mount namespace, so that the kernel's unmounting is not
-// on the call's path (README Performance), and lets it go once the call is
-// answered. After many calls it holds exactly the namespaces of its warm
-// containers, not one per call made, and after the pool scaled to zero it
+// on the call's path (docs/performance.md, what was tried), and lets it go
+// once the call is answered. After many calls it holds exactly the
+// namespaces of its warm containers, not one per call made, and after the pool scaled to zero it
 // holds none. The server runs without a garbage collector (no GOGC, no
 // memory limit), whose finalizers would otherwise close descriptors that
 // ocifn forgot.
