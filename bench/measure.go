@@ -91,6 +91,10 @@ type split struct {
 
 func (s split) total() time.Duration { return s.own + s.runtime + s.function }
 
+// machine is what the whole machine spent per call: the server and its
+// children, ghz, and elsewhere.
+func (s split) machine() time.Duration { return s.total() + s.client + s.elsewhere }
+
 type row struct {
 	mode    string
 	clients int

@@ -38,12 +38,6 @@ func bareCPU(iso, peer row) (time.Duration, bool) {
 		peer.cpu.own + peer.cpu.client + peer.cpu.elsewhere, true
 }
 
-// machineCPU is what the whole machine spent per call in a row's cell:
-// the server and its children, ghz, and elsewhere.
-func machineCPU(r row) time.Duration {
-	return r.cpu.total() + r.cpu.client + r.cpu.elsewhere
-}
-
 // perSecondOn is the calls per second that cpus CPUs allow at cpu of the
 // machine per call: no closed loop makes more than its busy CPUs allow.
 func perSecondOn(cpus int, cpu time.Duration) float64 {
@@ -164,7 +158,7 @@ func targets(got map[string]*measured, o targetOptions) []verdict {
 	var v *verdict
 	if w := tr.rowOf(4, tr.warmName()); w.r.calls > 0 {
 		v = &verdict{
-			measured: fmt.Sprintf("%.0f calls/s (%s of the machine per call)", w.r.perSecond, ms(machineCPU(w))),
+			measured: fmt.Sprintf("%.0f calls/s (%s of the machine per call)", w.r.perSecond, ms(w.cpu.machine())),
 			met:      met(w.r.perSecond >= 300, w),
 		}
 		if cpu, ok := bare(tr, 4); ok {
@@ -187,8 +181,8 @@ func targets(got map[string]*measured, o targetOptions) []verdict {
 			beyond := w.cpu.own + w.cpu.runtime
 			v = &verdict{measured: fmt.Sprintf("%s (elsewhere %s more)", ms(beyond), ms(w.cpu.elsewhere)), met: met(beyond <= 5*time.Millisecond, w)}
 			if iso, peer := f.m.rowOf(4, isolationName), f.m.rowOf(4, "peer"); iso.r.calls > 0 && peer.r.calls > 0 {
-				v.estimate = ms(iso.cpu.runtime + peer.cpu.own)
-				v.estimateMet = would(iso.cpu.runtime+peer.cpu.own <= 5*time.Millisecond)
+				est := iso.cpu.runtime + peer.cpu.own
+				v.estimate, v.estimateMet = ms(est), would(est <= 5*time.Millisecond)
 			}
 		}
 		add(f.name+", 4 clients: CPU per call beyond the function's ≤ 5 ms (server and crun & co.)", v)
@@ -250,7 +244,7 @@ func targets(got map[string]*measured, o targetOptions) []verdict {
 		// In a closed loop of n clients on busy CPUs, latency and
 		// calls/s both follow the machine's CPU per call.
 		if bareOK {
-			pm := machineCPU(peer)
+			pm := peer.cpu.machine()
 			v.estimate = fmt.Sprintf("p50 %s, %s of the calls (the peer's %s of the machine per call against %s)",
 				ratio2(cpu.Seconds(), pm.Seconds()), pct1(pm.Seconds(), cpu.Seconds()), ms(pm), ms(cpu))
 			v.estimateMet = would(cpu.Seconds() <= 1.1*pm.Seconds() && pm.Seconds() >= 0.9*cpu.Seconds())
