@@ -43,6 +43,9 @@ LIBC=${CRUN_LIBC:-musl}
 MUSL_DEPS=(libseccomp=2.5.4-1+deb12u1 libcap2=1:2.66-4+deb12u3 yajl=2.1.0-3+deb12u2 gnulib=20230209+stable-1)
 # What decides the binary besides the versions; a change rebuilds it.
 CONFIGURE=(--disable-systemd --disable-criu --disable-dl --disable-shared --enable-static)
+# The allocator of the fork server's children wraps libc's four
+# (hack/crun-patches/small-allocations-by-bump-in-children.patch).
+WRAP_LDFLAGS="-Wl,--wrap=malloc,--wrap=free,--wrap=calloc,--wrap=realloc"
 DEP_CFLAGS="-O2"
 case $LIBC in
 musl) BUILD_DEPS=(build-essential pkg-config python3 gperf linux-libc-dev musl-tools musl-dev) ;;
@@ -59,7 +62,7 @@ out=$(cd "$out" && pwd)
 shopt -s nullglob
 PATCHES=("$root"/hack/crun-patches/*.patch)
 shopt -u nullglob
-stamp="$VERSION ${CONFIGURE[*]} static $LIBC $(cat /dev/null "${PATCHES[@]}" | sha256sum | cut -c1-16)"
+stamp="$VERSION ${CONFIGURE[*]} static $WRAP_LDFLAGS $LIBC $(cat /dev/null "${PATCHES[@]}" | sha256sum | cut -c1-16)"
 [[ $LIBC == glibc ]] || stamp+=" ${MUSL_DEPS[*]} $DEP_CFLAGS"
 if [[ -x $out/bin/crun && "$(cat "$out/bin/crun.stamp" 2>/dev/null)" == "$stamp" ]]; then
 	exit 0
@@ -259,7 +262,7 @@ log "building crun $VERSION (static, $LIBC)"
 	# does not wait for: the generated headers (libocispec's and crun's
 	# version).
 	step make -j"$(nproc)" git-version.h libocispec/libocispec.la &&
-	step make -j"$(nproc)" crun LDFLAGS="-all-static $ldflags")
+	step make -j"$(nproc)" crun LDFLAGS="-all-static $ldflags $WRAP_LDFLAGS")
 strip -o "$out/bin/crun.tmp" "$src/crun"
 features=$("$out/bin/crun.tmp" --version) || die "the built crun does not run"
 for f in +CAP +SECCOMP; do
