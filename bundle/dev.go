@@ -53,8 +53,9 @@ type devDir struct {
 // one of those mounts is made and torn down again per container. One read-
 // only bind mount of a directory that already holds the devices costs crun
 // about 0.5 ms less of the kernel's time per container
-// (docs/performance.md, what was tried). The container sees the same devices; its /dev is
-// read-only, where the tmpfs was writable by the function's root.
+// (docs/performance.md, what was tried). The container sees the same
+// devices; its /dev is read-only, where the tmpfs was writable by the
+// function's root.
 func makeDev(bundleDir string, ownMounts bool) (devDir, error) {
 	d := devDir{path: filepath.Join(bundleDir, "dev")}
 	if err := os.Mkdir(d.path, 0o755); err != nil {

@@ -15,10 +15,10 @@ import (
 // to take back its processor. With a container's process and crun each
 // waited for so, on every call, that polling and the thread switches it
 // causes were a large part of ocifn's own CPU under load (Go's system
-// monitor alone 13% in perf; docs/performance.md). A pidfd becomes readable when its process ends, and Go's
-// network poller waits for that as it waits for the pipes, holding no
-// thread. Where pidfds are missing (Linux < 5.10), the caller's blocking
-// wait does the waiting.
+// monitor alone 13% in perf; docs/performance.md). A pidfd becomes readable
+// when its process ends, and Go's network poller waits for that as it waits
+// for the pipes, holding no thread. Where pidfds are missing
+// (Linux < 5.10), the caller's blocking wait does the waiting.
 func awaitExit(pid int) {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {

@@ -20,11 +20,12 @@ import (
 
 // forkServer is a resident crun that forks once per `crun create` instead
 // of being executed once per container: the exec of crun, its page faults
-// and the teardown of its address space were about a tenth of a
-// container's CPU (docs/performance.md, what was tried). It is crun's own code, started
-// once per process from the sealed copy (hack/crun-patches/fork-server.patch
-// says how it serves). A crun without that patch refuses the flag at once,
-// and crun is then executed per command as before.
+// and the teardown of its address space were about a tenth of a container's
+// CPU (docs/performance.md, what was tried). It is crun's own code, started
+// once per process from the sealed copy
+// (hack/crun-patches/fork-server.patch says how it serves). A crun without
+// that patch refuses the flag at once, and crun is then executed per
+// command as before.
 type forkServer struct {
 	mu      sync.Mutex
 	started bool

@@ -24,10 +24,11 @@ const seccompBPFAnnotation = "run.oci.seccomp_bpf_data"
 //
 // crun otherwise compiles the profile with libseccomp for each container,
 // about 0.4 ms of CPU per call on the benchmark machine (see
-// docs/performance.md, what was tried); and libseccomp's program, a linear chain of comparisons,
-// costs the kernel about 0.15 ms more to attach than this one, which
-// binary-searches the syscall number and decides every syscall the same
-// way (the seccompbpf tests compare the two on every syscall number).
+// docs/performance.md, what was tried); and libseccomp's program, a linear
+// chain of comparisons, costs the kernel about 0.15 ms more to attach than
+// this one, which binary-searches the syscall number and decides every
+// syscall the same way (the seccompbpf tests compare the two on every
+// syscall number).
 // Needing no container, it serves every bundle, with or without a warm
 // pool. The profile stays in the config for anyone who reads it.
 func compileSeccomp(s *rspec.Spec) {

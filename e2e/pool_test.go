@@ -127,10 +127,10 @@ func closedLoopMisses(t *testing.T, calls int, extra ...string) (misses, target 
 // each container's mount namespace, so that the kernel's unmounting is not
 // on the call's path (docs/performance.md, what was tried), and lets it go
 // once the call is answered. After many calls it holds exactly the
-// namespaces of its warm containers, not one per call made, and after the pool scaled to zero it
-// holds none. The server runs without a garbage collector (no GOGC, no
-// memory limit), whose finalizers would otherwise close descriptors that
-// ocifn forgot.
+// namespaces of its warm containers, not one per call made, and after the
+// pool scaled to zero it holds none. The server runs without a garbage
+// collector (no GOGC, no memory limit), whose finalizers would otherwise
+// close descriptors that ocifn forgot.
 func TestMountNamespacesHeldOnlyForLiveContainers(t *testing.T) {
 	cache := cacheDir(t)
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache,
