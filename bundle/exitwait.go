@@ -1,31 +1,40 @@
 package bundle
 
 import (
+	"errors"
 	"os"
 	"os/exec"
+	"strconv"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// awaitExit returns once process pid has ended, without reaping it; the
-// caller's wait then returns at once.
+// exitFD returns a descriptor that becomes readable when process pid ends
+// (a pidfd on Go's network poller), or nil where pidfds are missing (Linux
+// < 5.10): the waits below then block instead.
 //
 // Why not just a blocking wait: a goroutine in a blocking system call holds
 // an OS thread, and while any does, Go's system monitor polls every 20 µs
 // to take back its processor. With a container's process and crun each
 // waited for so, on every call, that polling and the thread switches it
 // causes were a large part of ocifn's own CPU under load (Go's system
-// monitor alone 13% in perf; docs/performance.md). A pidfd becomes readable
-// when its process ends, and Go's network poller waits for that as it waits
-// for the pipes, holding no thread. Where pidfds are missing
-// (Linux < 5.10), the caller's blocking wait does the waiting.
-func awaitExit(pid int) {
+// monitor alone 13% in perf; docs/performance.md). Go's network poller
+// waits for a pidfd as it waits for the pipes, holding no thread.
+func exitFD(pid int) *os.File {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), "pidfd")
+}
+
+// awaitFD returns once the process of pidfd f has ended, without reaping
+// it; a nil f returns at once.
+func awaitFD(f *os.File) {
+	if f == nil {
 		return
 	}
-	f := os.NewFile(uintptr(fd), "pidfd")
-	defer f.Close()
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return
@@ -38,6 +47,15 @@ func awaitExit(pid int) {
 	})
 }
 
+// awaitExit returns once process pid has ended, without reaping it; the
+// caller's wait then returns at once.
+func awaitExit(pid int) {
+	if f := exitFD(pid); f != nil {
+		awaitFD(f)
+		f.Close()
+	}
+}
+
 // runToExit runs cmd as cmd.Run does, waiting for its end through
 // awaitExit.
 func runToExit(cmd *exec.Cmd) error {
@@ -46,4 +64,92 @@ func runToExit(cmd *exec.Cmd) error {
 	}
 	awaitExit(cmd.Process.Pid)
 	return cmd.Wait()
+}
+
+// waitPid waits for a process that crun handed to us as subreaper, reaps
+// it, and returns its exit code (128+N for signal N).
+func waitPid(pid int) (int, error) {
+	awaitExit(pid)
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return -1, err
+		}
+		break
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return ws.ExitStatus(), nil
+}
+
+// childInfo is siginfo_t as waitid fills it in for a child, on 64-bit
+// Linux: x/sys/unix's Siginfo leaves the union that holds the status
+// opaque.
+type childInfo struct {
+	signo, errno, code int32
+	_                  int32
+	pid                int32
+	uid                uint32
+	status             int32
+	_                  [100]byte
+}
+
+// cldExited is si_code for a child that exited (CLD_EXITED in
+// <signal.h>; x/sys/unix does not name it). With WEXITED, the other codes
+// (CLD_KILLED, CLD_DUMPED) mean that a signal ended it.
+const cldExited = 1
+
+// The union starts at 16 only where pointers take 8 bytes.
+const childInfoFits = unsafe.Sizeof(childInfo{}) == unsafe.Sizeof(unix.Siginfo{}) && strconv.IntSize == 64
+
+// exitCode waits for a process that crun handed to us as subreaper and
+// returns its exit code (128+N for signal N), and whether it reaped it; f
+// is the process's pidfd, or nil.
+//
+// Where waitid can read the status without reaping (64-bit Linux), the
+// process stays a zombie until release reaps it, after the call has been
+// answered: the kernel's release of a container's process (its /proc
+// entries flushed among the rest) took 0.1 ms at the median at 20 calls/s
+// (strace -T of wait4), all of it between the function's exit and its
+// answer (docs/performance.md).
+func exitCode(pid int, f *os.File) (code int, reaped bool, err error) {
+	if !childInfoFits {
+		code, err = waitPid(pid)
+		return code, err == nil, err
+	}
+	if f != nil {
+		awaitFD(f)
+	} else {
+		awaitExit(pid)
+	}
+	var info childInfo
+	for {
+		err = unix.Waitid(unix.P_PID, pid, (*unix.Siginfo)(unsafe.Pointer(&info)), unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	switch {
+	case err != nil:
+		return -1, false, err
+	case info.code == cldExited:
+		return int(info.status), false, nil
+	default: // CLD_KILLED, CLD_DUMPED
+		return 128 + int(info.status), false, nil
+	}
+}
+
+// reap reaps a process that has ended.
+func reap(pid int) error {
+	for {
+		_, err := unix.Wait4(pid, nil, 0, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
 }

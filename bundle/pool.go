@@ -317,6 +317,7 @@ func (c *container) discard() {
 	c.stdout.Close()
 	c.stderr.Close()
 	c.rt.forceDelete(c.id)
+	c.closePidfd()
 	_, _ = waitPid(c.pid)
 	c.unmount()
 	c.log.wait()

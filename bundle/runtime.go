@@ -194,8 +194,12 @@ type container struct {
 	stdout  *os.File // read end
 	stderr  *os.File // read end
 	log     *runtimeLog
-	// reaped is set once the container's process has been waited for.
-	reaped bool
+	// pidfd is a pidfd of the container's process (nil: none), opened when
+	// it was created, so that a call finds it ready.
+	pidfd *os.File
+	// exited is set once the container's process has been waited for, and
+	// reaped once it has also been reaped.
+	exited, reaped bool
 	// cgroup is the container's own cgroup directory, when calls run in
 	// cgroups of their own.
 	cgroup string
@@ -285,7 +289,7 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 		}
 		return nil, &RuntimeError{Op: "create", Message: msg}
 	}
-	return &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log, cgroup: cgroupOf(pid), mountNS: holdMountNamespace(pid)}, nil
+	return &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log, cgroup: cgroupOf(pid), mountNS: holdMountNamespace(pid), pidfd: exitFD(pid)}, nil
 }
 
 // holdMountNamespace returns a reference to the mount namespace of process
@@ -308,6 +312,14 @@ func holdMountNamespace(pid int) *os.File {
 		return nil // the teardown stays on the call's path; nothing else changes
 	}
 	return os.NewFile(uintptr(fd), "mnt")
+}
+
+// closePidfd closes the container's pidfd, if it has one.
+func (c *container) closePidfd() {
+	if c.pidfd != nil {
+		c.pidfd.Close()
+		c.pidfd = nil
+	}
 }
 
 // unmount lets go of the container's mount namespace, if held: with its
@@ -348,13 +360,13 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 	}()
 
 	var exit Exit
-	code, werr := waitPid(c.pid)
+	code, reaped, werr := exitCode(c.pid, c.pidfd)
 	// Whether the function ended by itself or was killed is decided here,
 	// not from ctx afterwards: a deadline that passes just after a
 	// function finished must not turn its answer into a timeout.
 	killed := !stopKill()
 	exit.Code = code
-	c.reaped = werr == nil
+	c.exited, c.reaped = werr == nil, reaped
 	// The cgroup is removed with the container: read it before.
 	exit.OOMKilled = c.oomKilled()
 	wg.Wait()
@@ -428,6 +440,10 @@ func (b *Bundle) release(c *container) {
 			defer b.pool.poke()
 		}
 		defer c.unmount()
+		c.closePidfd()
+		if c.exited && !c.reaped {
+			c.reaped = reap(c.pid) == nil
+		}
 		if c.reaped && cgroupManagerFlag() == "--cgroup-manager=disabled" &&
 			removeState(filepath.Join(c.rt.stateDir, c.id)) == nil {
 			return
@@ -435,27 +451,6 @@ func (b *Bundle) release(c *container) {
 		// A failure leaves state that Close sweeps away.
 		c.rt.forceDelete(c.id)
 	}()
-}
-
-// waitPid waits for a process that crun handed to us as subreaper and
-// returns its exit code (128+N for signal N).
-func waitPid(pid int) (int, error) {
-	awaitExit(pid)
-	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(pid, &ws, 0, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return -1, err
-		}
-		break
-	}
-	if ws.Signaled() {
-		return 128 + int(ws.Signal()), nil
-	}
-	return ws.ExitStatus(), nil
 }
 
 func readPid(path string) (int, error) {
