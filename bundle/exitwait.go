@@ -56,6 +56,16 @@ func awaitExit(pid int) {
 	}
 }
 
+// awaitPid returns once process pid has ended, through its pidfd f if it
+// is not nil, without reaping it.
+func awaitPid(pid int, f *os.File) {
+	if f != nil {
+		awaitFD(f)
+	} else {
+		awaitExit(pid)
+	}
+}
+
 // runToExit runs cmd as cmd.Run does, waiting for its end through
 // awaitExit.
 func runToExit(cmd *exec.Cmd) error {
@@ -88,8 +98,8 @@ func waitPid(pid int) (int, error) {
 }
 
 // childInfo is siginfo_t as waitid fills it in for a child, on 64-bit
-// Linux: x/sys/unix's Siginfo leaves the union that holds the status
-// opaque.
+// Linux but MIPS (childInfoFits): x/sys/unix's Siginfo leaves the union
+// that holds the status opaque.
 type childInfo struct {
 	signo, errno, code int32
 	_                  int32
@@ -104,14 +114,16 @@ type childInfo struct {
 // (CLD_KILLED, CLD_DUMPED) mean that a signal ended it.
 const cldExited = 1
 
-// The union starts at 16 only where pointers take 8 bytes.
-const childInfoFits = unsafe.Sizeof(childInfo{}) == unsafe.Sizeof(unix.Siginfo{}) && strconv.IntSize == 64
+// childInfoFits says whether childInfo is the kernel's layout here: the
+// union starts at 16 only where pointers take 8 bytes, and MIPS swaps
+// si_code and si_errno.
+const childInfoFits = strconv.IntSize == 64 && unsafe.Offsetof(unix.Siginfo{}.Code) == unsafe.Offsetof(childInfo{}.code)
 
 // exitCode waits for a process that crun handed to us as subreaper and
 // returns its exit code (128+N for signal N), and whether it reaped it; f
 // is the process's pidfd, or nil.
 //
-// Where waitid can read the status without reaping (64-bit Linux), the
+// Where childInfo fits the kernel's siginfo (amd64 and arm64), the
 // process stays a zombie until release reaps it, after the call has been
 // answered: the kernel's release of a container's process (its /proc
 // entries flushed among the rest) took 0.1 ms at the median at 20 calls/s
@@ -122,11 +134,7 @@ func exitCode(pid int, f *os.File) (code int, reaped bool, err error) {
 		code, err = waitPid(pid)
 		return code, err == nil, err
 	}
-	if f != nil {
-		awaitFD(f)
-	} else {
-		awaitExit(pid)
-	}
+	awaitPid(pid, f)
 	var info childInfo
 	for {
 		err = unix.Waitid(unix.P_PID, pid, (*unix.Siginfo)(unsafe.Pointer(&info)), unix.WEXITED|unix.WNOWAIT, nil)

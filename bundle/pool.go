@@ -317,8 +317,9 @@ func (c *container) discard() {
 	c.stdout.Close()
 	c.stderr.Close()
 	c.rt.forceDelete(c.id)
+	awaitPid(c.pid, c.pidfd)
+	_ = reap(c.pid)
 	c.closePidfd()
-	_, _ = waitPid(c.pid)
 	c.unmount()
 	c.log.wait()
 }

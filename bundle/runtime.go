@@ -428,7 +428,8 @@ func (c *container) start() error {
 }
 
 // release removes a container that ran, off the call's path; Close waits
-// for every release. Once its process has been reaped, with no hooks and no
+// for every release. It reaps the container's process first, if the call
+// left it a zombie (exitCode). Once it has been reaped, with no hooks and no
 // cgroup of its own, `crun delete` would only remove its state directory, so
 // that is done here; otherwise (a cgroup to remove, a process that may still
 // run) crun deletes it.
