@@ -406,6 +406,11 @@ func copyOut(dst io.Writer, src *os.File) (int64, error) {
 // alone (dynamic linking) costs more CPU than a small function. Should the
 // fifo not be there or have no reader (another crun version), `crun start`
 // does it.
+//
+// The fifo is not unlinked here but with the rest of the container's state
+// (release), off the call's path: only crun's own status and a second
+// start would look at it, and ocifn asks for neither (it deletes with
+// --force). The unlink was 18 µs of the start at 4 clients (pprof).
 func (c *container) start() error {
 	fifo := filepath.Join(c.rt.stateDir, c.id, "exec.fifo")
 	fd, err := unix.Open(fifo, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
@@ -417,9 +422,6 @@ func (c *container) start() error {
 		return nil
 	}
 	defer unix.Close(fd)
-	if err := unix.Unlink(fifo); err != nil {
-		return fmt.Errorf("cannot start the container: %w", &os.PathError{Op: "remove", Path: fifo, Err: err})
-	}
 	if _, err := unix.Write(fd, []byte{0}); err != nil {
 		return fmt.Errorf("cannot start the container: %w", &os.PathError{Op: "write", Path: fifo, Err: err})
 	}

@@ -67,7 +67,7 @@ func readSmallFile(path string) ([]byte, error) {
 }
 
 // crunStateFiles are the files crun keeps in a container's state directory
-// (exec.fifo until the container starts).
+// (exec.fifo too: ocifn's start leaves it for this).
 var crunStateFiles = []string{"status", "config.json", "seccomp.bpf", "exec.fifo"}
 
 // removeState removes a container's state directory: crun's files by name,
