@@ -80,16 +80,9 @@ func runToExit(cmd *exec.Cmd) error {
 // it, and returns its exit code (128+N for signal N).
 func waitPid(pid int) (int, error) {
 	awaitExit(pid)
-	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(pid, &ws, 0, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return -1, err
-		}
-		break
+	ws, err := reapStatus(pid)
+	if err != nil {
+		return -1, err
 	}
 	if ws.Signaled() {
 		return 128 + int(ws.Signal()), nil
@@ -154,10 +147,18 @@ func exitCode(pid int, f *os.File) (code int, reaped bool, err error) {
 
 // reap reaps a process that has ended.
 func reap(pid int) error {
+	_, err := reapStatus(pid)
+	return err
+}
+
+// reapStatus reaps process pid, waiting for its end if need be, and
+// returns its wait status.
+func reapStatus(pid int) (unix.WaitStatus, error) {
+	var ws unix.WaitStatus
 	for {
-		_, err := unix.Wait4(pid, nil, 0, nil)
+		_, err := unix.Wait4(pid, &ws, 0, nil)
 		if !errors.Is(err, unix.EINTR) {
-			return err
+			return ws, err
 		}
 	}
 }
