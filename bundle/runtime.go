@@ -122,16 +122,24 @@ func (b *Bundle) Call(ctx context.Context, call Call) (Exit, error) {
 	start := time.Now()
 	var c *container
 	var err error
-	if call.custom() {
-		c, err = b.startedWith(&call)
-	} else {
+	pooled := !call.custom()
+	if pooled {
 		c, err = b.started()
-		defer b.done() // the pool counts the call as running until here
+	} else {
+		c, err = b.startedWith(&call)
 	}
 	if err != nil {
+		if pooled {
+			b.done()
+		}
 		return Exit{Duration: time.Since(start)}, err
 	}
-	defer b.release(c)
+	defer func() {
+		if pooled {
+			b.leave() // the pool counts the call as running until here
+		}
+		b.release(c)
+	}()
 	stdin := call.Stdin
 	if stdin == nil {
 		stdin = strings.NewReader("")
@@ -430,7 +438,8 @@ func (c *container) start() error {
 }
 
 // release removes a container that ran, off the call's path; Close waits
-// for every release. It reaps the container's process first, if the call
+// for every release. While the server is otherwise idle, it waits for the
+// next call or a few milliseconds first (settle). It reaps the container's process first, if the call
 // left it a zombie (exitCode). Once it has been reaped, with no hooks and no
 // cgroup of its own, `crun delete` would only remove its state directory, so
 // that is done here; otherwise (a cgroup to remove, a process that may still
@@ -440,6 +449,9 @@ func (b *Bundle) release(c *container) {
 	go func() {
 		defer b.pending.Done()
 		if b.pool != nil {
+			b.pool.settle()
+			// Refill beside the clean-up, and again once it is done.
+			b.pool.poke()
 			defer b.pool.poke()
 		}
 		defer c.unmount()

@@ -1,0 +1,92 @@
+package bundle
+
+import (
+	"testing"
+	"time"
+)
+
+// idlePool is a pool with one ready container and no call in flight, as
+// after a call at a low rate; settle holds a clean-up back for delay.
+func idlePool(delay time.Duration) (*Bundle, *warmPool) {
+	p := &warmPool{
+		max: 2, target: 1, made: 1, settleDelay: delay,
+		ready: []*container{{id: "ready"}},
+		wake:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+	}
+	return &Bundle{pool: p}, p
+}
+
+// settled runs settle in the background and says when it returned.
+func settled(p *warmPool) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		p.settle()
+		close(done)
+	}()
+	return done
+}
+
+func returnsSoon(t *testing.T, done <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("settle still waits after %s", what)
+	}
+}
+
+func stillWaits(t *testing.T, done <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-done:
+		t.Fatalf("settle returned %s", what)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestSettleWaitsForTheNextCall: while nothing runs, the clean-up waits
+// until the next call takes a container, and that call lets it go.
+func TestSettleWaitsForTheNextCall(t *testing.T) {
+	b, p := idlePool(time.Hour)
+	done := settled(p)
+	stillWaits(t, done, "with no call in flight and a container ready")
+	if c := b.take(); c == nil || c.id != "ready" {
+		t.Fatalf("take = %v, want the ready container", c)
+	}
+	returnsSoon(t, done, "the next call came")
+	if p.next != nil {
+		t.Error("take left the channel of the next call set")
+	}
+	// That call runs: a clean-up now does not wait for it.
+	returnsSoon(t, settled(p), "with a call in flight")
+}
+
+// TestSettleWaitsAtMostTheDelay: without a next call, the clean-up starts
+// after the delay.
+func TestSettleWaitsAtMostTheDelay(t *testing.T) {
+	_, p := idlePool(30 * time.Millisecond)
+	start := time.Now()
+	returnsSoon(t, settled(p), "its delay")
+	if d := time.Since(start); d < 30*time.Millisecond {
+		t.Errorf("settle returned after %v, before its delay of 30ms", d)
+	}
+}
+
+// TestSettleDoesNotWait: under load, with the pool empty (the next call
+// needs the refill), or once the pool stops, the clean-up starts at once.
+func TestSettleDoesNotWait(t *testing.T) {
+	_, p := idlePool(time.Hour)
+	p.inFlight = 1
+	returnsSoon(t, settled(p), "with a call in flight")
+
+	_, p = idlePool(time.Hour)
+	p.ready = nil
+	returnsSoon(t, settled(p), "with no container ready")
+
+	_, p = idlePool(time.Hour)
+	done := settled(p)
+	stillWaits(t, done, "before the pool stopped")
+	close(p.stop)
+	returnsSoon(t, done, "the pool stopped")
+}
