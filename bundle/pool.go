@@ -37,7 +37,7 @@ type warmPool struct {
 	creating int
 	// target is how many containers the pool fills up to now.
 	target int
-	// inFlight counts calls between take and done.
+	// inFlight counts calls between take and leave (or done).
 	inFlight int
 	// peak and lastPeak are the most calls in flight at once in the
 	// current and the previous window.
@@ -205,24 +205,26 @@ func (b *Bundle) leave() {
 // call's container and the refill that follows it.
 const settleDelay = 3 * time.Millisecond
 
-// settle holds back the clean-up of a container whose call has ended, and
-// the pool's refill, while nothing else runs: no other call is in flight
-// and a warm container is ready for the next one. It returns when the next
-// call comes or after settleDelay, whichever is first, and at once under
-// load, when the pool is empty (the next call would wait for the refill)
-// or when it stops.
+// settle holds back the clean-up of a container whose call, one served by
+// the pool, has ended, and the pool's refill, while the server has nothing
+// else to do: no other such call is in flight, and the pool holds enough
+// warm containers for as many calls as came at once lately (at least one).
+// It returns when the next call takes a container, or after settleDelay,
+// whichever is first; at once under load, when the pool is short (the
+// next calls would wait for the refill) or when it stops.
 //
 // The clean-up and the refill cost about 3 ms of CPU across every CPU
 // (crun creating the next container, the kernel tearing down the last
 // one's namespaces). Started as the answer leaves, they compete with the
 // caller that reads it: on 2 CPUs, side by side at 20 calls/s, the load
-// tool's median was 0.24 ms higher (docs/performance.md). Held back while
-// the server is otherwise idle, the same work runs in the gap before the
-// next call. Under load it is never held back, so nothing is made later
-// when calls need it.
+// tool's median was about 0.2 ms higher (docs/performance.md). Held back,
+// the same work runs in the gap before the next call. A client calling
+// again at once (a closed loop) lets it go with its next call, a
+// turnaround of the client later than before; with calls in flight, it
+// starts as before.
 func (p *warmPool) settle() {
 	p.mu.Lock()
-	if p.inFlight > 0 || len(p.ready) == 0 || p.stopped {
+	if p.inFlight > 0 || len(p.ready) < max(1, p.peak, p.lastPeak) || p.stopped {
 		p.mu.Unlock()
 		return
 	}

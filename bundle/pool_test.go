@@ -36,6 +36,25 @@ func returnsSoon(t *testing.T, done <-chan struct{}, what string) {
 	}
 }
 
+// waiting waits until a settle is waiting for the next call, so that a
+// take that follows is what lets it go.
+func waiting(t *testing.T, p *warmPool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		w := p.next != nil
+		p.mu.Unlock()
+		if w {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("settle never waited for the next call")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func stillWaits(t *testing.T, done <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -46,10 +65,12 @@ func stillWaits(t *testing.T, done <-chan struct{}, what string) {
 }
 
 // TestSettleWaitsForTheNextCall: while nothing runs, the clean-up waits
-// until the next call takes a container, and that call lets it go.
+// until the next call takes a container, and that call lets it go; once
+// that call has left, the next clean-up waits again.
 func TestSettleWaitsForTheNextCall(t *testing.T) {
 	b, p := idlePool(time.Hour)
 	done := settled(p)
+	waiting(t, p)
 	stillWaits(t, done, "with no call in flight and a container ready")
 	if c := b.take(); c == nil || c.id != "ready" {
 		t.Fatalf("take = %v, want the ready container", c)
@@ -59,7 +80,15 @@ func TestSettleWaitsForTheNextCall(t *testing.T) {
 		t.Error("take left the channel of the next call set")
 	}
 	// That call runs: a clean-up now does not wait for it.
+	p.ready = append(p.ready, &container{id: "refilled"})
 	returnsSoon(t, settled(p), "with a call in flight")
+	// Once it has left, the clean-up of its container waits again.
+	b.leave()
+	done = settled(p)
+	waiting(t, p)
+	stillWaits(t, done, "after the call left")
+	close(p.stop)
+	returnsSoon(t, done, "the pool stopped")
 }
 
 // TestSettleWaitsAtMostTheDelay: without a next call, the clean-up starts
@@ -73,8 +102,9 @@ func TestSettleWaitsAtMostTheDelay(t *testing.T) {
 	}
 }
 
-// TestSettleDoesNotWait: under load, with the pool empty (the next call
-// needs the refill), or once the pool stops, the clean-up starts at once.
+// TestSettleDoesNotWait: under load, with the pool short of the calls
+// that may come next (they need the refill), or once the pool stops, the
+// clean-up starts at once.
 func TestSettleDoesNotWait(t *testing.T) {
 	_, p := idlePool(time.Hour)
 	p.inFlight = 1
@@ -83,6 +113,16 @@ func TestSettleDoesNotWait(t *testing.T) {
 	_, p = idlePool(time.Hour)
 	p.ready = nil
 	returnsSoon(t, settled(p), "with no container ready")
+
+	// Two calls came at once lately: one warm container is not enough
+	// for the next two.
+	_, p = idlePool(time.Hour)
+	p.lastPeak = 2
+	returnsSoon(t, settled(p), "with fewer containers ready than calls came at once")
+
+	_, p = idlePool(time.Hour)
+	p.stopped = true
+	returnsSoon(t, settled(p), "with the pool stopped")
 
 	_, p = idlePool(time.Hour)
 	done := settled(p)

@@ -136,9 +136,11 @@ func (b *Bundle) Call(ctx context.Context, call Call) (Exit, error) {
 	}
 	defer func() {
 		if pooled {
-			b.leave() // the pool counts the call as running until here
+			// The pool counts the call as running until here, before the
+			// release settles.
+			b.leave()
 		}
-		b.release(c)
+		b.release(c, pooled)
 	}()
 	stdin := call.Stdin
 	if stdin == nil {
@@ -438,18 +440,21 @@ func (c *container) start() error {
 }
 
 // release removes a container that ran, off the call's path; Close waits
-// for every release. While the server is otherwise idle, it waits for the
-// next call or a few milliseconds first (settle). It reaps the container's process first, if the call
-// left it a zombie (exitCode). Once it has been reaped, with no hooks and no
-// cgroup of its own, `crun delete` would only remove its state directory, so
-// that is done here; otherwise (a cgroup to remove, a process that may still
-// run) crun deletes it.
-func (b *Bundle) release(c *container) {
+// for every release. For a call the pool served (pooled), it waits first
+// while the server has nothing else to do, for the next call or a few
+// milliseconds at most (settle). After that, it reaps the container's
+// process, if the call left it a zombie (exitCode). Once it has been
+// reaped, with no hooks and no cgroup of its own, `crun delete` would only
+// remove its state directory, so that is done here; otherwise (a cgroup to
+// remove, a process that may still run) crun deletes it.
+func (b *Bundle) release(c *container, pooled bool) {
 	b.pending.Add(1)
 	go func() {
 		defer b.pending.Done()
 		if b.pool != nil {
-			b.pool.settle()
+			if pooled {
+				b.pool.settle()
+			}
 			// Refill beside the clean-up, and again once it is done.
 			b.pool.poke()
 			defer b.pool.poke()
