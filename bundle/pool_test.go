@@ -106,25 +106,23 @@ func TestSettleWaitsAtMostTheDelay(t *testing.T) {
 // that may come next (they need the refill), or once the pool stops, the
 // clean-up starts at once.
 func TestSettleDoesNotWait(t *testing.T) {
+	for _, c := range []struct {
+		when string
+		set  func(*warmPool)
+	}{
+		{"with a call in flight", func(p *warmPool) { p.inFlight = 1 }},
+		{"with no container ready", func(p *warmPool) { p.ready = nil }},
+		// Two calls came at once lately: one warm container is not
+		// enough for the next two.
+		{"with fewer containers ready than calls came at once", func(p *warmPool) { p.lastPeak = 2 }},
+		{"with the pool stopped", func(p *warmPool) { p.stopped = true }},
+	} {
+		_, p := idlePool(time.Hour)
+		c.set(p)
+		returnsSoon(t, settled(p), c.when)
+	}
+
 	_, p := idlePool(time.Hour)
-	p.inFlight = 1
-	returnsSoon(t, settled(p), "with a call in flight")
-
-	_, p = idlePool(time.Hour)
-	p.ready = nil
-	returnsSoon(t, settled(p), "with no container ready")
-
-	// Two calls came at once lately: one warm container is not enough
-	// for the next two.
-	_, p = idlePool(time.Hour)
-	p.lastPeak = 2
-	returnsSoon(t, settled(p), "with fewer containers ready than calls came at once")
-
-	_, p = idlePool(time.Hour)
-	p.stopped = true
-	returnsSoon(t, settled(p), "with the pool stopped")
-
-	_, p = idlePool(time.Hour)
 	done := settled(p)
 	stillWaits(t, done, "before the pool stopped")
 	close(p.stop)
