@@ -138,7 +138,7 @@ func (p *warmPool) want() int {
 // when a call has ended (see release and settle), so that creating the
 // next container does not compete with the function for the CPU; a pool
 // that has just grown is filled at once. A call also lets go at once of
-// the clean-ups that settle holds back.
+// the clean-ups and refills that settle holds back.
 func (b *Bundle) take() *container {
 	p := b.pool
 	if p == nil {
@@ -202,37 +202,42 @@ func (b *Bundle) leave() {
 }
 
 // settleDelay is how long, at most, settle holds back the clean-up of a
-// call's container and the refill that follows it.
+// call's container (and, with enough containers ready, the refill).
 const settleDelay = 3 * time.Millisecond
 
 // settle holds back the clean-up of a container whose call, one served by
-// the pool, has ended, and the pool's refill, while the server has nothing
-// else to do: no other such call is in flight, and the pool holds enough
-// warm containers for as many calls as came at once lately (at least one).
-// It returns when the next call takes a container, or after settleDelay,
-// whichever is first; at once under load, when the pool is short (the
-// next calls would wait for the refill) or when it stops.
+// the pool, has ended, while the server has nothing else to do (no other
+// such call in flight, no container being made for the pool): until the next call takes a container, or for
+// settleDelay, whichever is first. The refill that follows the clean-up
+// is held back with it only while the pool holds as many warm containers
+// as calls came at once lately (at least one); when it is short, settle
+// lets the refill start at once, since the next calls may need it. Under
+// load, or once the pool stops, it returns at once.
 //
 // The clean-up and the refill cost about 3 ms of CPU across every CPU
-// (crun creating the next container, the kernel tearing down the last
-// one's namespaces). Started as the answer leaves, they compete with the
-// caller that reads it: on 2 CPUs, side by side at 20 calls/s, the load
-// tool's median was about 0.2 ms higher (docs/performance.md). Held back,
-// the same work runs in the gap before the next call. A client calling
-// again at once (a closed loop) lets it go with its next call, a
+// (the kernel tearing down the last container's namespaces, crun creating
+// the next). Started as the answer leaves, they compete with the caller
+// that reads it: on 2 CPUs, side by side at 20 calls/s, the load tool's
+// median was about 0.2 ms higher, 0.1 ms of it for each (docs/performance.md).
+// Held back, the same work runs in the gap before the next call. A client
+// calling again at once (a closed loop) lets it go with its next call, a
 // turnaround of the client later than before; with calls in flight, it
 // starts as before.
 func (p *warmPool) settle() {
 	p.mu.Lock()
-	if p.inFlight > 0 || len(p.ready) < max(1, p.peak, p.lastPeak) || p.stopped {
+	if p.inFlight > 0 || p.creating > 0 || p.stopped {
 		p.mu.Unlock()
 		return
 	}
+	short := len(p.ready) < max(1, p.peak, p.lastPeak)
 	if p.next == nil {
 		p.next = make(chan struct{})
 	}
 	next := p.next
 	p.mu.Unlock()
+	if short {
+		p.poke()
+	}
 	t := time.NewTimer(p.settleDelay)
 	defer t.Stop()
 	select {

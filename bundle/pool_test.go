@@ -102,19 +102,17 @@ func TestSettleWaitsAtMostTheDelay(t *testing.T) {
 	}
 }
 
-// TestSettleDoesNotWait: under load, with the pool short of the calls
-// that may come next (they need the refill), or once the pool stops, the
-// clean-up starts at once.
+// TestSettleDoesNotWait: under load (a call in flight, or crun making a
+// container for the pool), or once the pool stops, the clean-up starts at
+// once.
 func TestSettleDoesNotWait(t *testing.T) {
 	for _, c := range []struct {
 		when string
 		set  func(*warmPool)
 	}{
 		{"with a call in flight", func(p *warmPool) { p.inFlight = 1 }},
-		{"with no container ready", func(p *warmPool) { p.ready = nil }},
-		// Two calls came at once lately: one warm container is not
-		// enough for the next two.
-		{"with fewer containers ready than calls came at once", func(p *warmPool) { p.lastPeak = 2 }},
+		// Calls came often enough to keep crun busy refilling.
+		{"with a container being created", func(p *warmPool) { p.creating = 1 }},
 		{"with the pool stopped", func(p *warmPool) { p.stopped = true }},
 	} {
 		_, p := idlePool(time.Hour)
@@ -127,4 +125,49 @@ func TestSettleDoesNotWait(t *testing.T) {
 	stillWaits(t, done, "before the pool stopped")
 	close(p.stop)
 	returnsSoon(t, done, "the pool stopped")
+}
+
+// TestSettleRefillsAShortPoolAtOnce: while the clean-up waits, the refill
+// waits with it only if the pool holds as many containers as calls came
+// at once lately; a pool short of that is refilled at once.
+func TestSettleRefillsAShortPoolAtOnce(t *testing.T) {
+	poked := func(p *warmPool) bool {
+		select {
+		case <-p.wake:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, c := range []struct {
+		pool  string
+		set   func(*warmPool)
+		short bool
+	}{
+		{"with a container ready for the one call at a time", func(*warmPool) {}, false},
+		{"with no container ready", func(p *warmPool) { p.ready = nil }, true},
+		// Two calls came at once lately: one warm container is not
+		// enough for the next two.
+		{"with fewer containers ready than calls came at once", func(p *warmPool) { p.lastPeak = 2 }, true},
+	} {
+		_, p := idlePool(time.Hour)
+		c.set(p)
+		done := settled(p)
+		waiting(t, p)
+		if c.short {
+			deadline := time.Now().Add(5 * time.Second)
+			for !poked(p) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: the refill was held back with the clean-up", c.pool)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		stillWaits(t, done, "(the clean-up) "+c.pool)
+		if !c.short && poked(p) {
+			t.Errorf("%s: the refill started while the clean-up waited", c.pool)
+		}
+		close(p.stop)
+		returnsSoon(t, done, "the pool stopped")
+	}
 }

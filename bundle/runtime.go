@@ -442,7 +442,8 @@ func (c *container) start() error {
 // release removes a container that ran, off the call's path; Close waits
 // for every release. For a call the pool served (pooled), it waits first
 // while the server has nothing else to do, for the next call or a few
-// milliseconds at most (settle). After that, it reaps the container's
+// milliseconds at most, and holds back the refill with it while the pool
+// has containers enough (settle). After that, it reaps the container's
 // process, if the call left it a zombie (exitCode). Once it has been
 // reaped, with no hooks and no cgroup of its own, `crun delete` would only
 // remove its state directory, so that is done here; otherwise (a cgroup to
@@ -455,7 +456,8 @@ func (b *Bundle) release(c *container, pooled bool) {
 			if pooled {
 				b.pool.settle()
 			}
-			// Refill beside the clean-up, and again once it is done.
+			// Refill beside the clean-up (if settle has not already),
+			// and again once it is done.
 			b.pool.poke()
 			defer b.pool.poke()
 		}
