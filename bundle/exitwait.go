@@ -76,10 +76,11 @@ func runToExit(cmd *exec.Cmd) error {
 	return cmd.Wait()
 }
 
-// waitPid waits for a process that crun handed to us as subreaper, reaps
-// it, and returns its exit code (128+N for signal N).
-func waitPid(pid int) (int, error) {
-	awaitExit(pid)
+// waitPid waits for a process that crun handed to us as subreaper, through
+// its pidfd f if not nil, reaps it, and returns its exit code (128+N for
+// signal N).
+func waitPid(pid int, f *os.File) (int, error) {
+	awaitPid(pid, f)
 	ws, err := reapStatus(pid)
 	if err != nil {
 		return -1, err
@@ -124,7 +125,7 @@ const childInfoFits = strconv.IntSize == 64 && unsafe.Offsetof(unix.Siginfo{}.Co
 // answer (docs/performance.md).
 func exitCode(pid int, f *os.File) (code int, reaped bool, err error) {
 	if !childInfoFits {
-		code, err = waitPid(pid)
+		code, err = waitPid(pid, f)
 		return code, err == nil, err
 	}
 	awaitPid(pid, f)

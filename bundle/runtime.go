@@ -287,7 +287,7 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 		// until it is gone.
 		b.runtime.forceDelete(id)
 		if pid > 0 {
-			_, _ = waitPid(pid)
+			_, _ = waitPid(pid, nil)
 		}
 		msg := log.wait()
 		switch {
