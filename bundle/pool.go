@@ -207,22 +207,23 @@ const settleDelay = 3 * time.Millisecond
 
 // settle holds back the clean-up of a container whose call, one served by
 // the pool, has ended, while the server has nothing else to do (no other
-// such call in flight, no container being made for the pool): until the next call takes a container, or for
-// settleDelay, whichever is first. The refill that follows the clean-up
-// is held back with it only while the pool holds as many warm containers
-// as calls came at once lately (at least one); when it is short, settle
-// lets the refill start at once, since the next calls may need it. Under
-// load, or once the pool stops, it returns at once.
+// such call in flight, no container being made for the pool): until the
+// next call takes a container, or for settleDelay, whichever is first.
+// The refill that follows the clean-up is held back with it only while
+// the pool holds as many warm containers as calls came at once lately (at
+// least one); when it is short, settle lets the refill start at once,
+// since the next calls may need it. Under load, or once the pool stops,
+// it returns at once.
 //
 // The clean-up and the refill cost about 3 ms of CPU across every CPU
 // (the kernel tearing down the last container's namespaces, crun creating
 // the next). Started as the answer leaves, they compete with the caller
 // that reads it: on 2 CPUs, side by side at 20 calls/s, the load tool's
-// median was about 0.2 ms higher, 0.1 ms of it for each (docs/performance.md).
-// Held back, the same work runs in the gap before the next call. A client
-// calling again at once (a closed loop) lets it go with its next call, a
-// turnaround of the client later than before; with calls in flight, it
-// starts as before.
+// median was about 0.2 ms higher, 0.1 ms of it for each
+// (docs/performance.md). Held back, the same work runs in the gap before
+// the next call. A client calling again at once (a closed loop) lets it
+// go with its next call, a turnaround of the client later than before;
+// with calls in flight, it starts as before.
 func (p *warmPool) settle() {
 	p.mu.Lock()
 	if p.inFlight > 0 || p.creating > 0 || p.stopped {
