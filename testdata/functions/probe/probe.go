@@ -36,6 +36,9 @@ func main() {
 		fmt.Println(string(out))
 		return
 	}
+	// Before anything opens a descriptor of its own: what the function
+	// was handed.
+	fds := openFDs()
 	var req map[string]any
 	if err := json.NewDecoder(os.Stdin).Decode(&req); err != nil {
 		fmt.Fprintln(os.Stderr, "probe: the request is not JSON:", err)
@@ -43,7 +46,7 @@ func main() {
 	}
 	input, _ := req["input"].(map[string]any)
 	report := map[string]any{
-		"syscalls":    syscalls(true),
+		"syscalls":    syscalls(os.Getpid() == 1),
 		"status":      status(),
 		"uid_map":     squeeze("/proc/self/uid_map"),
 		"gid_map":     squeeze("/proc/self/gid_map"),
@@ -56,6 +59,7 @@ func main() {
 		"tmp":         tmp(str(input["tmpName"])),
 		"etc_shadow":  errnoName(readable("/etc/shadow")),
 		"proc_1_root": errnoName(readable("/proc/1/root/etc/hostname")),
+		"fds":         fds,
 	}
 	out, err := json.Marshal(map[string]any{"desired": req["desired"], "context": report})
 	if err != nil {
@@ -63,6 +67,19 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println(string(out))
+}
+
+// openFDs lists the process's open descriptors below 1024, space-separated,
+// by asking the kernel of each (F_GETFD) rather than reading /proc/self/fd,
+// which takes a descriptor of its own.
+func openFDs() string {
+	var open []string
+	for fd := range 1024 {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+			open = append(open, fmt.Sprint(fd))
+		}
+	}
+	return strings.Join(open, " ")
 }
 
 func str(v any) string { s, _ := v.(string); return s }
@@ -222,7 +239,8 @@ func tmp(name string) map[string]any {
 // make each one succeed or fail with a distinctive errno when no filter
 // is in the way, and reports the result ("ok" or the errno's name). Each
 // is harmless where it succeeds, except mount, which is only tried inside
-// a container (inContainer): run as root on a host it would cover /tmp.
+// a container (inContainer: the probe is its pid 1, as every function is):
+// run as root on a host it would cover /tmp.
 func syscalls(inContainer bool) map[string]string {
 	out := map[string]string{}
 	call := func(name string, f func() error) { out[name] = errnoName(f()) }
