@@ -15,6 +15,7 @@ import (
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/codec"
@@ -42,8 +43,10 @@ type Function struct {
 	log            *slog.Logger
 	timeout        time.Duration
 	maxOutputBytes int
-	metrics        *hook.Metrics
-	cache          *responseCache
+	// maxResponseBytes: see WithMaxResponseBytes.
+	maxResponseBytes int
+	metrics          *hook.Metrics
+	cache            *responseCache
 	// cacheTTL, when set, is the TTL of every response, whatever the
 	// function says.
 	cacheTTL time.Duration
@@ -67,6 +70,14 @@ func WithTimeout(d time.Duration) Option { return func(f *Function) { f.timeout 
 
 // WithMaxOutputBytes caps the size of a function's stdout.
 func WithMaxOutputBytes(n int) Option { return func(f *Function) { f.maxOutputBytes = n } }
+
+// WithMaxResponseBytes is the largest response, in protobuf's encoding,
+// that the caller can be sent (0: no limit). ocifn serve sets gRPC's send
+// limit: a function's output within --max-output-bytes can still encode
+// larger (JSON's `[0,0,…]` takes 2.5 bytes a value in protobuf's
+// Struct), and gRPC would then fail the call with a bare RESOURCE_EXHAUSTED
+// after the hooks had counted, logged and cached it as an answer.
+func WithMaxResponseBytes(n int) Option { return func(f *Function) { f.maxResponseBytes = n } }
 
 // WithGate admits calls through g, shared with other fronts.
 func WithGate(g *admit.Gate) Option { return func(f *Function) { f.gate = g } }
@@ -236,6 +247,9 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		if fd, ok := f.codec.(codec.FailureDecoder); ok && len(stdout.Bytes()) > 0 {
 			if rsp, err := fd.DecodeFailure(req, stdout.Bytes()); err == nil {
 				complete(req, rsp)
+				if msg := f.tooLarge(rsp, len(stdout.Bytes())); msg != "" {
+					return fail(OutcomeFatal, msg)
+				}
 				if !hasFatal(rsp) {
 					rsp.Results = append(rsp.Results, &fnv1.Result{
 						Severity: fnv1.Severity_SEVERITY_FATAL,
@@ -256,8 +270,24 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		return r, nil
 	}
 	complete(req, rsp)
+	if msg := f.tooLarge(rsp, len(stdout.Bytes())); msg != "" {
+		return fail(OutcomeFatal, msg)
+	}
 	res.Outcome, res.Response = OutcomeOK, rsp
 	return res, nil
+}
+
+// tooLarge says why rsp, decoded from printed bytes of output, cannot be
+// sent (see WithMaxResponseBytes), or "" when it can.
+func (f *Function) tooLarge(rsp *fnv1.RunFunctionResponse, printed int) string {
+	if f.maxResponseBytes <= 0 {
+		return ""
+	}
+	n := proto.Size(rsp)
+	if n <= f.maxResponseBytes {
+		return ""
+	}
+	return fmt.Sprintf("the function's response takes %d bytes in protobuf, more than the %d bytes a response may have (--max-recv-msg-size bounds responses too); it printed %d bytes", n, f.maxResponseBytes, printed)
 }
 
 // decode parses the function's output, in a span of its own when tracing.

@@ -67,6 +67,9 @@ func TestRun(t *testing.T) {
 		{"invalid_utf8_gives_fatal_result", scriptedRunner{stdout: "{\"results\": [{\"message\": \"\xff\"}]}"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"not valid UTF-8"}},
 		{"empty_output_gives_fatal_result", scriptedRunner{stdout: "  \n"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"printed nothing"}},
 		{"output_over_limit_gives_fatal_result", scriptedRunner{stdout: strings.Repeat("x", 100)}, []Option{WithMaxOutputBytes(10)}, fnv1.Severity_SEVERITY_FATAL, []string{"more than the limit of 10 bytes"}},
+		// 4 KiB of JSON zeros take about 2.5 times as much in protobuf's
+		// Struct: within the output limit, beyond what gRPC may send.
+		{"response_over_send_limit_gives_fatal_result", scriptedRunner{stdout: `{"desired":{"resources":{"a":{"resource":{"list":[0` + strings.Repeat(",0", 2048) + `]}}}}}`}, []Option{WithMaxOutputBytes(1 << 20), WithMaxResponseBytes(8 << 10)}, fnv1.Severity_SEVERITY_FATAL, []string{"bytes in protobuf, more than the 8192 bytes a response may have", "printed 4"}},
 		{"runtime_failure_gives_fatal_result", scriptedRunner{err: errors.New("cannot start crun")}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"could not be run", "cannot start crun"}},
 		{"timeout_gives_fatal_result", scriptedRunner{block: true}, []Option{WithTimeout(50 * time.Millisecond)}, fnv1.Severity_SEVERITY_FATAL, []string{"longer than the limit of 50ms"}},
 		{"missing_desired_gives_warning", scriptedRunner{stdout: `{"results": []}`}, nil, fnv1.Severity_SEVERITY_WARNING, []string{`no "desired" field`}},

@@ -272,7 +272,8 @@ func (o *serveOptions) run(ctx context.Context) error {
 		return err
 	}
 	registerPoolMetrics(reg, b)
-	fn := o.function(log, b, adaptor.WithGate(gate), adaptor.WithHooks(chain, o.cacheTTL), adaptor.WithMetrics(metrics))
+	fn := o.function(log, b, adaptor.WithGate(gate), adaptor.WithHooks(chain, o.cacheTTL), adaptor.WithMetrics(metrics),
+		adaptor.WithMaxResponseBytes(o.maxRecvMsgSize))
 	// However serving ends, no call may still run when the bundle goes:
 	// stop the server (it waits for its handlers), refuse and wait out
 	// calls, then remove the containers and the unpacked image. Deferred
