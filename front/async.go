@@ -173,7 +173,7 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 		if old, err := iv.read(id); err == nil {
 			created = old.Created
 		}
-		if err := iv.write(id, record{Created: created, Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}); err != nil {
+		if err := iv.write(id, iv.fit(id, record{Created: created, Status: rec.status, Header: rec.header, Body: rec.body.Bytes()})); err != nil {
 			iv.log.Error("cannot store the result of an asynchronous invocation", "error", err)
 		}
 		iv.bound()
@@ -204,6 +204,24 @@ func (iv *Invocations) serveResult(w http.ResponseWriter, id string) {
 	}
 	w.WriteHeader(rec.Status)
 	_, _ = w.Write(rec.Body)
+}
+
+// fit returns rec, or, when rec alone would take more than --results-max-bytes
+// (so that bound would remove it as soon as it is stored, and a poll would
+// find nothing), a small record in its place that says so: the caller
+// learns that its result was not kept, and why, instead of "unknown".
+func (iv *Invocations) fit(id string, rec record) record {
+	b, err := json.Marshal(rec)
+	if err != nil || int64(len(b)) <= iv.maxBytes {
+		return rec
+	}
+	iv.log.Warn("the result of an asynchronous invocation is larger than --results-max-bytes and was not kept", "id", id, "status", rec.Status, "body_bytes", len(rec.Body), "stored_bytes", len(b), "results_max_bytes", iv.maxBytes)
+	return record{
+		Created: rec.Created,
+		Status:  http.StatusInsufficientStorage,
+		Header:  http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+		Body:    []byte(fmt.Sprintf("the invocation finished with status %d and a body of %d bytes, but its result takes %d bytes stored, more than --results-max-bytes (%d): it was not kept\n", rec.Status, len(rec.Body), len(b), iv.maxBytes)),
+	}
 }
 
 func (iv *Invocations) path(id string) string { return filepath.Join(iv.dir, id+".json") }

@@ -2,6 +2,8 @@ package front
 
 import (
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +35,38 @@ func TestInvocationWriteLeavesNoTemporaryFile(t *testing.T) {
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), ".tmp-") {
 			t.Errorf("temporary file %s left behind", e.Name())
+		}
+	}
+}
+
+// TestResultLargerThanTheBound: a result that alone takes more than
+// --results-max-bytes is not dropped as soon as it is stored (which a poll
+// would read as unknown); the poll gets a 507 that says why.
+func TestResultLargerThanTheBound(t *testing.T) {
+	iv, err := OpenInvocations(t.TempDir(), time.Hour, 1000, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iv.Close()
+	h := iv.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(strings.Repeat("x", 2000)))
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+	r.Header.Set("Prefer", "respond-async")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("POST: %d, want 202", w.Code)
+	}
+	iv.wg.Wait()
+	g := httptest.NewRecorder()
+	h.ServeHTTP(g, httptest.NewRequest(http.MethodGet, w.Header().Get("Location"), nil))
+	if g.Code != http.StatusInsufficientStorage {
+		t.Errorf("GET: %d, want 507", g.Code)
+	}
+	for _, want := range []string{"status 200", "2000 bytes", "--results-max-bytes (1000)", "not kept"} {
+		if !strings.Contains(g.Body.String(), want) {
+			t.Errorf("GET body %q does not say %q", g.Body.String(), want)
 		}
 	}
 }
