@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -186,11 +188,12 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 	if err != nil || kind != recordStatus {
 		// The server died while its child ran crun. That child, an
 		// orphan now, must not go on to make a container nobody knows
-		// of: kill it, and reap it, as ocifn (the subreaper) inherits it.
+		// of: kill it and what it has started (a container's first
+		// process, which would wait on the exec fifo holding crun's log
+		// pipe), and reap them, as ocifn (the subreaper) inherits them.
 		s.broken("it ended while crun ran")
 		if pidfdErr == nil {
-			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
-			reapOrphan(pid)
+			killTree(pidfd, pid)
 		}
 		return fmt.Errorf("crun fork server ended while crun ran: %s", s.stderrLine())
 	}
@@ -212,6 +215,50 @@ func readRecord(r io.Reader) (kind, value int32, err error) {
 		return 0, 0, err
 	}
 	return int32(binary.NativeEndian.Uint32(b[:4])), int32(binary.NativeEndian.Uint32(b[4:])), nil
+}
+
+// killTree kills the process pid (held by pidfd) and every process below
+// it, and reaps them all once they have come to this process, the
+// subreaper. Each is stopped before its children are listed: a process
+// with a signal pending cannot finish a fork (the kernel checks under the
+// lock that attaches the child), so none is missed.
+func killTree(pidfd, pid int) {
+	procs, fds := []int{pid}, []int{pidfd}
+	_ = unix.PidfdSendSignal(pidfd, unix.SIGSTOP, nil, 0)
+	for i := 0; i < len(procs); i++ {
+		for _, c := range childrenOf(procs[i]) {
+			fd, err := unix.PidfdOpen(c, 0)
+			if err != nil {
+				continue // gone already
+			}
+			_ = unix.PidfdSendSignal(fd, unix.SIGSTOP, nil, 0)
+			procs, fds = append(procs, c), append(fds, fd)
+		}
+	}
+	for i, fd := range fds {
+		_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+		if i > 0 {
+			defer unix.Close(fd)
+		}
+	}
+	for _, p := range procs {
+		reapOrphan(p)
+	}
+}
+
+// childrenOf lists the children of every thread of pid.
+func childrenOf(pid int) []int {
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var out []int
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, c := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(c); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }
 
 // reapOrphan waits for the killed child of a dead server, once it has

@@ -337,3 +337,40 @@ func TestForkServerSeesAChangedConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestKillTree: a dead server's child is killed with every process below
+// it (as a container's first process, cloned by crun create), and all are
+// reaped, none left a zombie.
+func TestKillTree(t *testing.T) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	// A shell with two children, one with a child of its own.
+	cmd := exec.Command("/bin/sh", "-c", "sleep 100 & sh -c 'sleep 100 & wait' & wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	top := cmd.Process.Pid
+	var all []int
+	for deadline := time.Now().Add(5 * time.Second); len(all) < 4; time.Sleep(10 * time.Millisecond) {
+		all = []int{top}
+		for i := 0; i < len(all); i++ {
+			all = append(all, childrenOf(all[i])...)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process tree has %v, want 4 processes", all)
+		}
+	}
+	pidfd, err := unix.PidfdOpen(top, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	killTree(pidfd, top)
+	for _, p := range all {
+		if err := unix.Kill(p, 0); !errors.Is(err, unix.ESRCH) {
+			t.Errorf("process %d of the tree is still there (kill 0: %v)", p, err)
+		}
+	}
+}
