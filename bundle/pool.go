@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // warmPool keeps containers created ahead of calls, so that a call only
@@ -385,6 +387,10 @@ func (c *container) discard() {
 	c.stdout.Close()
 	c.stderr.Close()
 	c.rt.forceDelete(c.id)
+	// crun delete kills the process; should it have failed (or timed
+	// out), the wait below would last forever. Not reaped yet, the pid
+	// still names this process.
+	_ = unix.Kill(c.pid, unix.SIGKILL)
 	awaitPid(c.pid, c.pidfd)
 	_ = reap(c.pid)
 	c.closePidfd()

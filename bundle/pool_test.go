@@ -1,8 +1,14 @@
 package bundle
 
 import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // idlePool is a pool with one ready container and no call in flight, as
@@ -169,5 +175,47 @@ func TestSettleRefillsAShortPoolAtOnce(t *testing.T) {
 		}
 		close(p.stop)
 		returnsSoon(t, done, "the pool stopped")
+	}
+}
+
+// TestDiscardKillsWhatCrunDidNot: a warm container the pool lets go of is
+// killed and reaped even when crun delete fails, instead of waiting
+// forever for a process parked on its exec fifo.
+func TestDiscardKillsWhatCrunDidNot(t *testing.T) {
+	failing := filepath.Join(t.TempDir(), "crun")
+	if err := os.WriteFile(failing, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	parked := exec.Command("sleep", "100")
+	if err := parked.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := parked.Process.Pid
+	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) })
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdinR, stdinW, _ := os.Pipe()
+	stdoutR, stdoutW, _ := os.Pipe()
+	stderrR, stderrW, _ := os.Pipe()
+	logR, logW, _ := os.Pipe()
+	for _, f := range []*os.File{stdinR, stdoutW, stderrW, logW} {
+		f.Close()
+	}
+	c := &container{
+		rt: &Runtime{path: failing, sealed: &sealedBinary{}, fork: &forkServer{}},
+		id: "ocifn-test", pid: pid, pidfd: os.NewFile(uintptr(pidfd), "pidfd"),
+		stdin: stdinW, stdout: stdoutR, stderr: stderrR, log: readLog(logR),
+	}
+	done := make(chan struct{})
+	go func() { c.discard(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("discard did not return with crun delete failing")
+	}
+	if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+		t.Errorf("the container's process %d is still there (kill 0: %v)", pid, err)
 	}
 }
