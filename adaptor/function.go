@@ -180,6 +180,21 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 	return res.Response, nil
 }
 
+// Refused runs the hooks for a call refused before Run could see it (the
+// in-flight budget was full, or the request could not be read), so that
+// it is counted and logged like the refusals Run makes: its outcome is
+// rejected for a full budget, error otherwise, with err as the reason.
+func (f *Function) Refused(ctx context.Context, method string, err error) {
+	call := &hook.Call{Front: "crossplane", Method: method, Received: time.Now(), Outcome: OutcomeError, Reason: err.Error(), Err: err}
+	switch status.Code(err) {
+	case grpccodes.ResourceExhausted:
+		call.Outcome = OutcomeRejected
+	case grpccodes.DeadlineExceeded:
+		call.Outcome = OutcomeTimeout
+	}
+	f.hooks.After(f.hooks.Before(ctx, call), call)
+}
+
 // Drain refuses new calls and waits until every admitted call has been
 // answered.
 func (f *Function) Drain() { f.gate.Drain() }

@@ -2,9 +2,24 @@ package adaptor
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
+	"net"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/ocifn/ocifn/hook"
 )
 
 // TestStreamWorkers checks that WithStreamWorkers reaches gRPC: a server
@@ -35,4 +50,55 @@ func TestStreamWorkers(t *testing.T) {
 	srv = NewServer(nil, DefaultMaxRecvMsgSize)
 	defer srv.Stop()
 	settles(0)
+}
+
+// TestRefusalsAreCounted: a call the server refuses before the Function
+// sees it (here the in-flight budget is held by a stream that never sends
+// its request) gets RESOURCE_EXHAUSTED and is counted and logged as
+// rejected, as a call the Function's own gate refuses is.
+func TestRefusalsAreCounted(t *testing.T) {
+	const limit = 1 << 20
+	reg := prometheus.NewRegistry()
+	m := hook.NewMetrics(reg)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	srv := NewServer(nil, limit, WithMaxInflightBytes(requestMemoryFactor*limit))
+	srv.Ready(NewFunction(&scriptedRunner{stdout: `{}`}, WithLogger(log), WithMetrics(m),
+		WithHooks(hook.NewChain(log, m, hook.Log{Logger: log}), 0)))
+	lis := bufconn.Listen(1 << 20)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient("passthrough:///buf",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Its handler reserves the whole budget and waits for the request.
+	holder, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := conn.NewStream(holder, &grpc.StreamDesc{ClientStreams: true}, "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	_, err = fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(context.Background(), &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "t"}})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("the call: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	want := `
+# HELP ocifn_calls_total Calls by outcome: ok, fatal (ocifn answered on the function's behalf), error (protocol error), timeout, rejected (server full).
+# TYPE ocifn_calls_total counter
+ocifn_calls_total{outcome="error"} 0
+ocifn_calls_total{outcome="fatal"} 0
+ocifn_calls_total{outcome="ok"} 0
+ocifn_calls_total{outcome="rejected"} 1
+ocifn_calls_total{outcome="timeout"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ocifn_calls_total"); err != nil {
+		t.Error(err)
+	}
+	if !strings.Contains(logs.String(), "outcome=rejected") || !strings.Contains(logs.String(), "max-inflight-bytes") {
+		t.Errorf("no log line of the refusal naming the flag: %q", logs.String())
+	}
 }

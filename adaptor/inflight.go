@@ -92,27 +92,37 @@ func (b *inflight) resize(from, to int64) {
 }
 
 // bounded returns a copy of desc whose unary handlers reserve the budget
-// before the request is read and release it when the call returns.
-func (b *inflight) bounded(desc *grpc.ServiceDesc) *grpc.ServiceDesc {
+// before the request is read and release it when the call returns. A call
+// refused before the Function saw it (the budget full, a request that
+// could not be read) is reported to refused, so that it is counted and
+// logged as the Function's own refusals are.
+func (b *inflight) bounded(desc *grpc.ServiceDesc, refused func(ctx context.Context, method string, err error)) *grpc.ServiceDesc {
 	d := *desc
 	d.Methods = append([]grpc.MethodDesc(nil), desc.Methods...)
 	for i := range d.Methods {
-		handler := d.Methods[i].Handler
+		handler, method := d.Methods[i].Handler, d.Methods[i].MethodName
 		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 			held := requestCost(int(b.maxMsg))
 			if err := b.reserve(ctx, held); err != nil {
+				refused(ctx, method, err)
 				return nil, err
 			}
 			defer func() { b.resize(held, 0) }()
-			return handler(srv, ctx, func(v any) error {
+			decoded := false
+			rsp, err := handler(srv, ctx, func(v any) error {
 				err := dec(v)
 				if m, ok := v.(proto.Message); ok && err == nil {
+					decoded = true
 					cost := requestCost(proto.Size(m))
 					b.resize(held, cost)
 					held = cost
 				}
 				return err
 			}, ic)
+			if err != nil && !decoded {
+				refused(ctx, method, err)
+			}
+			return rsp, err
 		}
 	}
 	return &d

@@ -16,8 +16,8 @@ import (
 // backed by the Function that fn holds, to s, with the memory of requests
 // in flight bounded by b (see inflight).
 func registerBounded(s grpc.ServiceRegistrar, fn *FunctionRef, b *inflight) {
-	s.RegisterService(b.bounded(&fnv1.FunctionRunnerService_ServiceDesc), &v1Server{fn: fn})
-	s.RegisterService(b.bounded(&fnv1beta1.FunctionRunnerService_ServiceDesc), &v1beta1Server{fn: fn})
+	s.RegisterService(b.bounded(&fnv1.FunctionRunnerService_ServiceDesc, fn.refused), &v1Server{fn: fn})
+	s.RegisterService(b.bounded(&fnv1beta1.FunctionRunnerService_ServiceDesc, fn.refused), &v1beta1Server{fn: fn})
 }
 
 // FunctionRef holds the Function calls go to once it is ready. The server
@@ -34,6 +34,14 @@ func (r *FunctionRef) run(ctx context.Context, req *fnv1.RunFunctionRequest) (*f
 		return nil, status.Error(codes.Unavailable, "the function image is still being unpacked; retry shortly")
 	}
 	return f.Run(ctx, req)
+}
+
+// refused reports a call refused before the Function ran it, once there
+// is a Function to count and log it.
+func (r *FunctionRef) refused(ctx context.Context, method string, err error) {
+	if f := r.p.Load(); f != nil {
+		f.Refused(ctx, method, err)
+	}
 }
 
 type v1Server struct {
