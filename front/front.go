@@ -69,6 +69,13 @@ func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdi
 		return Output{}, err
 	}
 	defer leave()
+	return c.ExecAdmitted(ctx, call, bc, stdin, timeout), nil
+}
+
+// ExecAdmitted is Exec for a call that holds a slot of the gate already: a
+// front that admits a request before it reads its body, so that only
+// admitted requests hold a body in memory.
+func (c *Config) ExecAdmitted(ctx context.Context, call *hook.Call, bc bundle.Call, stdin []byte, timeout time.Duration) Output {
 	if timeout <= 0 || timeout > c.Timeout {
 		timeout = c.Timeout
 	}
@@ -94,7 +101,7 @@ func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdi
 	case exit.RuntimeError != "":
 		out.Err = fmt.Errorf("the container runtime could not run the function (exit code %d): %s", exit.Code, exit.RuntimeError)
 	}
-	return out, nil
+	return out
 }
 
 // errOutputLimit stops the copy of a stream past its cap; the function then

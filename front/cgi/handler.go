@@ -39,6 +39,20 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		http.Error(w, msg, status)
 		return status
 	}
+	// Admitted before its body is read: a request waiting for a slot holds
+	// no body in memory, and the body must come within the call's timeout.
+	leave, err := h.cfg.Gate.Enter(ctx)
+	var full *admit.FullError
+	switch {
+	case errors.As(err, &full):
+		w.Header().Set("Retry-After", "1")
+		return fail(hook.Rejected, http.StatusServiceUnavailable, err.Error())
+	case err != nil:
+		call.Err = err
+		return fail(hook.Error, http.StatusServiceUnavailable, err.Error())
+	}
+	defer leave()
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.Timeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxRequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -56,16 +70,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			call.Tag = kv[9:]
 		}
 	}
-	out, err := h.cfg.Exec(ctx, call, bundle.Call{Env: env}, body, 0)
-	var full *admit.FullError
-	switch {
-	case errors.As(err, &full):
-		w.Header().Set("Retry-After", "1")
-		return fail(hook.Rejected, http.StatusServiceUnavailable, err.Error())
-	case err != nil:
-		call.Err = err
-		return fail(hook.Error, http.StatusServiceUnavailable, err.Error())
-	}
+	out := h.cfg.ExecAdmitted(ctx, call, bundle.Call{Env: env}, body, 0)
 	stderr := hook.NewStderrLog(h.cfg.Log.With("tag", call.Tag), hook.StderrLogBytes, hook.StderrTailBytes)
 	_, _ = stderr.Write(out.Stderr)
 	stderr.Flush()

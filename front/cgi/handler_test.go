@@ -1,0 +1,66 @@
+package cgi
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/bundle"
+	"github.com/ocifn/ocifn/front"
+	"github.com/ocifn/ocifn/hook"
+)
+
+type echoRunner struct{}
+
+func (echoRunner) Call(_ context.Context, c bundle.Call) (bundle.Exit, error) {
+	_, err := io.Copy(c.Stdout, c.Stdin)
+	return bundle.Exit{}, err
+}
+
+func (echoRunner) Args() []string { return []string{"/fn"} }
+
+// countingReader is a body of max zero bytes that counts what was read.
+type countingReader struct{ n, max int }
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if c.n >= c.max {
+		return 0, io.EOF
+	}
+	k := min(len(p), c.max-c.n)
+	c.n += k
+	return k, nil
+}
+
+// TestAdmittedBeforeTheBodyIsRead: a request the gate refuses is answered
+// 503 without its body read into memory; an admitted one runs with its
+// whole body.
+func TestAdmittedBeforeTheBodyIsRead(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	gate := admit.New(1, 0, nil)
+	h := New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log), Gate: gate, Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 64 << 20})
+
+	leave, err := gate.Enter(context.Background()) // the only slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := &countingReader{max: 64 << 20}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", body))
+	if w.Code != http.StatusServiceUnavailable || body.n != 0 {
+		t.Errorf("with the gate full: status %d after reading %d bytes of the body, want 503 and none read", w.Code, body.n)
+	}
+	leave()
+
+	body = &countingReader{max: 1000}
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", body))
+	if w.Code != http.StatusOK || w.Body.Len() != 1000 {
+		t.Errorf("admitted: status %d with %d bytes answered, want 200 with the 1000 bytes sent", w.Code, w.Body.Len())
+	}
+}
