@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -52,15 +53,24 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return fail(hook.Error, http.StatusServiceUnavailable, err.Error())
 	}
 	defer leave()
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.Timeout))
+	// The deadline is lifted once the body is in: net/http's read that
+	// watches for the client going away would otherwise hit it, and cancel
+	// the call. It stays when the body failed, so that net/http does not
+	// wait for the rest of it before it answers.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(h.cfg.Timeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxRequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return fail(hook.Error, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-request-bytes)", tooBig.Limit))
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fail(hook.Error, http.StatusBadRequest, fmt.Sprintf("the request body did not arrive within the call's timeout of %s", h.cfg.Timeout))
+		}
 		return fail(hook.Error, http.StatusBadRequest, fmt.Sprintf("cannot read the request body: %v", err))
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	env := Env(Request{
 		Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Protocol: r.Proto, Header: r.Header,
 		ContentLength: len(body), RemoteAddr: r.RemoteAddr, Host: r.Host, Now: call.Received,

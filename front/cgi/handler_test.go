@@ -1,11 +1,14 @@
 package cgi
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,4 +66,37 @@ func TestAdmittedBeforeTheBodyIsRead(t *testing.T) {
 	if w.Code != http.StatusOK || w.Body.Len() != 1000 {
 		t.Errorf("admitted: status %d with %d bytes answered, want 200 with the 1000 bytes sent", w.Code, w.Body.Len())
 	}
+}
+
+// TestSlowBodyIsRefused: a body that does not arrive within the call's
+// timeout is answered 400, and its slot let go.
+func TestSlowBodyIsRefused(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	gate := admit.New(1, 0, nil)
+	srv := httptest.NewServer(New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log), Gate: gate, Log: log,
+		Timeout: 300 * time.Millisecond, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20}))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Three bytes of the hundred announced, then nothing.
+	if _, err := io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	rsp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	msg, _ := io.ReadAll(rsp.Body)
+	if rsp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "did not arrive within the call's timeout of 300ms") {
+		t.Errorf("a stalled body: status %d %q, want 400 naming the timeout", rsp.StatusCode, msg)
+	}
+	leave, err := gate.Enter(context.Background())
+	if err != nil {
+		t.Fatalf("the slot of the stalled request was not let go: %v", err)
+	}
+	leave()
 }
