@@ -345,8 +345,14 @@ func (c *container) unmount() {
 // for its process to exit.
 func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
 	// Kill the container when the call is cancelled. Killing its init
-	// ends its pid namespace, and with it every process it started.
-	stopKill := context.AfterFunc(ctx, func() { c.rt.kill(c.id) })
+	// ends its pid namespace, and with it every process it started. The
+	// kill is waited for below: the container's clean-up, and a Close
+	// after it, must not run while it does.
+	killDone := make(chan struct{})
+	stopKill := context.AfterFunc(ctx, func() {
+		defer close(killDone)
+		c.kill()
+	})
 
 	var wg sync.WaitGroup
 	var outErr error
@@ -375,6 +381,9 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 	// not from ctx afterwards: a deadline that passes just after a
 	// function finished must not turn its answer into a timeout.
 	killed := !stopKill()
+	if killed {
+		<-killDone
+	}
 	exit.Code = code
 	c.exited, c.reaped = werr == nil, reaped
 	// The cgroup is removed with the container: read it before.
@@ -391,6 +400,18 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 		return exit, outErr
 	}
 	return exit, nil
+}
+
+// kill kills the container's init through its pidfd, which cannot name
+// another process, or with crun kill when it has none.
+func (c *container) kill() {
+	if c.pidfd == nil {
+		c.rt.kill(c.id)
+		return
+	}
+	if rc, err := c.pidfd.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0) })
+	}
 }
 
 // copyBuffers lends the buffers that copy a container's output. io.Copy
