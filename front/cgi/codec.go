@@ -72,6 +72,13 @@ func Env(r Request) []string {
 		env["CONTENT_TYPE"] = ct
 	}
 	for name, values := range r.Header {
+		if strings.Contains(name, "_") {
+			// X_Foo would map to HTTP_X_FOO as X-Foo does, and which one
+			// the program saw would be chance; a client could also pass
+			// one off as a header a proxy sets (X-Forwarded-For). Dropped,
+			// as nginx and Apache do.
+			continue
+		}
 		key := strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 		switch key {
 		case "CONTENT_TYPE", "CONTENT_LENGTH":

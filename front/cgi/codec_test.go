@@ -19,6 +19,9 @@ func TestEnv(t *testing.T) {
 			"Event-Id":        {"ev1"},
 			"Event-Namespace": {"ns"},
 			"Bad Name":        {"x"},
+			"X-Forwarded-For": {"10.0.0.9"},
+			"X_Forwarded_For": {"spoofed"},
+			"X_Only":          {"underscore"},
 		},
 		ContentLength: 7, RemoteAddr: "10.0.0.1:5555", Host: "fn.example:8080",
 		Now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
@@ -32,7 +35,7 @@ func TestEnv(t *testing.T) {
 		"GATEWAY_INTERFACE": "CGI/1.1", "REQUEST_METHOD": "POST", "PATH_INFO": "/a/b", "QUERY_STRING": "x=1&y=2",
 		"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": "7", "SERVER_PROTOCOL": "HTTP/1.1",
 		"SERVER_NAME": "fn.example", "SERVER_PORT": "8080", "REMOTE_ADDR": "10.0.0.1",
-		"HTTP_X_CUSTOM_THING": "one, two", "EVENT_ID": "ev1", "EVENT_NAMESPACE": "ns",
+		"HTTP_X_CUSTOM_THING": "one, two", "HTTP_X_FORWARDED_FOR": "10.0.0.9", "EVENT_ID": "ev1", "EVENT_NAMESPACE": "ns",
 		"EVENT_TIME": "2026-01-02T03:04:05Z", "EVENT_TYPE": "application/json",
 	}
 	for k, v := range want {
@@ -40,7 +43,7 @@ func TestEnv(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, env[k], v)
 		}
 	}
-	for _, k := range []string{"HTTP_PROXY", "HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH", "HTTP_BAD NAME"} {
+	for _, k := range []string{"HTTP_PROXY", "HTTP_CONTENT_TYPE", "HTTP_CONTENT_LENGTH", "HTTP_BAD NAME", "HTTP_X_ONLY"} {
 		if _, ok := env[k]; ok {
 			t.Errorf("%s is set", k)
 		}
