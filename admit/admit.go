@@ -94,6 +94,23 @@ func (g *Gate) Enter(ctx context.Context) (leave func(), err error) {
 	return leave, nil
 }
 
+// Refuses says whether Enter would refuse a call now: ErrDraining, a
+// *FullError, or nil. It is a hint for a front that answers before the
+// call runs (an asynchronous invocation): a call may still be refused by
+// the time it enters.
+func (g *Gate) Refuses() error {
+	g.mu.Lock()
+	closed := g.closed
+	g.mu.Unlock()
+	if closed {
+		return ErrDraining
+	}
+	if len(g.slots) == cap(g.slots) && g.queued.Load() >= g.maxQueue {
+		return &FullError{Max: cap(g.slots), Queue: int(g.maxQueue)}
+	}
+	return nil
+}
+
 // report tells the gauge the counts. It loads them under a lock: of
 // reports racing, the last to run reads the latest counts, so the gauge
 // never keeps a stale value.

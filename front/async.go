@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ocifn/ocifn/admit"
 )
 
 // invocationsPath prefixes the URL of an asynchronous invocation's result.
@@ -35,6 +37,9 @@ type Invocations struct {
 	maxBody  int64
 	log      *slog.Logger
 	now      func() time.Time
+	// gate, when set, refuses new invocations the calls' gate would
+	// refuse (RefuseWhenFull).
+	gate *admit.Gate
 
 	// mu orders writes and the size bound's removals.
 	mu sync.Mutex
@@ -89,6 +94,11 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 	return iv, nil
 }
 
+// RefuseWhenFull makes new invocations answer 503 at once when g would
+// refuse their call (every slot and the queue taken, or shutdown begun),
+// instead of 202 and a 503 to find when polled.
+func (iv *Invocations) RefuseWhenFull(g *admit.Gate) { iv.gate = g }
+
 // Close stops the calls still running (they are recorded as failed) and
 // waits for them.
 func (iv *Invocations) Close() {
@@ -137,6 +147,19 @@ func prefersAsync(h http.Header) bool {
 }
 
 func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	// Refused now rather than accepted to fail: the caller would learn
+	// it only when it polls.
+	if iv.gate != nil {
+		var full *admit.FullError
+		if err := iv.gate.Refuses(); errors.As(err, &full) {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		} else if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, iv.maxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError

@@ -1,6 +1,7 @@
 package front
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ocifn/ocifn/admit"
 )
 
 // TestInvocationWriteLeavesNoTemporaryFile: a result that cannot be renamed
@@ -68,5 +71,35 @@ func TestResultLargerThanTheBound(t *testing.T) {
 		if !strings.Contains(g.Body.String(), want) {
 			t.Errorf("GET body %q does not say %q", g.Body.String(), want)
 		}
+	}
+}
+
+// TestAsyncRefusedWhenFull: with every slot and the queue taken, a new
+// asynchronous invocation answers 503 at once, and none is stored.
+func TestAsyncRefusedWhenFull(t *testing.T) {
+	dir := t.TempDir()
+	iv, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iv.Close()
+	gate := admit.New(1, 0, nil)
+	iv.RefuseWhenFull(gate)
+	leave, err := gate.Enter(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leave()
+	h := iv.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { t.Error("the call ran") }))
+	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+	r.Header.Set("Prefer", "respond-async")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), "--max-concurrency") {
+		t.Errorf("POST with the gate full: %d %v %q, want 503 with Retry-After naming the flag", w.Code, w.Header(), w.Body.String())
+	}
+	iv.wg.Wait()
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("stored: %v, want no invocation", entries)
 	}
 }

@@ -65,6 +65,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	if err != nil {
 		return err
 	}
+	inv.RefuseWhenFull(gate)
 	b, err := o.prepare(ctx, log, rt, o.tarball)
 	if err != nil {
 		return err
