@@ -160,15 +160,8 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 
 	res, err := f.admitAndRun(ctx, req, call)
 	call.Outcome, call.Reason, call.Err = res.Outcome, res.Reason, err
-	switch {
-	case err != nil && status.Code(err) == grpccodes.ResourceExhausted:
-		call.Outcome = OutcomeRejected
-	case err != nil && status.Code(err) == grpccodes.DeadlineExceeded:
-		call.Outcome = OutcomeTimeout
-	case err != nil:
-		call.Outcome = OutcomeError
-	}
 	if err != nil {
+		call.Outcome = refusalOutcome(err)
 		return nil, err
 	}
 	if call.Outcome == OutcomeOK {
@@ -185,14 +178,21 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 // it is counted and logged like the refusals Run makes: its outcome is
 // rejected for a full budget, error otherwise, with err as the reason.
 func (f *Function) Refused(ctx context.Context, method string, err error) {
-	call := &hook.Call{Front: "crossplane", Method: method, Received: time.Now(), Outcome: OutcomeError, Reason: err.Error(), Err: err}
+	call := &hook.Call{Front: "crossplane", Method: method, Received: time.Now(), Outcome: refusalOutcome(err), Reason: err.Error(), Err: err}
+	f.hooks.After(f.hooks.Before(ctx, call), call)
+}
+
+// refusalOutcome is the outcome of a call answered with the gRPC status
+// error err instead of a response: rejected when the server was full,
+// timeout when a deadline passed, error otherwise.
+func refusalOutcome(err error) Outcome {
 	switch status.Code(err) {
 	case grpccodes.ResourceExhausted:
-		call.Outcome = OutcomeRejected
+		return OutcomeRejected
 	case grpccodes.DeadlineExceeded:
-		call.Outcome = OutcomeTimeout
+		return OutcomeTimeout
 	}
-	f.hooks.After(f.hooks.Before(ctx, call), call)
+	return OutcomeError
 }
 
 // Drain refuses new calls and waits until every admitted call has been
