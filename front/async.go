@@ -150,12 +150,11 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 	// Refused now rather than accepted to fail: the caller would learn
 	// it only when it polls.
 	if iv.gate != nil {
-		var full *admit.FullError
-		if err := iv.gate.Refuses(); errors.As(err, &full) {
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		} else if err != nil {
+		if err := iv.gate.Refuses(); err != nil {
+			var full *admit.FullError
+			if errors.As(err, &full) {
+				w.Header().Set("Retry-After", "1")
+			}
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -196,7 +195,7 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 		if old, err := iv.read(id); err == nil {
 			created = old.Created
 		}
-		if err := iv.write(id, iv.fit(id, record{Created: created, Status: rec.status, Header: rec.header, Body: rec.body.Bytes()})); err != nil {
+		if err := iv.writeResult(id, record{Created: created, Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}); err != nil {
 			iv.log.Error("cannot store the result of an asynchronous invocation", "error", err)
 		}
 		iv.bound()
@@ -229,22 +228,29 @@ func (iv *Invocations) serveResult(w http.ResponseWriter, id string) {
 	_, _ = w.Write(rec.Body)
 }
 
-// fit returns rec, or, when rec alone would take more than --results-max-bytes
-// (so that bound would remove it as soon as it is stored, and a poll would
-// find nothing), a small record in its place that says so: the caller
-// learns that its result was not kept, and why, instead of "unknown".
-func (iv *Invocations) fit(id string, rec record) record {
+// writeResult stores a finished invocation's record, or, when it alone
+// would take more than --results-max-bytes (so that bound would remove it
+// as soon as it is stored, and a poll would find nothing), a small record
+// in its place that says so: the caller learns that its result was not
+// kept, and why, instead of "unknown". The record is encoded once.
+func (iv *Invocations) writeResult(id string, rec record) error {
 	b, err := json.Marshal(rec)
-	if err != nil || int64(len(b)) <= iv.maxBytes {
-		return rec
+	if err != nil {
+		return err
 	}
-	iv.log.Warn("the result of an asynchronous invocation is larger than --results-max-bytes and was not kept", "id", id, "status", rec.Status, "body_bytes", len(rec.Body), "stored_bytes", len(b), "results_max_bytes", iv.maxBytes)
-	return record{
-		Created: rec.Created,
-		Status:  http.StatusInsufficientStorage,
-		Header:  http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
-		Body:    []byte(fmt.Sprintf("the invocation finished with status %d and a body of %d bytes, but its result takes %d bytes stored, more than --results-max-bytes (%d): it was not kept\n", rec.Status, len(rec.Body), len(b), iv.maxBytes)),
+	if int64(len(b)) > iv.maxBytes {
+		iv.log.Warn("the result of an asynchronous invocation is larger than --results-max-bytes and was not kept", "id", id, "status", rec.Status, "body_bytes", len(rec.Body), "stored_bytes", len(b), "results_max_bytes", iv.maxBytes)
+		small := record{
+			Created: rec.Created,
+			Status:  http.StatusInsufficientStorage,
+			Header:  http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+			Body:    []byte(fmt.Sprintf("the invocation finished with status %d and a body of %d bytes, but its result takes %d bytes stored, more than --results-max-bytes (%d): it was not kept\n", rec.Status, len(rec.Body), len(b), iv.maxBytes)),
+		}
+		if b, err = json.Marshal(small); err != nil {
+			return err
+		}
 	}
+	return iv.writeBytes(id, b)
 }
 
 func (iv *Invocations) path(id string) string { return filepath.Join(iv.dir, id+".json") }
@@ -271,6 +277,11 @@ func (iv *Invocations) write(id string, rec record) error {
 	if err != nil {
 		return err
 	}
+	return iv.writeBytes(id, b)
+}
+
+// writeBytes stores an encoded record as write does.
+func (iv *Invocations) writeBytes(id string, b []byte) error {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
 	tmp, err := os.CreateTemp(iv.dir, ".tmp-")
