@@ -41,12 +41,24 @@ type Invocations struct {
 	// refuse (RefuseWhenFull).
 	gate *admit.Gate
 
-	// mu orders writes and the size bound's removals.
+	// mu orders writes and the size bound's removals, and guards index
+	// and total.
 	mu sync.Mutex
+	// index holds what bound needs of every stored record, so that a
+	// finished call does not make it read every result again.
+	index map[string]stored
+	total int64
 	// ctx ends the calls still running at Close.
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+}
+
+// stored is what the index knows of a record on disk.
+type stored struct {
+	size    int64
+	created time.Time
+	running bool
 }
 
 // record is one invocation on disk.
@@ -69,7 +81,8 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 		return nil, fmt.Errorf("cannot read the invocations directory %s: %w", dir, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	iv := &Invocations{dir: dir, ttl: ttl, maxBytes: maxBytes, maxBody: maxBody, log: log, now: time.Now, ctx: ctx, cancel: cancel}
+	iv := &Invocations{dir: dir, ttl: ttl, maxBytes: maxBytes, maxBody: maxBody, log: log, now: time.Now, ctx: ctx, cancel: cancel,
+		index: map[string]stored{}}
 	failed := 0
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
@@ -77,8 +90,18 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 			_ = os.Remove(filepath.Join(dir, e.Name())) // a temporary file of a write cut off
 			continue
 		}
-		rec, err := iv.read(id)
-		if err != nil || !rec.Running {
+		b, err := os.ReadFile(iv.path(id))
+		if err != nil {
+			continue
+		}
+		var rec record
+		if err := json.Unmarshal(b, &rec); err != nil {
+			// Not a record of ours: left alone, and not counted.
+			continue
+		}
+		if !rec.Running {
+			iv.index[id] = stored{size: int64(len(b)), created: rec.Created}
+			iv.total += int64(len(b))
 			continue
 		}
 		rec.Running, rec.Status, rec.Body = false, http.StatusInternalServerError, []byte(msgCutOff+"\n")
@@ -151,27 +174,20 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 	// it only when it polls.
 	if iv.gate != nil {
 		if err := iv.gate.Refuses(); err != nil {
-			var full *admit.FullError
-			if errors.As(err, &full) {
-				w.Header().Set("Retry-After", "1")
-			}
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			_, status := Refusal(w, err)
+			http.Error(w, err.Error(), status)
 			return
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, iv.maxBody))
+	body, err := ReadBody(w, r, iv.maxBody, 0)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			http.Error(w, fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-request-bytes)", tooBig.Limit), http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, fmt.Sprintf("cannot read the request body: %v", err), http.StatusBadRequest)
+		http.Error(w, err.Error(), err.(*BodyError).Status)
 		return
 	}
+	created := iv.now()
 	id, err := newInvocationID()
 	if err == nil {
-		err = iv.write(id, record{Running: true, Created: iv.now()})
+		err = iv.write(id, record{Running: true, Created: created})
 	}
 	if err != nil {
 		iv.log.Error("cannot start an asynchronous invocation", "error", err)
@@ -191,10 +207,6 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
-		created := iv.now()
-		if old, err := iv.read(id); err == nil {
-			created = old.Created
-		}
 		if err := iv.writeResult(id, record{Created: created, Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}); err != nil {
 			iv.log.Error("cannot store the result of an asynchronous invocation", "error", err)
 		}
@@ -208,7 +220,7 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 func (iv *Invocations) serveResult(w http.ResponseWriter, id string) {
 	rec, err := iv.read(id)
 	if err == nil && !rec.Running && iv.ttl > 0 && iv.now().Sub(rec.Created) >= iv.ttl {
-		_ = os.Remove(iv.path(id))
+		iv.remove(id)
 		err = os.ErrNotExist
 	}
 	if err != nil {
@@ -250,7 +262,7 @@ func (iv *Invocations) writeResult(id string, rec record) error {
 			return err
 		}
 	}
-	return iv.writeBytes(id, b)
+	return iv.writeBytes(id, b, rec.Created, false)
 }
 
 func (iv *Invocations) path(id string) string { return filepath.Join(iv.dir, id+".json") }
@@ -277,11 +289,11 @@ func (iv *Invocations) write(id string, rec record) error {
 	if err != nil {
 		return err
 	}
-	return iv.writeBytes(id, b)
+	return iv.writeBytes(id, b, rec.Created, rec.Running)
 }
 
-// writeBytes stores an encoded record as write does.
-func (iv *Invocations) writeBytes(id string, b []byte) error {
+// writeBytes stores an encoded record as write does, and indexes it.
+func (iv *Invocations) writeBytes(id string, b []byte, created time.Time, running bool) error {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
 	tmp, err := os.CreateTemp(iv.dir, ".tmp-")
@@ -301,57 +313,57 @@ func (iv *Invocations) writeBytes(id string, b []byte) error {
 		os.Remove(tmp.Name())
 		return err
 	}
+	iv.total += int64(len(b)) - iv.index[id].size
+	iv.index[id] = stored{size: int64(len(b)), created: created, running: running}
 	return nil
 }
 
+// remove deletes a record and its entry in the index.
+func (iv *Invocations) remove(id string) {
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	iv.removeLocked(id)
+}
+
+func (iv *Invocations) removeLocked(id string) {
+	if err := os.Remove(iv.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// Still there: still counted.
+		iv.log.Warn("cannot remove the result of an asynchronous invocation", "id", id, "error", err)
+		return
+	}
+	iv.total -= iv.index[id].size
+	delete(iv.index, id)
+}
+
 // bound removes expired results, then the oldest finished ones while the
-// results take more than maxBytes.
+// results take more than maxBytes. It works from the index: the records
+// themselves are not read.
 func (iv *Invocations) bound() {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
-	entries, err := os.ReadDir(iv.dir)
-	if err != nil {
+	if iv.ttl > 0 {
+		now := iv.now()
+		for id, e := range iv.index {
+			if !e.running && now.Sub(e.created) >= iv.ttl {
+				iv.removeLocked(id)
+			}
+		}
+	}
+	if iv.total <= iv.maxBytes {
 		return
 	}
-	type result struct {
-		id      string
-		size    int64
-		created time.Time
-		running bool
+	finished := make([]string, 0, len(iv.index))
+	for id, e := range iv.index {
+		if !e.running {
+			finished = append(finished, id)
+		}
 	}
-	var all []result
-	var total int64
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || !validID(id) {
-			continue
-		}
-		b, err := os.ReadFile(iv.path(id))
-		if err != nil {
-			continue
-		}
-		var rec record
-		if json.Unmarshal(b, &rec) != nil {
-			continue
-		}
-		if !rec.Running && iv.ttl > 0 && iv.now().Sub(rec.Created) >= iv.ttl {
-			_ = os.Remove(iv.path(id))
-			continue
-		}
-		all = append(all, result{id: id, size: int64(len(b)), created: rec.Created, running: rec.Running})
-		total += int64(len(b))
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].created.Before(all[j].created) })
-	for _, r := range all {
-		if total <= iv.maxBytes {
+	sort.Slice(finished, func(i, j int) bool { return iv.index[finished[i]].created.Before(iv.index[finished[j]].created) })
+	for _, id := range finished {
+		if iv.total <= iv.maxBytes {
 			break
 		}
-		if r.running {
-			continue
-		}
-		if os.Remove(iv.path(r.id)) == nil {
-			total -= r.size
-		}
+		iv.removeLocked(id)
 	}
 }
 

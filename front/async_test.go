@@ -2,6 +2,7 @@ package front
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -101,5 +102,75 @@ func TestAsyncRefusedWhenFull(t *testing.T) {
 	iv.wg.Wait()
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("stored: %v, want no invocation", entries)
+	}
+}
+
+// TestBoundKeepsTheNewestResults: past --results-max-bytes the oldest
+// finished results go first; the index bound works from agrees with the
+// disk, and is rebuilt from it by a restart.
+func TestBoundKeepsTheNewestResults(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	iv, err := OpenInvocations(dir, time.Hour, 1600, 1<<20, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iv.Close()
+	clock := time.Now()
+	iv.now = func() time.Time { clock = clock.Add(time.Second); return clock }
+	h := iv.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(w, r.Body)
+	}))
+	var locations []string
+	for i := range 6 {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(strings.Repeat(string(rune('a'+i)), 300)))
+		r.Header.Set("Prefer", "respond-async")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusAccepted {
+			t.Fatalf("POST %d: %d, want 202", i, w.Code)
+		}
+		iv.wg.Wait()
+		locations = append(locations, w.Header().Get("Location"))
+	}
+	var kept []int
+	for i, loc := range locations {
+		g := httptest.NewRecorder()
+		h.ServeHTTP(g, httptest.NewRequest(http.MethodGet, loc, nil))
+		switch g.Code {
+		case http.StatusOK:
+			if g.Body.String() != strings.Repeat(string(rune('a'+i)), 300) {
+				t.Errorf("result %d: %q, want its own body", i, g.Body.String())
+			}
+			kept = append(kept, i)
+		case http.StatusNotFound:
+		default:
+			t.Errorf("result %d: %d", i, g.Code)
+		}
+	}
+	if len(kept) < 2 || kept[len(kept)-1] != 5 || kept[0] != 6-len(kept) {
+		t.Errorf("kept results %v, want the newest ones, more than one", kept)
+	}
+	onDisk := func() (n int64) {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			info, err := e.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += info.Size()
+		}
+		return n
+	}
+	if n := onDisk(); n > 1600 || n != iv.total || len(iv.index) != len(kept) {
+		t.Errorf("%d bytes on disk, %d counted in %d entries; want them equal, at most 1600, for %d results", n, iv.total, len(iv.index), len(kept))
+	}
+	again, err := OpenInvocations(dir, time.Hour, 1600, 1<<20, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if n := onDisk(); again.total != n || len(again.index) != len(kept) {
+		t.Errorf("reopened: %d bytes counted in %d entries, want %d in %d", again.total, len(again.index), n, len(kept))
 	}
 }

@@ -2,17 +2,13 @@ package cgi
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/bundle"
 	"github.com/ocifn/ocifn/front"
 	"github.com/ocifn/ocifn/hook"
@@ -43,34 +39,18 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	// Admitted before its body is read: a request waiting for a slot holds
 	// no body in memory, and the body must come within the call's timeout.
 	leave, err := h.cfg.Gate.Enter(ctx)
-	var full *admit.FullError
-	switch {
-	case errors.As(err, &full):
-		w.Header().Set("Retry-After", "1")
-		return fail(hook.Rejected, http.StatusServiceUnavailable, err.Error())
-	case err != nil:
-		call.Err = err
-		return fail(hook.Error, http.StatusServiceUnavailable, err.Error())
+	if err != nil {
+		outcome, status := front.Refusal(w, err)
+		if outcome == hook.Error {
+			call.Err = err
+		}
+		return fail(outcome, status, err.Error())
 	}
 	defer leave()
-	// The deadline is lifted once the body is in: net/http's read that
-	// watches for the client going away would otherwise hit it, and cancel
-	// the call. It stays when the body failed, so that net/http does not
-	// wait for the rest of it before it answers.
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(h.cfg.Timeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxRequestBytes))
+	body, err := front.ReadBody(w, r, h.cfg.MaxRequestBytes, h.cfg.Timeout)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return fail(hook.Error, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-request-bytes)", tooBig.Limit))
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return fail(hook.Error, http.StatusBadRequest, fmt.Sprintf("the request body did not arrive within the call's timeout of %s", h.cfg.Timeout))
-		}
-		return fail(hook.Error, http.StatusBadRequest, fmt.Sprintf("cannot read the request body: %v", err))
+		return fail(hook.Error, err.(*front.BodyError).Status, err.Error())
 	}
-	_ = rc.SetReadDeadline(time.Time{})
 	env := Env(Request{
 		Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Protocol: r.Proto, Header: r.Header,
 		ContentLength: len(body), RemoteAddr: r.RemoteAddr, Host: r.Host, Now: call.Received,
