@@ -19,7 +19,6 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/bundle"
 	"github.com/ocifn/ocifn/front"
 	"github.com/ocifn/ocifn/hook"
@@ -84,31 +83,43 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		front.WriteJSONError(w, http.StatusMethodNotAllowed, fmt.Sprintf("%s %s: only POST is served", r.Method, r.URL.Path))
 		return
 	}
-	msg, err := p.readMessage(w, r)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			front.WriteJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-request-bytes)", tooBig.Limit))
+	if r.URL.Path == "/init" {
+		msg, err := p.readMessage(w, r, 0)
+		if err != nil {
+			front.WriteJSONError(w, err.(*front.BodyError).Status, err.Error())
 			return
 		}
-		front.WriteJSONError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	switch r.URL.Path {
-	case "/init":
 		status, body := p.init(msg["value"])
 		writeRaw(w, status, body)
-	case "/run":
-		p.run(w, r, msg, msg, false)
-	default:
-		p.single(w, r, msg)
+		return
 	}
+	// An activation takes a slot of the gate before its body is read: a
+	// request waiting for one holds no body in memory, and the body must
+	// come within the call's timeout.
+	leave, err := p.cfg.Gate.Enter(r.Context())
+	if err != nil {
+		outcome, status := front.Refusal(w, err)
+		p.refuse(w, r, outcome, status, err)
+		return
+	}
+	defer leave()
+	msg, err := p.readMessage(w, r, p.cfg.Timeout)
+	if err != nil {
+		p.refuse(w, r, hook.Error, err.(*front.BodyError).Status, err)
+		return
+	}
+	if r.URL.Path == "/run" {
+		p.run(w, r, msg, msg, false)
+		return
+	}
+	p.single(w, r, msg)
 }
 
-// readMessage reads a JSON object body. An empty body, or null, is an
-// empty object, as the Docker skeleton takes it.
-func (p *Proxy) readMessage(w http.ResponseWriter, r *http.Request) (map[string]json.RawMessage, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.MaxRequestBytes))
+// readMessage reads a JSON object body, within timeout when it is not
+// zero. An empty body, or null, is an empty object, as the Docker skeleton
+// takes it. An error is a *front.BodyError.
+func (p *Proxy) readMessage(w http.ResponseWriter, r *http.Request, timeout time.Duration) (map[string]json.RawMessage, error) {
+	body, err := front.ReadBody(w, r, p.cfg.MaxRequestBytes, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +129,7 @@ func (p *Proxy) readMessage(w http.ResponseWriter, r *http.Request) (map[string]
 	}
 	var msg map[string]json.RawMessage
 	if err := json.Unmarshal(body, &msg); err != nil {
-		return nil, fmt.Errorf("the body of %s is not a JSON object: %v", r.URL.Path, err)
+		return nil, &front.BodyError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("the body of %s is not a JSON object: %v", r.URL.Path, err)}
 	}
 	if msg == nil {
 		msg = map[string]json.RawMessage{}
@@ -176,13 +187,12 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 		value = []byte("{}")
 	}
 	if value[0] != '{' && value[0] != '[' {
-		p.writeLogs(nil, nil, true)
-		writeRaw(w, http.StatusNotFound, errorBody(msgBadArgument))
+		p.refuse(w, r, hook.Error, http.StatusNotFound, errors.New(msgBadArgument))
 		return
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, value); err != nil {
-		writeRaw(w, http.StatusBadRequest, errorBody(fmt.Sprintf("value is not valid JSON: %v", err)))
+		p.refuse(w, r, hook.Error, http.StatusBadRequest, fmt.Errorf("value is not valid JSON: %v", err))
 		return
 	}
 	value = compact.Bytes()
@@ -209,6 +219,24 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 	if web && status == http.StatusOK {
 		status, body = webAnswer(w.Header(), body)
 	}
+	p.finish(ctx, w, r, call, status, body, outLogs, errLogs)
+}
+
+// refuse answers an activation that did not run with status and err, and
+// counts and logs it through the hooks as outcome, with the sentinels after
+// it as after any activation.
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, outcome hook.Outcome, status int, err error) {
+	call := &hook.Call{Front: "openwhisk", Method: r.Method, Received: time.Now(), Carrier: propagation.HeaderCarrier(r.Header)}
+	ctx := p.cfg.Hooks.Before(r.Context(), call)
+	call.Outcome, call.Reason = outcome, err.Error()
+	if outcome == hook.Error {
+		call.Err = err
+	}
+	p.finish(ctx, w, r, call, status, errorBody(err.Error()), nil, nil)
+}
+
+// finish ends an activation: its logs, the hooks, the sentinels, the answer.
+func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Request, call *hook.Call, status int, body, outLogs, errLogs []byte) {
 	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
 	// The activation's logs, then ocifn's line about the call, then the
 	// sentinels: OpenWhisk gives everything before a sentinel to the
@@ -228,16 +256,7 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 // It returns the status and body of the answer and the logs the
 // activation leaves on stdout and stderr.
 func (p *Proxy) activate(ctx context.Context, call *hook.Call, bc bundle.Call, value []byte, timeout time.Duration) (status int, body, outLogs, errLogs []byte) {
-	out, err := p.cfg.Exec(ctx, call, bc, value, timeout)
-	var full *admit.FullError
-	switch {
-	case errors.As(err, &full):
-		call.Outcome, call.Err = hook.Rejected, err
-		return http.StatusServiceUnavailable, errorBody(err.Error()), nil, nil
-	case err != nil:
-		call.Outcome, call.Err = hook.Error, err
-		return http.StatusServiceUnavailable, errorBody(err.Error()), nil, nil
-	}
+	out := p.cfg.ExecAdmitted(ctx, call, bc, value, timeout)
 	res := ParseOutput(out.Stdout)
 	outLogs, errLogs = res.Logs, out.Stderr
 	if !res.OK && len(res.Result) > 0 {
@@ -284,7 +303,7 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, msg map[string]js
 	var activation map[string]json.RawMessage
 	if raw := bytes.TrimSpace(msg["activation"]); len(raw) > 0 && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &activation); err != nil {
-			writeRaw(w, http.StatusBadRequest, errorBody(fmt.Sprintf("activation is not a JSON object: %v", err)))
+			p.refuse(w, r, hook.Error, http.StatusBadRequest, fmt.Errorf("activation is not a JSON object: %v", err))
 			return
 		}
 	}

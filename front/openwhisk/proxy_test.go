@@ -1,0 +1,126 @@
+package openwhisk
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/bundle"
+	"github.com/ocifn/ocifn/front"
+	"github.com/ocifn/ocifn/hook"
+)
+
+// echoRunner answers the activation's value, its last argument.
+type echoRunner struct{}
+
+func (echoRunner) Call(_ context.Context, c bundle.Call) (bundle.Exit, error) {
+	_, err := io.WriteString(c.Stdout, c.Args[len(c.Args)-1]+"\n")
+	return bundle.Exit{}, err
+}
+
+func (echoRunner) Args() []string { return []string{"/fn"} }
+
+// outcomes records the outcome of every call the hooks saw.
+type outcomes struct {
+	mu   sync.Mutex
+	seen []hook.Outcome
+}
+
+func (o *outcomes) Before(ctx context.Context, _ *hook.Call) (context.Context, error) {
+	return ctx, nil
+}
+
+func (o *outcomes) After(_ context.Context, c *hook.Call) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seen = append(o.seen, c.Outcome)
+	return nil
+}
+
+// countingReader is a body of max bytes that counts what was read of it.
+type countingReader struct{ n, max int }
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	if r.n >= r.max {
+		return 0, io.EOF
+	}
+	k := min(len(p), r.max-r.n)
+	copy(p, bytes.Repeat([]byte{' '}, k))
+	r.n += k
+	return k, nil
+}
+
+// TestActivationsNotRun: an activation refused by the gate is refused
+// before its body is read; that one, one too large and one that is not
+// JSON are each answered with the sentinels after them, as OpenWhisk's
+// invoker waits for, and counted through the hooks.
+func TestActivationsNotRun(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	gate := admit.New(1, 0, nil)
+	seen := &outcomes{}
+	var stdout, stderr bytes.Buffer
+	p := New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log, seen), Gate: gate, Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 10}, "", &stdout, &stderr)
+	framed := func(what string, want int) {
+		t.Helper()
+		if n := strings.Count(stdout.String(), Sentinel+"\n"); n != want {
+			t.Errorf("%s: %d sentinels on stdout, want %d", what, n, want)
+		}
+		if n := strings.Count(stderr.String(), Sentinel+"\n"); n != want {
+			t.Errorf("%s: %d sentinels on stderr, want %d", what, n, want)
+		}
+	}
+
+	leave, err := gate.Enter(context.Background()) // the only slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := &countingReader{max: 64 << 20}
+	w := httptest.NewRecorder()
+	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", body))
+	if w.Code != http.StatusServiceUnavailable || body.n != 0 || w.Header().Get("Retry-After") == "" {
+		t.Errorf("with the gate full: status %d, Retry-After %q, after reading %d bytes of the body; want 503 with Retry-After and none read", w.Code, w.Header().Get("Retry-After"), body.n)
+	}
+	framed("with the gate full", 1)
+	leave()
+
+	w = httptest.NewRecorder()
+	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", &countingReader{max: 2 << 10}))
+	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "--max-request-bytes") {
+		t.Errorf("too large: %d %s, want 413 naming --max-request-bytes", w.Code, w.Body.String())
+	}
+	framed("too large", 2)
+
+	w = httptest.NewRecorder()
+	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(`{"value":`)))
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "not a JSON object") {
+		t.Errorf("not JSON: %d %s, want 400 saying so", w.Code, w.Body.String())
+	}
+	framed("not JSON", 3)
+
+	w = httptest.NewRecorder()
+	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(`{"value":{"a":1}}`)))
+	if w.Code != http.StatusOK || w.Body.String() != `{"a":1}` {
+		t.Errorf("admitted: %d %s, want 200 with the value", w.Code, w.Body.String())
+	}
+	framed("admitted", 4)
+
+	want := []hook.Outcome{hook.Rejected, hook.Error, hook.Error, hook.OK}
+	if !slices.Equal(seen.seen, want) {
+		t.Errorf("the hooks saw %v, want %v", seen.seen, want)
+	}
+	if leave, err := gate.Enter(context.Background()); err != nil {
+		t.Errorf("a slot was not let go: %v", err)
+	} else {
+		leave()
+	}
+}
