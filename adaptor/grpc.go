@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -39,6 +40,7 @@ type ServerOption func(*serverOptions)
 type serverOptions struct {
 	maxInflightBytes int64
 	streamWorkers    uint32
+	recvTimeout      time.Duration
 }
 
 // WithMaxInflightBytes bounds the memory that requests being received or
@@ -47,6 +49,14 @@ type serverOptions struct {
 // largest request accepted (see CheckInflightBytes).
 func WithMaxInflightBytes(n int64) ServerOption {
 	return func(o *serverOptions) { o.maxInflightBytes = n }
+}
+
+// WithRecvTimeout refuses a request that has not arrived whole d after its
+// call began, with DEADLINE_EXCEEDED, and lets go of what it held of the
+// in-flight budget (see inflight). Zero waits for as long as the client
+// keeps the stream open.
+func WithRecvTimeout(d time.Duration) ServerOption {
+	return func(o *serverOptions) { o.recvTimeout = d }
 }
 
 // WithStreamWorkers runs calls on n long-lived goroutines instead of a new
@@ -95,7 +105,7 @@ func NewServer(creds credentials.TransportCredentials, maxRecvMsgSize int, optio
 		opts = append(opts, grpc.Creds(creds))
 	}
 	srv := &Server{Server: grpc.NewServer(opts...), health: health.NewServer()}
-	registerBounded(srv.Server, &srv.fn, newInflight(so.maxInflightBytes, int64(maxRecvMsgSize)))
+	registerBounded(srv.Server, &srv.fn, newInflight(so.maxInflightBytes, int64(maxRecvMsgSize), so.recvTimeout))
 	srv.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(srv.Server, srv.health)
 	reflection.Register(srv.Server)

@@ -102,3 +102,36 @@ ocifn_calls_total{outcome="timeout"} 0
 		t.Errorf("no log line of the refusal naming the flag: %q", logs.String())
 	}
 }
+
+// TestStalledRequestLetsGoOfTheBudget: a stream that opens and never sends
+// its request is refused after the receive timeout, and what it held of
+// the in-flight budget serves the next call.
+func TestStalledRequestLetsGoOfTheBudget(t *testing.T) {
+	const limit = 1 << 20
+	srv := NewServer(nil, limit, WithMaxInflightBytes(requestMemoryFactor*limit), WithRecvTimeout(300*time.Millisecond))
+	srv.Ready(NewFunction(&scriptedRunner{stdout: `{}`}, WithLogger(slog.New(slog.DiscardHandler))))
+	lis := bufconn.Listen(1 << 20)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient("passthrough:///buf",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stalled, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rsp fnv1.RunFunctionResponse
+	err = stalled.RecvMsg(&rsp)
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "did not arrive within 300ms") {
+		t.Errorf("the stalled stream: %v, want DEADLINE_EXCEEDED naming the timeout", err)
+	}
+	if _, err := fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(context.Background(), &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "t"}}); err != nil {
+		t.Errorf("the next call: %v, want it served", err)
+	}
+}

@@ -41,14 +41,19 @@ const reserveWait = time.Second
 type inflight struct {
 	limit  int64
 	maxMsg int64
+	// recvTimeout, when not zero, is how long a request may take to
+	// arrive: a stream that opens and sends nothing would otherwise hold
+	// its reservation, the cost of the largest request, for as long as its
+	// client keeps it open, and three of them the whole default budget.
+	recvTimeout time.Duration
 
 	mu    sync.Mutex
 	used  int64
 	freed chan struct{} // closed and replaced whenever bytes are released
 }
 
-func newInflight(limit, maxMsg int64) *inflight {
-	return &inflight{limit: limit, maxMsg: maxMsg, freed: make(chan struct{})}
+func newInflight(limit, maxMsg int64, recvTimeout time.Duration) *inflight {
+	return &inflight{limit: limit, maxMsg: maxMsg, recvTimeout: recvTimeout, freed: make(chan struct{})}
 }
 
 // requestCost is the memory a decoded request of n wire bytes is counted for.
@@ -110,7 +115,7 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, refused func(ctx context.Cont
 			defer func() { b.resize(held, 0) }()
 			decoded := false
 			rsp, err := handler(srv, ctx, func(v any) error {
-				err := dec(v)
+				err := b.receive(dec, v)
 				if m, ok := v.(proto.Message); ok && err == nil {
 					decoded = true
 					cost := requestCost(proto.Size(m))
@@ -126,4 +131,23 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, refused func(ctx context.Cont
 		}
 	}
 	return &d
+}
+
+// receive reads a request into v with dec, or gives up after recvTimeout.
+// The read it leaves behind ends when the handler returns, which ends the
+// stream; v is not used again.
+func (b *inflight) receive(dec func(any) error, v any) error {
+	if b.recvTimeout <= 0 {
+		return dec(v)
+	}
+	done := make(chan error, 1)
+	go func() { done <- dec(v) }()
+	timer := time.NewTimer(b.recvTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return status.Errorf(codes.DeadlineExceeded, "the request did not arrive within %s (--timeout) of the call's start", b.recvTimeout)
+	}
 }

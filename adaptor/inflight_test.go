@@ -14,7 +14,7 @@ import (
 // not fit waits for bytes to be freed, and is refused with
 // RESOURCE_EXHAUSTED naming the flag when none are within reserveWait.
 func TestInflightBudget(t *testing.T) {
-	b := newInflight(100, 10)
+	b := newInflight(100, 10, 0)
 	ctx := context.Background()
 	if err := b.reserve(ctx, 60); err != nil {
 		t.Fatal(err)

@@ -256,7 +256,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 
 	// Listen first: health checks get NOT_SERVING, rather than no answer,
 	// while the image is unpacked.
-	srv := adaptor.NewServer(creds, o.maxRecvMsgSize, adaptor.WithMaxInflightBytes(o.maxInflight), adaptor.WithStreamWorkers(o.maxConcurrency))
+	srv := adaptor.NewServer(creds, o.maxRecvMsgSize, adaptor.WithMaxInflightBytes(o.maxInflight), adaptor.WithStreamWorkers(o.maxConcurrency), adaptor.WithRecvTimeout(o.timeout))
 	lis, err := net.Listen("tcp", o.address)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", o.address, err)
