@@ -402,6 +402,14 @@ func (b *Bundle) writeCallConfig(call *Call) (string, error) {
 	}
 	s.Process.Env = mergeEnv(s.Process.Env, call.Env)
 	if call.Cwd != "" {
+		if !filepath.IsAbs(call.Cwd) {
+			return "", fmt.Errorf("working directory %s: the path must be absolute", call.Cwd)
+		}
+		// As a mount point below: made here, once, rather than by crun in
+		// the shared root filesystem from inside a container.
+		if err := securejoin.MkdirAll(b.rootfs, call.Cwd, 0o755); err != nil {
+			return "", fmt.Errorf("cannot create the working directory %s in the image: %w", call.Cwd, err)
+		}
 		s.Process.Cwd = call.Cwd
 	}
 	for _, m := range call.Mounts {
