@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -86,23 +88,83 @@ func FunctionFromPackage(pkg v1.Image, scratchDir string, limit int64) (*Image, 
 	if scratchDir == "" {
 		scratchDir = os.TempDir()
 	}
-	// The topmost layer that has the file is the one that counts.
-	for i := len(layers) - 1; i >= 0; i-- {
-		f, found, err := extractFromLayer(layers[i], cf.RootFS.DiffIDs[i], want, scratchDir, limit)
-		if err != nil {
+	// Every layer is read, so that what is read here is what the package's
+	// container finds at the path once its layers are applied (ocifn serve
+	// runs that one): an image where a second entry, a whiteout or a link
+	// could decide otherwise is refused rather than read one way here and
+	// served another.
+	w := &functionWalk{want: want, dir: scratchDir, limit: limit, in: -1}
+	for i := range layers {
+		w.layer = i
+		if _, err := scanLayer(layers[i], cf.RootFS.DiffIDs[i], w.visit); err != nil {
+			w.close()
 			return nil, fmt.Errorf("layer %d/%d: %w", i+1, len(layers), err)
 		}
-		if !found {
-			continue
-		}
-		img, err := openScratch(f, scratchDir, limit)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", "/"+want, err)
-		}
-		img.ioMode = cf.Config.Labels[LabelIO]
-		return img, nil
 	}
-	return nil, fmt.Errorf(errNoFunctionFile, "/"+want)
+	if w.file == nil {
+		return nil, fmt.Errorf(errNoFunctionFile, "/"+want)
+	}
+	img, err := openScratch(w.file, scratchDir, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", "/"+want, err)
+	}
+	img.ioMode = cf.Config.Labels[LabelIO]
+	return img, nil
+}
+
+// functionWalk finds the embedded function tarball in a package's layers,
+// bottom to top, and copies it into an unlinked scratch file.
+type functionWalk struct {
+	want      string // the tarball's path, cleaned
+	dir       string
+	limit     int64
+	layer, in int // the layer being read; the one that had the file
+	file      *os.File
+}
+
+func (w *functionWalk) visit(hdr *tar.Header, r io.Reader) (bool, error) {
+	name := cleanName(hdr.Name)
+	switch {
+	case name == w.want:
+		if hdr.Typeflag != tar.TypeReg {
+			return false, fmt.Errorf("/%s is not a regular file in the package (tar type %q)", w.want, hdr.Typeflag)
+		}
+		if w.file != nil {
+			return false, fmt.Errorf("/%s is in the package twice (layers %d and %d): which one a container finds depends on how its layers are applied", w.want, w.in+1, w.layer+1)
+		}
+		f, err := copyToScratch(w.want, r, hdr.Size, w.dir, w.limit)
+		if err != nil {
+			return false, err
+		}
+		w.file, w.in = f, w.layer
+	case strings.HasPrefix(w.want, name+"/") && hdr.Typeflag != tar.TypeDir:
+		return false, fmt.Errorf("/%s, on the path of /%s, is not a directory in the package (tar type %q)", name, w.want, hdr.Typeflag)
+	case w.file != nil && w.layer > w.in && hides(name, w.want):
+		return false, fmt.Errorf("/%s hides /%s from the layers below it", name, w.want)
+	}
+	return false, nil
+}
+
+func (w *functionWalk) close() {
+	if w.file != nil {
+		_ = w.file.Close()
+	}
+}
+
+// hides says whether the entry name is a whiteout that hides want of the
+// layers below it: want's own, an ancestor's, or an opaque directory above
+// it.
+func hides(name, want string) bool {
+	dir, base := path.Split(name)
+	hidden, ok := strings.CutPrefix(base, ".wh.")
+	if !ok {
+		return false
+	}
+	if hidden == ".wh..opq" {
+		return strings.HasPrefix(want, dir)
+	}
+	target := dir + hidden
+	return target == want || strings.HasPrefix(want, target+"/")
 }
 
 // openScratch opens the image tarball in an (unlinked) file, decompressing
@@ -132,40 +194,25 @@ func openScratch(f *os.File, dir string, limit int64) (*Image, error) {
 	return img, nil
 }
 
-// extractFromLayer looks for the regular file name in a layer and copies
-// it into a new unlinked file in dir. The whole layer is read either way,
-// so that its digests can be checked.
-func extractFromLayer(l v1.Layer, diffID v1.Hash, name, dir string, limit int64) (*os.File, bool, error) {
-	var out *os.File
-	found, err := scanLayer(l, diffID, func(hdr *tar.Header, r io.Reader) (bool, error) {
-		if cleanName(hdr.Name) != name || (hdr.Typeflag != tar.TypeReg) {
-			return false, nil
-		}
-		if hdr.Size > limit {
-			return false, fmt.Errorf("%s is "+errTooBig, name, limit)
-		}
-		f, err := os.CreateTemp(dir, "ocifn-function-*.tar")
-		if err != nil {
-			return false, fmt.Errorf("cannot create a scratch file: %w", err)
-		}
-		if err := os.Remove(f.Name()); err != nil {
-			_ = f.Close()
-			return false, err
-		}
-		if _, err := io.Copy(f, io.LimitReader(r, limit)); err != nil {
-			_ = f.Close()
-			return false, fmt.Errorf("cannot copy %s: %w", name, err)
-		}
-		out = f
-		return true, nil
-	})
-	if err != nil || !found {
-		if out != nil {
-			_ = out.Close()
-		}
-		return nil, false, err
+// copyToScratch copies the regular file name, size bytes from r, into a
+// new unlinked file in dir.
+func copyToScratch(name string, r io.Reader, size int64, dir string, limit int64) (*os.File, error) {
+	if size > limit {
+		return nil, fmt.Errorf("%s is "+errTooBig, name, limit)
 	}
-	return out, true, nil
+	f, err := os.CreateTemp(dir, "ocifn-function-*.tar")
+	if err != nil {
+		return nil, fmt.Errorf("cannot create a scratch file: %w", err)
+	}
+	if err := os.Remove(f.Name()); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	if _, err := io.Copy(f, io.LimitReader(r, limit)); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cannot copy %s: %w", name, err)
+	}
+	return f, nil
 }
 
 // readFromLayer returns the content of the regular file name in a layer,
