@@ -2,6 +2,7 @@ package oci
 
 import (
 	"archive/tar"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -101,13 +102,13 @@ func neutralised(hdr *tar.Header) string {
 // seen holds the names of the entries of the earlier layers, and gets this
 // layer's. An error names the entry. w is closed with the error (nil at
 // the end of the archive), so the extractor reading it stops too.
-func sanitize(r io.Reader, w *io.PipeWriter, seen map[string]struct{}, warn func(entry, reason string)) error {
+func sanitize(r io.Reader, w *io.PipeWriter, seen names, warn func(entry, reason string)) error {
 	err := copySanitized(r, w, seen, warn)
 	w.CloseWithError(err)
 	return err
 }
 
-func copySanitized(r io.Reader, w io.Writer, seen map[string]struct{}, warn func(entry, reason string)) error {
+func copySanitized(r io.Reader, w io.Writer, seen names, warn func(entry, reason string)) error {
 	tr := tar.NewReader(r)
 	tw := tar.NewWriter(w)
 	for {
@@ -120,7 +121,7 @@ func copySanitized(r io.Reader, w io.Writer, seen map[string]struct{}, warn func
 		}
 		keep, err := sanitizeHeader(hdr)
 		if err == nil && keep && hdr.Typeflag == tar.TypeLink {
-			if _, ok := seen[rootedName(hdr.Linkname)]; !ok {
+			if !seen.has(rootedName(hdr.Linkname)) {
 				err = fmt.Errorf("%w: hard link to %q: no such file or directory in the image", errRefused, hdr.Linkname)
 			}
 		}
@@ -133,7 +134,7 @@ func copySanitized(r io.Reader, w io.Writer, seen map[string]struct{}, warn func
 		if why := neutralised(hdr); why != "" {
 			warn(hdr.Name, why)
 		}
-		seen[rootedName(hdr.Name)] = struct{}{}
+		seen.add(rootedName(hdr.Name))
 		if err := tw.WriteHeader(hdr); err != nil {
 			return fmt.Errorf(errFmtEntry, hdr.Name, fmt.Errorf(errTarHeader, err))
 		}
@@ -196,3 +197,18 @@ func sanitizeHeader(hdr *tar.Header) (bool, error) {
 	hdr.Format = tar.FormatUnknown
 	return true, nil
 }
+
+// names is a set of entry names kept by a digest of each, not the name:
+// a layer may hold millions of entries with names of up to 4 KiB, and
+// only whether a name was seen matters. The digest is SHA-256's, not a
+// faster hash's that a crafted layer could make collide: a collision would
+// let through a hard link to a file the image lacks.
+type names map[[16]byte]struct{}
+
+func nameKey(name string) [16]byte {
+	sum := sha256.Sum256([]byte(name))
+	return [16]byte(sum[:16])
+}
+
+func (n names) add(name string)      { n[nameKey(name)] = struct{}{} }
+func (n names) has(name string) bool { _, ok := n[nameKey(name)]; return ok }

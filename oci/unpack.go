@@ -174,7 +174,7 @@ func unpack(ctx context.Context, img v1.Image, dest string, o unpackOptions) err
 
 	budget := &byteBudget{limit: o.maxBytes}
 	// Names of the entries of the layers applied so far (see sanitize).
-	seen := map[string]struct{}{}
+	seen := names{}
 	for i, l := range layers {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -248,7 +248,7 @@ func (o unpackOptions) rootOwner() (idtools.IDPair, error) {
 // applyLayer streams one layer into dest in a single pass: the blob is
 // hashed as it is read, decompressed, the tar hashed again as it comes out
 // of the decompressor, and fed to the extracting child.
-func applyLayer(ctx context.Context, l v1.Layer, digest, diffID v1.Hash, dest string, opts *archive.TarOptions, budget *byteBudget, seen map[string]struct{}, o unpackOptions) error {
+func applyLayer(ctx context.Context, l v1.Layer, digest, diffID v1.Hash, dest string, opts *archive.TarOptions, budget *byteBudget, seen names, o unpackOptions) error {
 	rc, err := l.Compressed()
 	if err != nil {
 		return fmt.Errorf("cannot open blob: %w", err)
