@@ -47,6 +47,9 @@ func detectCompression(head []byte) compression {
 	return uncompressed
 }
 
+// maxZstdWindow is the largest window a zstd layer may ask for.
+const maxZstdWindow = 128 << 20
+
 // decompress returns the decompressed content of r (gzip, zstd or none).
 // It decompresses in the calling goroutine, so when it returns io.EOF all
 // of r has been consumed by it, and nothing reads r after Close. An
@@ -58,7 +61,11 @@ func decompress(r io.Reader) (io.ReadCloser, error) {
 	case gzipped:
 		return gzip.NewReader(br)
 	case zstded:
-		d, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		// A frame may ask for a window of up to 512 MiB by default, which
+		// the decoder allocates whatever the layer's size: a 7 KB layer
+		// could take 512 MiB. 128 MiB is what `zstd --long` writes; the
+		// format's recommendation for decoders is 8 MiB.
+		d, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
 		if err != nil {
 			return nil, err
 		}
