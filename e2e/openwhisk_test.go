@@ -465,7 +465,10 @@ echo "{\"seen\": \"$seen\"}"`, "main"))
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d", code)
 	}
-	mustContain(t, "/metrics", metrics, `function_calls_total{method="POST"}`, `function_failures_total{method="POST"} 2`, `function_duration_seconds_bucket{method="POST"`, `ocifn_calls_total{outcome="timeout"} 2`)
+	// The two timeouts, and the two bodies refused (too large, not JSON):
+	// activations that did not run are counted too.
+	mustContain(t, "/metrics", metrics, `function_calls_total{method="POST"}`, `function_failures_total{method="POST"} 4`, `function_duration_seconds_bucket{method="POST"`,
+		`ocifn_calls_total{outcome="timeout"} 2`, `ocifn_calls_total{outcome="error"} 2`)
 }
 
 // TestOpenWhiskPackage: an image built with ocifn build --api openwhisk
