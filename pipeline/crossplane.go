@@ -3,6 +3,7 @@ package pipeline
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -174,17 +175,21 @@ func sameCondition(a, b Object) bool {
 
 // fixConditionTimes gives every condition the fixed time render prints
 // (as the crossplane CLI does); objects without a status, or with one that
-// is not a condition list, are left alone.
-func fixConditionTimes(o Object) {
+// is not a condition list, are left alone. A status that is null fails, as
+// it fails the CLI (which would set status.conditions in it).
+func fixConditionTimes(o Object) error {
 	conds, ok := conditions(o)
 	if !ok {
-		return
+		return nil
 	}
-	st := o["status"].(map[string]any)
+	st, _ := o["status"].(map[string]any)
+	if st == nil {
+		return errStatusNull
+	}
 	if conds == nil {
 		// The CLI writes the empty list it read back as null.
 		st["conditions"] = nil
-		return
+		return nil
 	}
 	list := make([]any, len(conds))
 	for i, c := range conds {
@@ -192,7 +197,11 @@ func fixConditionTimes(o Object) {
 		list[i] = map[string]any(c)
 	}
 	st["conditions"] = list
+	return nil
 }
+
+// errStatusNull is why render cannot print a resource whose status is null.
+var errStatusNull = errors.New("cannot set condition timestamps: status is null, not an object")
 
 // newCondition makes a condition with the current time, as the reconciler
 // does (render replaces the time when it prints).
@@ -250,6 +259,7 @@ func (e event) object() Object {
 func MergeXR(given, rendered Object) Object {
 	xr := given.deepCopy()
 	mergeInto(xr, rendered.deepCopy())
-	fixConditionTimes(xr)
+	// rendered's status, always an object, replaces a null one.
+	_ = fixConditionTimes(xr)
 	return xr
 }

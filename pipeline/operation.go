@@ -156,7 +156,9 @@ func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs,
 	var refs []any
 	for _, name := range sortedKeys(desired.GetResources()) {
 		r := Object(desired.GetResources()[name].GetResource().AsMap())
-		fixConditionTimes(r)
+		if err := fixConditionTimes(r); err != nil {
+			return OperationOutputs{}, fmt.Errorf("applied resource %q: %w", name, err)
+		}
 		out.Applied = append(out.Applied, r)
 		ref := map[string]any{"apiVersion": r.APIVersion(), "kind": r.Kind(), "name": r.Name()}
 		if r.Namespace() != "" {
@@ -224,6 +226,6 @@ func typedOperation(op Object) Object {
 	if _, ok := spec["pipeline"]; !ok {
 		spec["pipeline"] = nil
 	}
-	fixConditionTimes(op)
+	_ = fixConditionTimes(op) // a status of null is printed as given
 	return op
 }

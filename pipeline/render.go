@@ -229,7 +229,9 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		if cd.Name() == "" && cd.metaString("generateName") != "" {
 			cd.setMeta("name", ChildName(cd.metaString("generateName"), uid, name))
 		}
-		fixConditionTimes(cd)
+		if err := fixConditionTimes(cd); err != nil {
+			return Outputs{}, fmt.Errorf("composed resource %q: %w", name, err)
+		}
 		out.Composed = append(out.Composed, cd)
 	}
 
@@ -328,7 +330,7 @@ func renderedXR(in Inputs, observed Object, desired *fnv1.State, composed []Obje
 	if c, ok := d["conditions"]; ok {
 		xr["conditions"] = c
 	}
-	fixConditionTimes(xr)
+	_ = fixConditionTimes(xr) // its status is the object made above
 	return xr
 }
 
