@@ -91,7 +91,12 @@ func (x *XRD) ApplyDefaults(xr Object) error {
 	}
 	// The CRD Crossplane derives from the XRD adds its own spec fields;
 	// only compositionUpdatePolicy has a default.
-	s = deepCopyJSON(s).(map[string]any)
+	// The XRD API lets a version leave its schema out, but Crossplane
+	// cannot derive a CRD from it, and crossplane render refuses it too.
+	s, _ = deepCopyJSON(s).(map[string]any)
+	if s == nil {
+		return fmt.Errorf("CompositeResourceDefinition %q: version %s has no schema (spec.versions[].schema.openAPIV3Schema): Crossplane cannot derive its CRD", x.Name, version)
+	}
 	if x.updatePolicy != "" {
 		path := x.Schema.path("compositionUpdatePolicy")
 		cur := s
