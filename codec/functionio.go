@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
+	"unicode/utf8"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/yaml"
@@ -119,6 +122,9 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 	if err := checkText(stdout, "in the functionio I/O mode it must print a FunctionIO YAML document"); err != nil {
 		return nil, err
 	}
+	if err := oneDocument(stdout); err != nil {
+		return nil, fmt.Errorf("the function's output is not one FunctionIO document: %w%s", err, hint("functionio", stdout))
+	}
 	var fio functionIO
 	if err := yaml.UnmarshalStrict(stdout, &fio); err != nil {
 		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), hint("functionio", stdout))
@@ -135,14 +141,19 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		Desired: &fnv1.State{Resources: map[string]*fnv1.Resource{}},
 		Context: req.GetContext(),
 	}
-	// The XR: a function that leaves it out keeps the request's.
-	rsp.Desired.Composite = req.GetDesired().GetComposite()
+	// The XR: a function that leaves it out keeps the request's, a copy,
+	// for the connection details below may change it. Its readiness, which
+	// FunctionIO does not carry, is what an earlier step decided.
+	before := req.GetDesired().GetComposite()
+	if before != nil {
+		rsp.Desired.Composite = proto.Clone(before).(*fnv1.Resource)
+	}
 	if r := fio.Desired.Composite.Resource; r != nil {
 		s, err := structpb.NewStruct(r)
 		if err != nil {
 			return nil, fmt.Errorf("desired.composite.resource: %w", err)
 		}
-		rsp.Desired.Composite = &fnv1.Resource{Resource: s}
+		rsp.Desired.Composite = &fnv1.Resource{Resource: s, Ready: before.GetReady()}
 	}
 
 	conn := map[string][]byte{}
@@ -155,12 +166,16 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		if _, dup := rsp.Desired.Resources[d.Name]; dup {
 			return nil, fmt.Errorf("%s: the name is used twice; names must be unique", at)
 		}
-		if d.Resource == nil {
+		var s *structpb.Struct
+		var err error
+		if d.Resource != nil {
+			if s, err = structpb.NewStruct(d.Resource); err != nil {
+				return nil, fmt.Errorf("%s.resource: %w", at, err)
+			}
+		} else if b, ok := req.GetDesired().GetResources()[d.Name]; !ok || b.GetResource() != nil {
+			// Only one an earlier step desired without a body, and the
+			// document carried as resource: null, is passed on so.
 			return nil, fmt.Errorf("%s has no resource", at)
-		}
-		s, err := structpb.NewStruct(d.Resource)
-		if err != nil {
-			return nil, fmt.Errorf("%s.resource: %w", at, err)
 		}
 		var body map[string]any
 		var details map[string][]byte
@@ -184,12 +199,19 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		rsp.Desired.Resources[d.Name] = &fnv1.Resource{Resource: s, Ready: ready}
 	}
 	// The XR's own connection details, as the function passed them on or
-	// set them, win over derived ones of the same name.
+	// set them (or the request's, when it left the XR out), win over
+	// derived ones of the same name.
+	if fio.Desired.Composite.Resource == nil && fio.Desired.Composite.ConnectionDetails == nil {
+		for k, v := range before.GetConnectionDetails() {
+			conn[k] = v
+		}
+	}
+	sent := before.GetConnectionDetails()
 	for i, cd := range fio.Desired.Composite.ConnectionDetails {
 		if cd.Name == "" {
 			return nil, fmt.Errorf("desired.composite.connectionDetails[%d] has no name", i)
 		}
-		conn[cd.Name] = []byte(cd.Value)
+		conn[cd.Name] = detailValue(cd.Value, sent[cd.Name])
 	}
 	if len(conn) > 0 {
 		if rsp.Desired.Composite == nil {
@@ -206,6 +228,34 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		rsp.Results = append(rsp.Results, &fnv1.Result{Severity: sev, Message: r.Message})
 	}
 	return rsp, nil
+}
+
+// detailValue is the bytes of a connection detail the function printed.
+// A YAML string cannot hold bytes that are not UTF-8, so the request's
+// document carried each of them as U+FFFD: a value printed back as it was
+// sent gets its bytes back, rather than the replacement characters.
+func detailValue(printed string, sent []byte) []byte {
+	if len(sent) > 0 && !utf8.Valid(sent) && printed == asYAMLString(sent) {
+		return sent
+	}
+	return []byte(printed)
+}
+
+// asYAMLString is b as the request's document carries it: every byte that
+// is not part of valid UTF-8 replaced by U+FFFD, as encoding/json does
+// (sigs.k8s.io/yaml encodes through it).
+func asYAMLString(b []byte) string {
+	var sb strings.Builder
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			sb.WriteRune(utf8.RuneError)
+		} else {
+			sb.Write(b[:n])
+		}
+		b = b[n:]
+	}
+	return sb.String()
 }
 
 // fioReady is the readiness of a desired composed resource. With checks, or

@@ -204,6 +204,9 @@ func parseResourceList(stdout []byte) (*resourceList, error) {
 	if err := checkText(stdout, "in the krm I/O mode it must print a ResourceList"); err != nil {
 		return nil, err
 	}
+	if err := oneDocument(stdout); err != nil {
+		return nil, fmt.Errorf("the function's output is not one ResourceList: %w%s", err, hint("krm", stdout))
+	}
 	var rl resourceList
 	if err := yaml.UnmarshalStrict(stdout, &rl); err != nil {
 		return nil, fmt.Errorf("the function's output is not a valid ResourceList: %v; output began with %s%s", err, QuoteHead(stdout), hint("krm", stdout))
@@ -223,6 +226,18 @@ func (KRM) response(req *fnv1.RunFunctionRequest, rl *resourceList) (*fnv1.RunFu
 		Context: req.GetContext(),
 	}
 	before := req.GetDesired().GetResources()
+	if rl.Items == nil {
+		// No items at all (a validator that prints its results alone),
+		// unlike items: [], which deletes them: the desired state is kept
+		// rather than every composed resource deleted without a word.
+		rsp.Desired.Resources = before
+		if len(before) > 0 {
+			rsp.Results = append(rsp.Results, &fnv1.Result{
+				Severity: fnv1.Severity_SEVERITY_WARNING,
+				Message:  "the function's ResourceList has no items; the request's desired resources were kept unchanged (print items: [] to delete them all)",
+			})
+		}
+	}
 
 	// Named items first, so that a derived name never takes the name of a
 	// resource the function returned.
