@@ -124,8 +124,15 @@ func conditions(o Object) (conds []Object, ok bool) {
 		if s, _ := m["message"].(string); s != "" {
 			c["message"] = s
 		}
-		if g, _ := m["observedGeneration"].(float64); g != 0 {
-			c["observedGeneration"] = g
+		switch g := m["observedGeneration"].(type) {
+		case int64: // from a file (ParseObject)
+			if g != 0 {
+				c["observedGeneration"] = g
+			}
+		case float64: // from a function's answer (a protobuf Struct)
+			if g != 0 {
+				c["observedGeneration"] = g
+			}
 		}
 		conds = append(conds, c)
 	}

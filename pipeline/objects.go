@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"os"
 	"path/filepath"
 	"sort"
@@ -140,11 +141,12 @@ func (o Object) Struct() (*structpb.Struct, error) {
 func (o Object) deepCopy() Object {
 	b, err := json.Marshal(o)
 	if err != nil {
-		// Objects hold only what JSON decoding gives.
+		// Objects hold only what JSON decoding gives. Whole numbers stay
+		// int64 (see ParseObject).
 		panic(fmt.Sprintf("cannot copy an object: %v", err))
 	}
 	var c Object
-	if err := json.Unmarshal(b, &c); err != nil {
+	if err := utiljson.Unmarshal(b, &c); err != nil {
 		panic(fmt.Sprintf("cannot copy an object: %v", err))
 	}
 	return c
@@ -220,7 +222,8 @@ func ParseDocuments(data []byte, source string) ([]Document, error) {
 }
 
 // ParseObject parses one YAML or JSON document; it returns nil for an empty
-// one.
+// one. Whole numbers are int64, as Kubernetes' unstructured objects keep
+// them, so that a large one prints as it was given.
 func ParseObject(doc []byte) (Object, error) {
 	j, err := yaml.YAMLToJSON(doc)
 	if err != nil {
@@ -230,7 +233,7 @@ func ParseObject(doc []byte) (Object, error) {
 		return nil, nil
 	}
 	var obj Object
-	if err := json.Unmarshal(j, &obj); err != nil {
+	if err := utiljson.Unmarshal(j, &obj); err != nil {
 		return nil, fmt.Errorf("not an object: want a mapping such as \"apiVersion: ...\", got %s", bytes.TrimSpace(firstBytes(j, 60)))
 	}
 	return obj, nil

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"encoding/json"
 	"fmt"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"strings"
 )
 
@@ -162,7 +163,7 @@ func deepCopyJSON(v any) any {
 		panic(fmt.Sprintf("cannot copy a JSON value: %v", err))
 	}
 	var c any
-	if err := json.Unmarshal(b, &c); err != nil {
+	if err := utiljson.Unmarshal(b, &c); err != nil {
 		panic(fmt.Sprintf("cannot copy a JSON value: %v", err))
 	}
 	return c
