@@ -154,6 +154,9 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	var (
 		events       []event
 		fnConditions []Object
+		// claimTypes are the types of the conditions a function set for
+		// the claim too (TARGET_COMPOSITE_AND_CLAIM), in order.
+		claimTypes []string
 		results      []Object
 	)
 	// The reconciler records that it selected the Composition, unless the
@@ -183,6 +186,9 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		fctx = rsp.GetContext()
 		for _, c := range rsp.GetConditions() {
 			fnConditions = append(fnConditions, condition(c))
+			if c.GetTarget() == fnv1.Target_TARGET_COMPOSITE_AND_CLAIM && !isSystemCondition(c.GetType()) {
+				claimTypes = append(claimTypes, c.GetType())
+			}
 		}
 		for _, r := range rsp.GetResults() {
 			reason := r.GetReason()
@@ -236,6 +242,9 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	}
 
 	out.XR = renderedXR(in, xr, desired, out.Composed, fnConditions, unready)
+	if in.Schema == SchemaLegacy && len(claimTypes) > 0 {
+		setClaimConditionTypes(out.XR, claimTypes)
+	}
 	for _, name := range unready {
 		events = append(events, event{reason: reasonComposeResources, message: fmt.Sprintf("Composed resource %q is not yet ready", name)})
 	}
@@ -332,6 +341,23 @@ func renderedXR(in Inputs, observed Object, desired *fnv1.State, composed []Obje
 	}
 	_ = fixConditionTimes(xr) // its status is the object made above
 	return xr
+}
+
+// setClaimConditionTypes records, on a legacy XR, which of its conditions
+// its claim shows too (status.claimConditionTypes), as Crossplane's
+// reconciler does for the conditions a function targets at the claim:
+// each type once, in the order set. The XR's earlier list is not carried
+// over; crossplane render does not carry it either.
+func setClaimConditionTypes(xr Object, types []string) {
+	var list []any
+	seen := map[string]bool{}
+	for _, t := range types {
+		if !seen[t] {
+			seen[t] = true
+			list = append(list, t)
+		}
+	}
+	setPath(xr, list, "status", "claimConditionTypes")
 }
 
 // objectRef is a corev1.ObjectReference to o; the namespace only when
