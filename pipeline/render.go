@@ -96,7 +96,10 @@ func Check(xr Object, comp *Composition, functions []string) error {
 	if ref.APIVersion != xr.APIVersion() {
 		return fmt.Errorf("Composition %q is for apiVersion %s (compositeTypeRef.apiVersion), the XR is %s", comp.Name, ref.APIVersion, xr.APIVersion())
 	}
-	for _, sel := range [][]string{{"spec", "compositionSelector", "matchLabels"}, {"spec", "crossplane", "compositionSelector", "matchLabels"}} {
+	// Only spec.crossplane's selector is checked, a legacy XR's
+	// spec.compositionSelector is not: crossplane render reads the XR with
+	// the modern schema, whatever its XRD.
+	for _, sel := range [][]string{{"spec", "crossplane", "compositionSelector", "matchLabels"}} {
 		labels, _ := lookup(xr, sel...).(map[string]any)
 		for _, k := range sortedKeys(labels) {
 			want, _ := labels[k].(string)

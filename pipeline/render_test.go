@@ -322,7 +322,10 @@ func TestCheck(t *testing.T) {
 		{"wrong_kind", "apiVersion: example.org/v1\nkind: XDB\nmetadata: {name: x}\n", []string{"fn-s"}, "is for kind XApp"},
 		{"wrong_version", "apiVersion: example.org/v2\nkind: XApp\nmetadata: {name: x}\n", []string{"fn-s"}, "is for apiVersion example.org/v1"},
 		{"no_name", "apiVersion: example.org/v1\nkind: XApp\n", []string{"fn-s"}, "needs apiVersion, kind and metadata.name"},
-		{"selector_label_missing", "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: x}\nspec:\n  compositionSelector:\n    matchLabels: {region: eu}\n", []string{"fn-s"}, "lacks the label region"},
+		{"selector_label_missing", "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: x}\nspec:\n  crossplane:\n    compositionSelector:\n      matchLabels: {region: eu}\n", []string{"fn-s"}, "lacks the label region"},
+		// As crossplane render: a legacy XR's spec.compositionSelector
+		// is not checked.
+		{"legacy_selector_not_checked", "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: x}\nspec:\n  compositionSelector:\n    matchLabels: {region: eu}\n", []string{"fn-s"}, ""},
 		{"selector_label_differs", "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: x}\nspec:\n  crossplane:\n    compositionSelector:\n      matchLabels: {provider: gcp}\n", []string{"fn-s"}, `has the label provider="aws"`},
 		{"undeclared_function", xrYAML, []string{"other"}, `uses the Function "fn-s", which the functions file does not declare`},
 	}
