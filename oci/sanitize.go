@@ -8,6 +8,7 @@ import (
 	"io"
 	"path"
 	"strings"
+	"time"
 )
 
 // What sanitize changes or refuses in a layer before the extractor sees it.
@@ -134,6 +135,9 @@ func copySanitized(r io.Reader, w io.Writer, seen names, warn func(entry, reason
 		if why := neutralised(hdr); why != "" {
 			warn(hdr.Name, why)
 		}
+		if err := writeParents(tw, seen, rootedName(hdr.Name), hdr.ModTime); err != nil {
+			return fmt.Errorf(errFmtEntry, hdr.Name, fmt.Errorf(errTarHeader, err))
+		}
 		seen.add(rootedName(hdr.Name))
 		if err := tw.WriteHeader(hdr); err != nil {
 			return fmt.Errorf(errFmtEntry, hdr.Name, fmt.Errorf(errTarHeader, err))
@@ -142,6 +146,23 @@ func copySanitized(r io.Reader, w io.Writer, seen names, warn func(entry, reason
 			return fmt.Errorf(errFmtEntry, hdr.Name, err)
 		}
 	}
+}
+
+// writeParents writes an entry for each directory above name that no entry
+// of this or an earlier layer made, outermost first. The extractor would
+// make them itself, owned by root on the host, which a container whose IDs
+// are mapped sees as nobody; they get what Docker gives the parents it
+// makes: the container's root, mode 0755.
+func writeParents(tw *tar.Writer, seen names, name string, mtime time.Time) error {
+	parent := path.Dir(name)
+	if parent == "/" || seen.has(parent) {
+		return nil
+	}
+	if err := writeParents(tw, seen, parent, mtime); err != nil {
+		return err
+	}
+	seen.add(parent)
+	return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: parent[1:] + "/", Mode: 0o755, ModTime: mtime})
 }
 
 // isSparse reports whether the reader expands hdr's entry from a sparse
@@ -193,8 +214,13 @@ func sanitizeHeader(hdr *tar.Header) (bool, error) {
 			delete(hdr.Xattrs, k)
 		}
 	}
-	// Let the writer choose a format that can hold what is left.
+	// Let the writer choose a format that can hold what is left; but the
+	// one it would choose first, USTAR, rounds the modification time to
+	// the second and drops the access and change times, which PAX keeps.
 	hdr.Format = tar.FormatUnknown
+	if hdr.ModTime.Nanosecond() != 0 || !hdr.AccessTime.IsZero() || !hdr.ChangeTime.IsZero() {
+		hdr.Format = tar.FormatPAX
+	}
 	return true, nil
 }
 

@@ -292,3 +292,41 @@ func sparseTar(t testing.TB, name string, size int64) []byte {
 	copy(h[148:156], fmt.Sprintf("%06o\x00 ", sum))
 	return append(h[:], make([]byte, 1024)...)
 }
+
+// TestSanitizeKeepsTimes: the times of an entry pass the sanitizer whole:
+// a modification time's fraction of a second, and access and change
+// times, which a USTAR header cannot hold.
+func TestSanitizeKeepsTimes(t *testing.T) {
+	mtime, atime := time.Unix(1700000000, 123456789), time.Unix(1700000100, 5)
+	var in bytes.Buffer
+	tw := tar.NewWriter(&in)
+	for _, h := range []*tar.Header{
+		{Typeflag: tar.TypeReg, Name: "fine", Mode: 0o644, ModTime: mtime, AccessTime: atime, ChangeTime: atime, Format: tar.FormatPAX},
+		{Typeflag: tar.TypeReg, Name: "whole", Mode: 0o644, ModTime: time.Unix(1700000000, 0)},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := copySanitized(&in, &out, names{}, func(string, string) {}); err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(&out)
+	h, err := tr.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.ModTime.Equal(mtime) || !h.AccessTime.Equal(atime) || !h.ChangeTime.Equal(atime) {
+		t.Errorf("times %v, %v, %v became %v, %v, %v", mtime, atime, atime, h.ModTime, h.AccessTime, h.ChangeTime)
+	}
+	if h, err = tr.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if h.Format != tar.FormatUSTAR || !h.ModTime.Equal(time.Unix(1700000000, 0)) {
+		t.Errorf("a whole second: format %v, time %v; want USTAR, as before", h.Format, h.ModTime)
+	}
+}

@@ -229,7 +229,9 @@ func TestUnpackOwnership(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to chown")
 	}
-	layer := makeTar(t, entDir("home/"), entFileOwned("home/root-file", 0, 0), entFileOwned("home/user-file", 1000, 1001))
+	// opt/implied/ has no entry of its own: the directories a layer implies
+	// belong to the container's root, as the rootfs does.
+	layer := makeTar(t, entDir("home/"), entFileOwned("home/root-file", 0, 0), entFileOwned("home/user-file", 1000, 1001), entFileOwned("opt/implied/file", 0, 0))
 	shift := []idtools.IDMap{{ContainerID: 0, HostID: 100000, Size: 65536}}
 	cases := []struct {
 		name          string
@@ -274,7 +276,7 @@ func TestUnpackOwnership(t *testing.T) {
 			if got := owner("home/user-file"); got != tc.wantUser {
 				t.Errorf("user-file owned by %v, want %v", got, tc.wantUser)
 			}
-			for _, mp := range append([]string{"."}, MountPoints()...) {
+			for _, mp := range append([]string{".", "opt", "opt/implied"}, MountPoints()...) {
 				if got := owner(mp); got != tc.wantMountRoot {
 					t.Errorf("%s owned by %v, want %v", mp, got, tc.wantMountRoot)
 				}
