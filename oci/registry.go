@@ -21,6 +21,15 @@ type registryOptions struct {
 	insecure bool
 	progress func(done, total int64)
 	platform v1.Platform
+	maxPull  int64
+}
+
+// WithMaxPullBytes caps what Pull may write: the image's config and layers
+// as its manifest declares them (default DefaultMaxScratchBytes). The
+// registry client checks each blob against its declared size and digest,
+// so a hostile image cannot send more than its manifest says.
+func WithMaxPullBytes(n int64) RegistryOption {
+	return func(o *registryOptions) { o.maxPull = n }
 }
 
 // WithInsecureRegistry allows plain HTTP (and unverified TLS) to the
@@ -131,6 +140,24 @@ func Pull(ctx context.Context, ref, dest string, opts ...RegistryOption) (v1.Has
 	digest, err := img.Digest()
 	if err != nil {
 		return v1.Hash{}, err
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return v1.Hash{}, fmt.Errorf("cannot read the manifest of %s: %w", r, err)
+	}
+	limit := o.maxPull
+	if limit <= 0 {
+		limit = DefaultMaxScratchBytes
+	}
+	size := m.Config.Size
+	if size < 0 || size > limit {
+		return v1.Hash{}, fmt.Errorf("%s is larger than the limit of %d bytes of a pulled image: its manifest declares more", r, limit)
+	}
+	for _, l := range m.Layers {
+		if l.Size < 0 || size > limit-l.Size {
+			return v1.Hash{}, fmt.Errorf("%s is larger than the limit of %d bytes of a pulled image: its manifest declares more", r, limit)
+		}
+		size += l.Size
 	}
 	var tag name.Reference
 	if t, ok := r.(name.Tag); ok {

@@ -253,14 +253,17 @@ func (o *buildOptions) runtime(ctx context.Context) (v1.Image, func(), error) {
 }
 
 // checkUnpacks applies every layer of img to a scratch directory, which
-// verifies each layer against its digests on the way, and removes it.
+// verifies each layer against its digests on the way, and removes it. It
+// stops past what ocifn serve unpacks by default (--max-rootfs-bytes), so
+// that a layer that decompresses without end cannot fill the disk, and an
+// image serve would refuse is refused now.
 func checkUnpacks(ctx context.Context, img v1.Image) error {
 	dir, err := os.MkdirTemp("", "ocifn-build-check-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	var opts []oci.UnpackOption
+	opts := []oci.UnpackOption{oci.WithMaxBytes(DefaultMaxRootfsBytes)}
 	if unshare.IsRootless() {
 		opts = append(opts, oci.WithoutChown())
 	}

@@ -1,0 +1,44 @@
+package oci
+
+import (
+	"context"
+	"io"
+	"log"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// TestPullIsBounded: an image whose manifest declares more than the limit
+// is refused before any layer is fetched; one within it is pulled.
+func TestPullIsBounded(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/fn:v1"
+	img, err := random.Image(4096, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, img); err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(t.TempDir(), "pulled.tar")
+	_, err = Pull(context.Background(), ref, dest, WithInsecureRegistry(), WithMaxPullBytes(8000))
+	if err == nil || !strings.Contains(err.Error(), "larger than the limit of 8000 bytes") {
+		t.Errorf("three layers of 4 KiB with a limit of 8000 bytes: %v, want refused", err)
+	}
+	want, _ := img.Digest()
+	if got, err := Pull(context.Background(), ref, dest, WithInsecureRegistry(), WithMaxPullBytes(1<<20)); err != nil || got != want {
+		t.Errorf("within the limit: %v %v, want %v", got, err, want)
+	}
+}
