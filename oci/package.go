@@ -3,6 +3,7 @@ package oci
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -289,7 +290,7 @@ func functionLayer(src string) (v1.Layer, error) {
 // layers as they are stored) at dest: the form in which a package embeds
 // the function image, whatever the user's tarball was (gzipped, an OCI
 // archive, several images). Reading it needs no decompression to scratch.
-func WriteFunctionTarball(img *Image, dest string) error {
+func WriteFunctionTarball(ctx context.Context, img *Image, dest string) error {
 	var ref name.Reference
 	if img.Name() != "" {
 		if t, err := name.NewTag(img.Name()); err == nil {
@@ -300,7 +301,7 @@ func WriteFunctionTarball(img *Image, dest string) error {
 	if err != nil {
 		return err
 	}
-	if err := tarball.Write(ref, img.Image(), f); err != nil {
+	if err := tarball.Write(ref, img.Image(), ctxWriter{ctx, f}); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("cannot write the function image tarball: %w", err)
 	}
@@ -310,8 +311,9 @@ func WriteFunctionTarball(img *Image, dest string) error {
 // WritePackage writes a package image as a docker-save tarball at dest
 // (what `crossplane xpkg build` writes), atomically: a temporary file in
 // the same directory is renamed over dest once complete. progress, if not
-// nil, receives the bytes written so far and the total.
-func WritePackage(img v1.Image, dest string, tag name.Reference, progress func(done, total int64)) error {
+// nil, receives the bytes written so far and the total. When ctx ends
+// first, dest is left as it was.
+func WritePackage(ctx context.Context, img v1.Image, dest string, tag name.Reference, progress func(done, total int64)) error {
 	tmp, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("cannot create the package file next to %s: %w", dest, err)
@@ -339,7 +341,7 @@ func WritePackage(img v1.Image, dest string, tag name.Reference, progress func(d
 			}
 		}()
 	}
-	err = tarball.Write(tag, img, tmp, opts...)
+	err = tarball.Write(tag, img, ctxWriter{ctx, tmp}, opts...)
 	if updates != nil {
 		// tarball.Write sends on the channel but leaves closing it to us.
 		close(updates)
@@ -362,4 +364,18 @@ func WritePackage(img v1.Image, dest string, tag name.Reference, progress func(d
 	}
 	done = true
 	return nil
+}
+
+// ctxWriter fails its writes once ctx has ended, so that a long write of a
+// tarball stops when it is interrupted.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
 }

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -143,7 +144,7 @@ func TestPackageLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	normalized := filepath.Join(work, "function.tar")
-	if err := WriteFunctionTarball(fn, normalized); err != nil {
+	if err := WriteFunctionTarball(context.Background(), fn, normalized); err != nil {
 		t.Fatal(err)
 	}
 	pkg, err := BuildPackage(PackageInput{
@@ -167,7 +168,7 @@ func TestPackageLayout(t *testing.T) {
 	}
 	xpkg := filepath.Join(out, "function.xpkg")
 	var calls int
-	if err := WritePackage(pkg, xpkg, nil, func(done, total int64) { calls++ }); err != nil {
+	if err := WritePackage(context.Background(), pkg, xpkg, nil, func(done, total int64) { calls++ }); err != nil {
 		t.Fatal(err)
 	}
 	if calls == 0 {
@@ -175,6 +176,20 @@ func TestPackageLayout(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(out); len(ents) != 1 {
 		t.Errorf("the output directory holds %d entries, want only the package (no temporary files left)", len(ents))
+	}
+	// Interrupted: the package already there is left as it was, and no
+	// temporary file either.
+	before, _ := os.ReadFile(xpkg)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := WritePackage(cancelled, plainPkg, xpkg, nil, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("WritePackage with its context cancelled: %v, want %v", err, context.Canceled)
+	}
+	if after, _ := os.ReadFile(xpkg); !bytes.Equal(before, after) {
+		t.Error("an interrupted WritePackage changed the package already there")
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 1 {
+		t.Errorf("after an interrupted write the output directory holds %d entries, want only the package", len(ents))
 	}
 
 	// Read back the way `ocifn push` and Crossplane would.

@@ -163,7 +163,7 @@ func Pull(ctx context.Context, ref, dest string, opts ...RegistryOption) (v1.Has
 	if t, ok := r.(name.Tag); ok {
 		tag = t
 	}
-	if err := WritePackage(img, dest, tag, o.progress); err != nil {
+	if err := WritePackage(ctx, img, dest, tag, o.progress); err != nil {
 		return v1.Hash{}, fmt.Errorf("cannot write %s to %s: %w", r, dest, err)
 	}
 	return digest, nil

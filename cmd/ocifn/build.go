@@ -191,7 +191,7 @@ func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
 	defer os.RemoveAll(scratch)
 	fnTar := filepath.Join(scratch, "function.tar")
 	status.step("writing the function image")
-	if err := oci.WriteFunctionTarball(fn, fnTar); err != nil {
+	if err := oci.WriteFunctionTarball(ctx, fn, fnTar); err != nil {
 		return err
 	}
 
@@ -211,7 +211,7 @@ func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
 	if t, err := name.NewTag(meta.Function.Name + ":latest"); err == nil {
 		tag = t
 	}
-	if err := oci.WritePackage(pkg, output, tag, status.bytes("writing "+output)); err != nil {
+	if err := oci.WritePackage(ctx, pkg, output, tag, status.bytes("writing "+output)); err != nil {
 		return err
 	}
 	status.done()
