@@ -160,7 +160,7 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		// claimTypes are the types of the conditions a function set for
 		// the claim too (TARGET_COMPOSITE_AND_CLAIM), in order.
 		claimTypes []string
-		results      []Object
+		results    []Object
 	)
 	// The reconciler records that it selected the Composition, unless the
 	// XR already references it.
