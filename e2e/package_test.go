@@ -756,11 +756,19 @@ func TestBuildAsUnprivilegedUser(t *testing.T) {
 		t.Fatalf("ocifn inspect: %v\n%s", err, text)
 	}
 	mustContain(t, "inspect", text, "Function:     function-labelizer", `cmd         ["/fn/labelizer.sh"]`, "workdir     /fn")
+	// The digest build prints is the one inspect and serve report, the
+	// embedded tarball's; the OCI archive's own manifest is named beside it.
+	m := regexp.MustCompile(`function image \S+ \((sha256:[0-9a-f]{64}); the tarball given has manifest (sha256:[0-9a-f]{64})\)`).FindStringSubmatch(string(out))
+	if m == nil || m[1] == m[2] {
+		t.Fatalf("build does not print the served digest beside the OCI archive's:\n%s", out)
+	}
+	mustContain(t, "inspect", text, "digest      "+m[1])
 	s := startServer(t, []string{"--tarball", xpkg})
 	req := loadRequest(t, "labelizer", "request.json")
 	if d := diff(withTag(loadResponse(t, "labelizer", "expected.json"), req), s.call(t, req)); d != "" {
 		t.Errorf("serving the package file (-want +got):\n%s", d)
 	}
+	mustContain(t, "server log", s.stderr.String(), "digest="+m[1])
 }
 
 // TestBuildRefuses checks that bad metadata and bad images are refused with

@@ -112,6 +112,16 @@ func BuildPackage(in PackageInput) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The digest of the function image as the package embeds it, which
+	// ocifn serve and inspect report: rewritten as docker save output, an
+	// OCI archive's image has another manifest, and so another digest,
+	// than the one given (its config and layers are the same).
+	embedded, err := Open(in.FunctionTarball)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the function tarball back: %w", err)
+	}
+	fnDigest := embedded.Digest()
+	_ = embedded.Close()
 	metaLayer, err := metadataLayer(in.Meta.Raw)
 	if err != nil {
 		return nil, err
@@ -155,7 +165,7 @@ func BuildPackage(in PackageInput) (v1.Image, error) {
 	maps.Copy(labels, base.Config.Labels)
 	maps.Copy(labels, in.Labels)
 	labels[LabelFunction] = FunctionTarball
-	labels[LabelFunctionDigest] = in.Function.Digest().String()
+	labels[LabelFunctionDigest] = fnDigest.String()
 	if n := in.Function.Name(); n != "" {
 		labels[LabelFunctionName] = n
 	}
@@ -175,7 +185,7 @@ func BuildPackage(in PackageInput) (v1.Image, error) {
 	}
 	if history != nil {
 		cf.History = append(history,
-			v1.History{Created: epoch, CreatedBy: "ocifn build: function image " + FunctionTarball, Comment: in.Function.Digest().String()},
+			v1.History{Created: epoch, CreatedBy: "ocifn build: function image " + FunctionTarball, Comment: fnDigest.String()},
 			v1.History{Created: epoch, CreatedBy: "ocifn build: " + PackageFile + " (" + in.Meta.Function.Name + ")"},
 		)
 	} else {

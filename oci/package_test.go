@@ -147,6 +147,14 @@ func TestPackageLayout(t *testing.T) {
 	if err := WriteFunctionTarball(context.Background(), fn, normalized); err != nil {
 		t.Fatal(err)
 	}
+	// The label is the digest ocifn serve and inspect will report: the
+	// embedded tarball's.
+	embedded, err := Open(normalized)
+	if err != nil {
+		t.Fatal(err)
+	}
+	embeddedDigest := embedded.Digest()
+	embedded.Close()
 	pkg, err := BuildPackage(PackageInput{
 		Runtime: rt.Image(), FunctionTarball: normalized, Function: fn, Meta: meta,
 		Labels: map[string]string{LabelBuildVersion: "v9"}, IO: "krm",
@@ -247,7 +255,7 @@ func TestPackageLayout(t *testing.T) {
 	metaDigest, _ := layers[2].Digest()
 	for k, v := range map[string]string{
 		LabelVersion: "v1.2.3", LabelCrunVersion: "1.8.1", LabelBuildVersion: "v9",
-		LabelFunction: FunctionTarball, LabelFunctionDigest: fn.Digest().String(),
+		LabelFunction: FunctionTarball, LabelFunctionDigest: embeddedDigest.String(),
 		LayerLabel(metaDigest.String()): PackageAnnotation, LabelIO: "krm",
 	} {
 		if cf.Config.Labels[k] != v {

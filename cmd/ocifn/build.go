@@ -219,8 +219,18 @@ func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
 	if err != nil {
 		return err
 	}
+	// The function image's digest as serve and inspect will report it;
+	// rewritten as docker save output, an OCI archive's differs.
+	cf, err := pkg.ConfigFile()
+	if err != nil {
+		return err
+	}
+	served := cf.Config.Labels[oci.LabelFunctionDigest]
+	if given := fn.Digest().String(); given != served {
+		served += "; the tarball given has manifest " + given
+	}
 	fmt.Fprintf(os.Stdout, "built %s: Function %s, function image %s (%s), package %s\n",
-		output, meta.Function.Name, displayName(fn.Name()), fn.Digest(), digest)
+		output, meta.Function.Name, displayName(fn.Name()), served, digest)
 	return nil
 }
 
