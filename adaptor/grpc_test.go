@@ -65,16 +65,7 @@ func TestRefusalsAreCounted(t *testing.T) {
 	srv := NewServer(nil, limit, WithMaxInflightBytes(requestMemoryFactor*limit))
 	srv.Ready(NewFunction(&scriptedRunner{stdout: `{}`}, WithLogger(log), WithMetrics(m),
 		WithHooks(hook.NewChain(log, m, hook.Log{Logger: log}), 0)))
-	lis := bufconn.Listen(1 << 20)
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	conn, err := grpc.NewClient("passthrough:///buf",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveInMemory(t, srv)
 	// Its handler reserves the whole budget and waits for the request.
 	holder, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -82,7 +73,7 @@ func TestRefusalsAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	_, err = fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(context.Background(), &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "t"}})
+	_, err := fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(context.Background(), &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "t"}})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("the call: %v, want RESOURCE_EXHAUSTED", err)
 	}
@@ -110,16 +101,7 @@ func TestStalledRequestLetsGoOfTheBudget(t *testing.T) {
 	const limit = 1 << 20
 	srv := NewServer(nil, limit, WithMaxInflightBytes(requestMemoryFactor*limit), WithRecvTimeout(300*time.Millisecond))
 	srv.Ready(NewFunction(&scriptedRunner{stdout: `{}`}, WithLogger(slog.New(slog.DiscardHandler))))
-	lis := bufconn.Listen(1 << 20)
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	conn, err := grpc.NewClient("passthrough:///buf",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveInMemory(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	stalled, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction")
@@ -134,4 +116,21 @@ func TestStalledRequestLetsGoOfTheBudget(t *testing.T) {
 	if _, err := fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(context.Background(), &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "t"}}); err != nil {
 		t.Errorf("the next call: %v, want it served", err)
 	}
+}
+
+// serveInMemory serves srv on an in-memory listener until the test ends,
+// and returns a client connected to it.
+func serveInMemory(t *testing.T, srv *Server) *grpc.ClientConn {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient("passthrough:///buf",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/bundle"
 	"github.com/ocifn/ocifn/front"
+	"github.com/ocifn/ocifn/front/fronttest"
 	"github.com/ocifn/ocifn/hook"
 )
 
@@ -26,18 +27,6 @@ func (echoRunner) Call(_ context.Context, c bundle.Call) (bundle.Exit, error) {
 }
 
 func (echoRunner) Args() []string { return []string{"/fn"} }
-
-// countingReader is a body of max zero bytes that counts what was read.
-type countingReader struct{ n, max int }
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	if c.n >= c.max {
-		return 0, io.EOF
-	}
-	k := min(len(p), c.max-c.n)
-	c.n += k
-	return k, nil
-}
 
 // TestAdmittedBeforeTheBodyIsRead: a request the gate refuses is answered
 // 503 without its body read into memory; an admitted one runs with its
@@ -52,15 +41,15 @@ func TestAdmittedBeforeTheBodyIsRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := &countingReader{max: 64 << 20}
+	body := &fronttest.CountingReader{Max: 64 << 20}
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", body))
-	if w.Code != http.StatusServiceUnavailable || body.n != 0 {
-		t.Errorf("with the gate full: status %d after reading %d bytes of the body, want 503 and none read", w.Code, body.n)
+	if w.Code != http.StatusServiceUnavailable || body.N != 0 {
+		t.Errorf("with the gate full: status %d after reading %d bytes of the body, want 503 and none read", w.Code, body.N)
 	}
 	leave()
 
-	body = &countingReader{max: 1000}
+	body = &fronttest.CountingReader{Max: 1000}
 	w = httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", body))
 	if w.Code != http.StatusOK || w.Body.Len() != 1000 {

@@ -16,6 +16,7 @@ import (
 	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/bundle"
 	"github.com/ocifn/ocifn/front"
+	"github.com/ocifn/ocifn/front/fronttest"
 	"github.com/ocifn/ocifn/hook"
 )
 
@@ -46,19 +47,6 @@ func (o *outcomes) After(_ context.Context, c *hook.Call) error {
 	return nil
 }
 
-// countingReader is a body of max bytes that counts what was read of it.
-type countingReader struct{ n, max int }
-
-func (r *countingReader) Read(p []byte) (int, error) {
-	if r.n >= r.max {
-		return 0, io.EOF
-	}
-	k := min(len(p), r.max-r.n)
-	copy(p, bytes.Repeat([]byte{' '}, k))
-	r.n += k
-	return k, nil
-}
-
 // TestActivationsNotRun: an activation refused by the gate is refused
 // before its body is read; that one, one too large and one that is not
 // JSON are each answered with the sentinels after them, as OpenWhisk's
@@ -84,17 +72,17 @@ func TestActivationsNotRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := &countingReader{max: 64 << 20}
+	body := &fronttest.CountingReader{Max: 64 << 20}
 	w := httptest.NewRecorder()
 	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", body))
-	if w.Code != http.StatusServiceUnavailable || body.n != 0 || w.Header().Get("Retry-After") == "" {
-		t.Errorf("with the gate full: status %d, Retry-After %q, after reading %d bytes of the body; want 503 with Retry-After and none read", w.Code, w.Header().Get("Retry-After"), body.n)
+	if w.Code != http.StatusServiceUnavailable || body.N != 0 || w.Header().Get("Retry-After") == "" {
+		t.Errorf("with the gate full: status %d, Retry-After %q, after reading %d bytes of the body; want 503 with Retry-After and none read", w.Code, w.Header().Get("Retry-After"), body.N)
 	}
 	framed("with the gate full", 1)
 	leave()
 
 	w = httptest.NewRecorder()
-	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", &countingReader{max: 2 << 10}))
+	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", &fronttest.CountingReader{Max: 2 << 10}))
 	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "--max-request-bytes") {
 		t.Errorf("too large: %d %s, want 413 naming --max-request-bytes", w.Code, w.Body.String())
 	}
