@@ -149,7 +149,7 @@ func TestIsolationFromInside(t *testing.T) {
 	// Seccomp: inside, the denied syscalls fail with the profile's errno;
 	// the same program on the host, outside any filter, gets something
 	// else for each, so the errno is the filter's doing.
-	want := map[string]string{"keyctl": "EPERM", "add_key": "EPERM", "unshare_user": "EPERM", "clone3": "ENOSYS", "io_uring_setup": "ENOSYS"}
+	want := map[string]string{"keyctl": "EPERM", "add_key": "EPERM", "unshare_user": "EPERM", "clone3": "ENOSYS", "io_uring_setup": "ENOSYS", "socket_vsock": "EPERM"}
 	inside := sub(got, "syscalls")
 	out, err := exec.Command(filepath.Join(images, "cache", "stage", "probe", "bin", "probe"), "syscalls").Output()
 	if err != nil {
@@ -190,6 +190,11 @@ func TestHostNetworkOnlyWhenAsked(t *testing.T) {
 	}
 	if st := sub(got, "status"); st["Seccomp"] != "2" || st["CapEff"] != "0000000000000000" {
 		t.Errorf("status with --network host: %v", st)
+	}
+	// The host's /sys is bound read-only with every mount below it (its
+	// cgroup trees), not its top alone.
+	if rw, _ := got["sys_rw"].(string); rw != "" {
+		t.Errorf("read-write under /sys with --network host: %q, want none", rw)
 	}
 }
 

@@ -65,6 +65,14 @@ var (
 	// newUserNSSyscalls are denied with EPERM only when their flags ask for
 	// a new user namespace (first argument on the architectures below).
 	newUserNSSyscalls = []string{"unshare", "clone"}
+	// deniedSocketFamilies are the address families socket refuses with
+	// EPERM: vsock, which network namespaces do not isolate (with the
+	// network off, a function could still bind a port of the machine's
+	// vsock and reach the hypervisor's side of a VM), and the kernel's
+	// crypto API (AF_ALG), a source of exploits that Docker's profile
+	// denies too. i386's socketcall passes the family in memory, where the
+	// filter cannot look.
+	deniedSocketFamilies = []uint64{unix.AF_VSOCK, unix.AF_ALG}
 )
 
 // SeccompErrno is the errno a denied syscall fails with, and SeccompENOSYS
@@ -105,6 +113,14 @@ func SeccompFor(goarch string) *rspec.LinuxSeccomp {
 		Names: names, Action: rspec.ActErrno, ErrnoRet: &eperm,
 		Args: []rspec.LinuxSeccompArg{{Index: 0, Value: unix.CLONE_NEWUSER, ValueTwo: unix.CLONE_NEWUSER, Op: rspec.OpMaskedEqual}},
 	})
+	// The family is an int: its 32 bits alone are compared, as the
+	// kernel reads them.
+	for _, family := range deniedSocketFamilies {
+		s.Syscalls = append(s.Syscalls, rspec.LinuxSyscall{
+			Names: []string{"socket"}, Action: rspec.ActErrno, ErrnoRet: &eperm,
+			Args: []rspec.LinuxSeccompArg{{Index: 0, Value: 0xffffffff, ValueTwo: family, Op: rspec.OpMaskedEqual}},
+		})
+	}
 	return s
 }
 

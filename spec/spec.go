@@ -254,7 +254,10 @@ func mounts(network, tmpSize, devDir string) []rspec.Mount {
 		// container owns.
 		m = append(m, rspec.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}})
 	} else {
-		m = append(m, rspec.Mount{Destination: "/sys", Type: "none", Source: "/sys", Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}})
+		// The host's: read-only all the way down (rro), for "ro" would
+		// leave its submounts (the cgroup trees, where an unprivileged
+		// ocifn's own cgroup is writable by its uid) as they are.
+		m = append(m, rspec.Mount{Destination: "/sys", Type: "none", Source: "/sys", Options: []string{"rbind", "nosuid", "noexec", "nodev", "rro"}})
 	}
 	return m
 }

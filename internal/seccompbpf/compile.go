@@ -100,10 +100,36 @@ func Compile(p *rspec.LinuxSeccomp, goarch string) ([]byte, error) {
 // outcome is what a syscall number leads to: a verdict, or a condition on
 // one argument that picks the rule's verdict or the default one.
 type outcome struct {
-	ret         uint32
-	cond        bool
-	arg         uint
-	mask, value uint32
+	ret  uint32
+	cond bool
+	arg  uint
+	mask uint32
+	// values are what the masked argument must equal, any of them (rules
+	// of one syscall that differ only in the value, merged); n of them.
+	values [maxValues]uint32
+	n      int
+}
+
+// maxValues is how many rules of one syscall, each on another value of
+// the same argument, the compiler merges.
+const maxValues = 4
+
+// merge returns o with the value of other added, when both test the same
+// argument, under the same mask, for the same verdict.
+func (o outcome) merge(other outcome) (outcome, bool) {
+	if !o.cond || !other.cond || o.ret != other.ret || o.arg != other.arg || o.mask != other.mask || other.n != 1 {
+		return o, false
+	}
+	v := other.values[0]
+	if slices.Contains(o.values[:o.n], v) {
+		return o, true
+	}
+	if o.n == maxValues {
+		return o, false
+	}
+	o.values[o.n] = v
+	o.n++
+	return o, true
 }
 
 // span is a range of syscall numbers with one outcome.
@@ -160,13 +186,23 @@ func compile(p *rspec.LinuxSeccomp, goarch string) ([]unix.SockFilter, error) {
 				if !ok {
 					return nil, unsupported("syscall %q is not in the generated table for %s (go generate ./internal/seccompbpf)", name, a)
 				}
+				if m, ok := multiplexed[a][name]; ok {
+					// Filtered twice, as libseccomp does: by its own
+					// number, and as socketcall's call number, whatever
+					// its arguments (socketcall passes them in memory).
+					nr = m.direct
+					call := outcome{ret: out.ret, cond: true, mask: math.MaxUint32, n: 1}
+					call.values[0] = m.call
+					if err := set(byNr[tok], uint32(m.socketcall), call, name, a); err != nil {
+						return nil, err
+					}
+				}
 				if nr < 0 {
 					continue // none on this architecture
 				}
-				if prev, dup := byNr[tok][uint32(nr)]; dup && prev != out {
-					return nil, unsupported("syscall %q (%d on %s) has two rules", name, nr, a)
+				if err := set(byNr[tok], uint32(nr), out, name, a); err != nil {
+					return nil, err
 				}
-				byNr[tok][uint32(nr)] = out
 			}
 		}
 	}
@@ -218,10 +254,38 @@ func compile(p *rspec.LinuxSeccomp, goarch string) ([]unix.SockFilter, error) {
 			if o.mask != math.MaxUint32 {
 				a.stmt(unix.BPF_ALU|unix.BPF_AND|unix.BPF_K, o.mask)
 			}
-			a.jump(unix.BPF_JEQ, o.value, leaves[outcome{ret: o.ret}], leaves[dflt])
+			for _, v := range o.values[:o.n-1] {
+				a.jump(unix.BPF_JEQ, v, leaves[outcome{ret: o.ret}], a.next())
+			}
+			a.jump(unix.BPF_JEQ, o.values[o.n-1], leaves[outcome{ret: o.ret}], leaves[dflt])
 		}
 	}
 	return a.assemble()
+}
+
+// set gives syscall number nr the outcome out, merged with the one an
+// earlier rule gave it, if any.
+func set(byNr map[uint32]outcome, nr uint32, out outcome, name string, a rspec.Arch) error {
+	o := out
+	if prev, dup := byNr[nr]; dup && prev != out {
+		var ok bool
+		if o, ok = prev.merge(out); !ok {
+			return unsupported("syscall %q (%d on %s) has two rules that are not the same test of one argument for other values", name, nr, a)
+		}
+	}
+	byNr[nr] = o
+	return nil
+}
+
+// multiplexed are the syscalls an architecture also reaches through a
+// multiplexer: i386's socket is socketcall(SYS_SOCKET, args) as well as,
+// since Linux 4.3, a syscall of its own, which libseccomp's table leaves
+// as a pseudo-number.
+var multiplexed = map[rspec.Arch]map[string]struct {
+	direct, socketcall int32
+	call               uint32
+}{
+	rspec.ArchX86: {"socket": {direct: 359, socketcall: 102, call: 1}},
 }
 
 // ruleOutcome returns what a rule's syscalls lead to.
@@ -253,7 +317,8 @@ func ruleOutcome(r rspec.LinuxSyscall) (outcome, error) {
 	if c.Op != rspec.OpMaskedEqual || c.Index > 5 || c.Value > math.MaxUint32 || c.ValueTwo > math.MaxUint32 {
 		return out, unsupported("argument condition %+v", c)
 	}
-	out.cond, out.arg, out.mask, out.value = true, c.Index, uint32(c.Value), uint32(c.ValueTwo)
+	out.cond, out.arg, out.mask = true, c.Index, uint32(c.Value)
+	out.values[0], out.n = uint32(c.ValueTwo), 1
 	return out, nil
 }
 

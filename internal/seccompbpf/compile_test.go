@@ -163,7 +163,10 @@ func cases(tokens []uint32) []seccompData {
 	nrs = append(nrs, 0x3fffffff, 0x7fffffff, 0x80000000, 0xbfffffff, 0xc0000000, 0xc0000038, 0xfffffffe, 0xffffffff)
 	const user = unix.CLONE_NEWUSER
 	args0 := []uint64{0, user, 0xffffffff, 0xffffffff &^ user, user | unix.CLONE_NEWNS | uint64(unix.SIGCHLD),
-		1 << 32, 1<<32 | user, 0xffffffff_00000000, 0xffffffff_00000000 | user, 0xffffffff_ffffffff, 0xffffffff_ffffffff &^ user, user << 32}
+		1 << 32, 1<<32 | user, 0xffffffff_00000000, 0xffffffff_00000000 | user, 0xffffffff_ffffffff, 0xffffffff_ffffffff &^ user, user << 32,
+		// socket's families: the denied ones, others, and with high bits
+		unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_VSOCK, unix.AF_ALG, unix.AF_VSOCK + 1, unix.AF_ALG - 1,
+		1<<32 | unix.AF_VSOCK, 0xffffffff_00000000 | unix.AF_ALG, unix.AF_VSOCK << 32}
 	var out []seccompData
 	for _, tok := range tokens {
 		for _, nr := range nrs {

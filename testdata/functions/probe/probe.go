@@ -60,6 +60,7 @@ func main() {
 		"etc_shadow":  errnoName(readable("/etc/shadow")),
 		"proc_1_root": errnoName(readable("/proc/1/root/etc/hostname")),
 		"fds":         fds,
+		"sys_rw":      writableMounts("/sys"),
 	}
 	out, err := json.Marshal(map[string]any{"desired": req["desired"], "context": report})
 	if err != nil {
@@ -67,6 +68,28 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println(string(out))
+}
+
+// writableMounts lists, space-separated, the mount points at or below
+// under that are mounted read-write (/proc/self/mountinfo).
+func writableMounts(under string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "unreadable: " + errnoName(err)
+	}
+	var rw []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || (f[4] != under && !strings.HasPrefix(f[4], under+"/")) {
+			continue
+		}
+		for _, opt := range strings.Split(f[5], ",") {
+			if opt == "rw" {
+				rw = append(rw, f[4])
+			}
+		}
+	}
+	return strings.Join(rw, " ")
 }
 
 // openFDs lists the process's open descriptors below 1024, space-separated,
@@ -278,6 +301,15 @@ func syscalls(inContainer bool) map[string]string {
 			unix.Close(int(fd))
 		}
 		return errOf(e)
+	})
+	// A vsock socket works without privilege where the kernel has vsock
+	// (a VM's guest), else EAFNOSUPPORT; the filter answers EPERM.
+	call("socket_vsock", func() error {
+		fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err
 	})
 	// These fail without privilege anyway; reported for completeness.
 	if inContainer {
