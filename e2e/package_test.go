@@ -794,6 +794,10 @@ func TestBuildRefuses(t *testing.T) {
 	corrupt := append([]byte{}, lab...)
 	corrupt[len(corrupt)/2] ^= 0xff
 	corruptPath := write("corrupt.tar", string(corrupt))
+	existingDir := filepath.Join(dir, "existing")
+	if err := os.Mkdir(existingDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 
 	cases := map[string]struct {
 		args []string
@@ -826,6 +830,18 @@ func TestBuildRefuses(t *testing.T) {
 		"corrupt_layer": {
 			args: []string{"--name", "function-a", "--from-oci-tarball", corruptPath},
 			want: []string{"mismatch"},
+		},
+		"not_a_runtime_image": {
+			args: []string{"--name", "function-a", "--runtime-image-tarball", image("trivial.tar")},
+			want: []string{"is not an ocifn runtime image", "dev.ocifn.version"},
+		},
+		"no_runtime_image": {
+			args: []string{"--name", "function-a", "--runtime-image-tarball", filepath.Join(dir, "missing.tar")},
+			want: []string{"cannot read the runtime image tarball", "missing.tar"},
+		},
+		"output_is_a_directory": {
+			args: []string{"--name", "function-a", "-o", existingDir},
+			want: []string{"is a directory", "function-a.xpkg"},
 		},
 	}
 	for name, tc := range cases {

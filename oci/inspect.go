@@ -34,6 +34,10 @@ type RuntimeInfo struct {
 	CrunVersion  string   `json:"crunVersion,omitempty"`
 	BuiltBy      string   `json:"builtBy,omitempty"`
 	Platform     string   `json:"platform,omitempty"`
+	// IO and API are the I/O mode and the front ocifn serve uses in the
+	// package (ocifn build --io, --api); empty: json and crossplane.
+	IO  string `json:"io,omitempty"`
+	API string `json:"api,omitempty"`
 }
 
 // FunctionImageInfo is the embedded function image's identity and process.
@@ -84,6 +88,8 @@ func InspectPackage(img v1.Image, scratchDir string) (*PackageInfo, error) {
 			CrunVersion:  l[LabelCrunVersion],
 			BuiltBy:      l[LabelBuildVersion],
 			Platform:     platform(cf),
+			IO:           l[LabelIO],
+			API:          l[LabelAPI],
 		},
 	}
 	if !IsPackage(cf) {

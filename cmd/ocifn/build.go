@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/containers/storage/pkg/unshare"
@@ -59,7 +60,7 @@ what "crossplane xpkg build" writes; push it with "ocifn push".`,
 
   ocifn build --from-oci-tarball function.tar --package-file crossplane.yaml \
     --runtime-image registry.example.com/ocifn/runtime:v0.1.0 -o function.xpkg`,
-		Args: cobra.NoArgs,
+		Args: noArgs("--from-oci-tarball"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), cmd.Flags().Changed("capabilities"))
 		},
@@ -100,6 +101,11 @@ func (o *buildOptions) check(capabilitiesSet bool) error {
 	if _, err := os.Stat(o.from); err != nil {
 		return fmt.Errorf("cannot read the function image tarball: %w", err)
 	}
+	if o.runtimeTarball != "" {
+		if _, err := os.Stat(o.runtimeTarball); err != nil {
+			return fmt.Errorf("cannot read the runtime image tarball: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -115,8 +121,15 @@ func (o *buildOptions) meta() (*oci.PackageMeta, error) {
 		if data, err = os.ReadFile(o.packageFile); err != nil {
 			return nil, fmt.Errorf("cannot read the package metadata: %w", err)
 		}
-	} else if data, err = oci.GenerateFunctionMeta(o.name, o.capabilities); err != nil {
-		return nil, err
+	} else {
+		for _, c := range o.capabilities {
+			if !slices.Contains(oci.DefaultCapabilities, c) {
+				fmt.Fprintf(os.Stderr, "warning: --capabilities %q: Crossplane knows %s; a Function declares only what Crossplane may use it for, so a misspelt one bars it\n", c, strings.Join(oci.DefaultCapabilities, " and "))
+			}
+		}
+		if data, err = oci.GenerateFunctionMeta(o.name, o.capabilities); err != nil {
+			return nil, err
+		}
 	}
 	m, err := oci.ParsePackageMeta(data)
 	if err != nil {
@@ -141,6 +154,9 @@ func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
 	}
 	if st, err := os.Stat(filepath.Dir(output)); err != nil || !st.IsDir() {
 		return fmt.Errorf("cannot write the package to %s: its directory does not exist", output)
+	}
+	if st, err := os.Stat(output); err == nil && st.IsDir() {
+		return fmt.Errorf("cannot write the package to %s: it is a directory; name the package file (-o %s)", output, filepath.Join(output, meta.Function.Name+".xpkg"))
 	}
 
 	// Unpacking a layer needs root or a user namespace (see oci.Unpack).
@@ -249,6 +265,10 @@ func (o *buildOptions) runtime(ctx context.Context) (v1.Image, func(), error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("cannot read the runtime image: %w", err)
 		}
+		if err := isRuntime(img.ConfigFile(), o.runtimeTarball); err != nil {
+			_ = img.Close()
+			return nil, nil, err
+		}
 		return img.Image(), func() { _ = img.Close() }, nil
 	}
 	var opts []oci.RegistryOption
@@ -258,6 +278,13 @@ func (o *buildOptions) runtime(ctx context.Context) (v1.Image, func(), error) {
 	img, err := oci.RemoteImage(ctx, o.runtimeImage, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot get the runtime image: %w", err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot read the runtime image's config: %w", err)
+	}
+	if err := isRuntime(cf, o.runtimeImage); err != nil {
+		return nil, nil, err
 	}
 	return img, func() {}, nil
 }
@@ -309,4 +336,14 @@ func packageAPI(api string) string {
 		return ""
 	}
 	return api
+}
+
+// isRuntime refuses an image that is not an ocifn runtime image (`make
+// image`, which labels it with its version): a package built on another
+// would never serve a call.
+func isRuntime(cf *v1.ConfigFile, from string) error {
+	if cf == nil || cf.Config.Labels[oci.LabelVersion] == "" {
+		return fmt.Errorf("%s is not an ocifn runtime image: its config has no %s label (build one with make image)", from, oci.LabelVersion)
+	}
+	return nil
 }

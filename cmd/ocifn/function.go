@@ -31,7 +31,7 @@ type functionFlags struct {
 	runtime        string
 	network        string
 	timeout        time.Duration
-	maxOutputBytes int
+	maxOutputBytes byteSize
 	idMapStart     uint32
 	idMapSize      uint32
 	memoryLimit    byteSize
@@ -57,7 +57,8 @@ func (o *functionFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&o.runtime, "runtime", "crun", "OCI runtime binary: a path, or a name looked up on PATH")
 	f.StringVar(&o.network, "network", spec.NetworkNone, "network of each call: none (loopback only) or host")
 	f.DurationVar(&o.timeout, "timeout", adaptor.DefaultTimeout, "longest a call may run; the caller's deadline applies too")
-	f.IntVar(&o.maxOutputBytes, "max-output-bytes", adaptor.DefaultMaxOutputBytes, "largest response a function may print on stdout")
+	o.maxOutputBytes = adaptor.DefaultMaxOutputBytes
+	f.Var(&o.maxOutputBytes, "max-output-bytes", "largest response a function may print on stdout, in bytes (e.g. 64Mi)")
 	f.Uint32Var(&o.idMapStart, "id-map-start", 100000, "when run as root: first host uid/gid that container ids map to")
 	f.Uint32Var(&o.idMapSize, "id-map-size", 65536, "when run as root: how many container uids/gids are mapped")
 	o.memoryLimit, o.maxRootfsBytes = bundle.DefaultMemoryLimit, DefaultMaxRootfsBytes
@@ -169,7 +170,7 @@ func (o *functionFlags) ioMode(img *oci.Image) (codec.Codec, error) {
 
 // function returns the adaptor's Function running calls in b.
 func (o *functionFlags) function(log *slog.Logger, b *bundle.Bundle, opts ...adaptor.Option) *adaptor.Function {
-	base := []adaptor.Option{adaptor.WithLogger(log), adaptor.WithTimeout(o.timeout), adaptor.WithMaxOutputBytes(o.maxOutputBytes)}
+	base := []adaptor.Option{adaptor.WithLogger(log), adaptor.WithTimeout(o.timeout), adaptor.WithMaxOutputBytes(int(o.maxOutputBytes))}
 	if o.codec != nil {
 		base = append(base, adaptor.WithCodec(o.codec))
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -100,7 +101,11 @@ func printPackageInfo(w io.Writer, what string, info *oci.PackageInfo) {
 	p("Digest:       %s", info.Digest)
 	p("Function:     %s (%s)", fm.Name, fm.APIVersion)
 	for _, k := range sortedKeys(fm.Annotations) {
-		p("  annotation  %s: %s", k, fm.Annotations[k])
+		v := fm.Annotations[k]
+		if strings.Contains(v, "\n") {
+			v = strconv.Quote(strings.TrimSpace(v)) // one line, as the rest
+		}
+		p("  annotation  %s: %s", k, v)
 	}
 	for _, k := range sortedKeys(fm.Labels) {
 		p("  label       %s: %s", k, fm.Labels[k])
@@ -133,6 +138,9 @@ func printPackageInfo(w io.Writer, what string, info *oci.PackageInfo) {
 	p("  entrypoint  %s %s", list(r.Entrypoint), list(r.Cmd))
 	p("  platform    %s", or(r.Platform, "-"))
 	p("  built by    ocifn %s", or(r.BuiltBy, "unknown"))
+	if info.Function != nil {
+		p("  serves      --api %s, --io %s", or(r.API, "crossplane"), or(r.IO, "json"))
+	}
 	f := info.Function
 	if f == nil {
 		p("Function image: none (not a package built by ocifn)")

@@ -50,3 +50,15 @@ func execute() int {
 		return 1
 	}
 }
+
+// noArgs refuses positional arguments to a command that takes its input
+// from a flag, and names the flag: "unknown command", cobra's message,
+// would send the user looking for a subcommand.
+func noArgs(flag string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return fmt.Errorf("%s takes no arguments, got %q: pass the image tarball with %s", cmd.CommandPath(), args[0], flag)
+		}
+		return nil
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -49,7 +50,7 @@ const defaultMaxRequestBytes = 64 << 20
 type serveOptions struct {
 	functionFlags
 	api             string
-	maxRequestBytes int64
+	maxRequestBytes byteSize
 	resultTTL       time.Duration
 	resultsMaxBytes byteSize
 	tarball         string
@@ -57,14 +58,14 @@ type serveOptions struct {
 	insecure        bool
 	tlsDir          string
 	gracePeriod     time.Duration
-	maxRecvMsgSize  int
-	maxInflight     int64
+	maxRecvMsgSize  byteSize
+	maxInflight     byteSize
 	maxConcurrency  int
 	maxQueue        int
 	metricsAddress  string
 	cache           bool
 	cacheTTL        time.Duration
-	cacheMaxBytes   int
+	cacheMaxBytes   byteSize
 	profiling       bool
 	debug           bool
 	logFormat       string
@@ -92,7 +93,7 @@ another I/O mode.`,
 
   # As an OpenWhisk Docker action, on :8080:
   ocifn serve --api openwhisk --tarball function.tar`,
-		Args: cobra.NoArgs,
+		Args: noArgs("--tarball"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The HTTP fronts serve metrics on their own port, where the
 			// gRPC front's defaults would collide.
@@ -126,7 +127,8 @@ another I/O mode.`,
 		api = apiCrossplane
 	}
 	f.StringVar(&o.api, "api", api, "what calls speak: crossplane (gRPC), openwhisk (OpenWhisk's action proxy on HTTP) or http (CGI functions on HTTP) (env "+oci.EnvAPI+")")
-	f.Int64Var(&o.maxRequestBytes, "max-request-bytes", defaultMaxRequestBytes, "largest request body the HTTP fronts accept, in bytes")
+	o.maxRequestBytes = defaultMaxRequestBytes
+	f.Var(&o.maxRequestBytes, "max-request-bytes", "largest request body the HTTP fronts accept, in bytes (e.g. 64Mi)")
 	f.DurationVar(&o.resultTTL, "result-ttl", time.Hour, "HTTP fronts: how long the result of an asynchronous invocation (Prefer: respond-async) is kept")
 	o.resultsMaxBytes = 256 << 20
 	f.Var(&o.resultsMaxBytes, "results-max-bytes", "HTTP fronts: the most the results of asynchronous invocations take on disk (e.g. 256Mi); the oldest go first")
@@ -135,18 +137,20 @@ another I/O mode.`,
 	f.IntVar(&o.warm, "warm", defaultWarm, "fewest containers to keep created ahead of calls, so that a call only has to start one; each still serves a single call; the pool grows to as many calls as ran at once, and by one for each call that found it empty though large enough, up to --max-concurrency (0: off)")
 	f.DurationVar(&o.warmIdle, "warm-idle", defaultWarmIdle, "after this long without a call, let every warm container go; the next call refills the pool (0: never)")
 	f.StringVar(&o.tarball, "tarball", defaultTarball, "image tarball of the function: docker save output (optionally gzipped) or an OCI archive")
-	f.StringVar(&o.address, "address", ":9443", "address to serve on (default :8080 for the HTTP fronts)")
+	f.StringVar(&o.address, "address", ":9443", "address to serve on; :8080 by default for the HTTP fronts")
 	f.BoolVar(&o.insecure, "insecure", false, "serve plaintext gRPC without TLS (local development only)")
 	f.StringVar(&o.tlsDir, "tls-server-certs-dir", os.Getenv("TLS_SERVER_CERTS_DIR"), "directory with tls.crt, tls.key and ca.crt; client certificates are required (env TLS_SERVER_CERTS_DIR)")
-	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on SIGTERM, how long running calls may take to finish")
-	f.IntVar(&o.maxRecvMsgSize, "max-recv-msg-size", adaptor.DefaultMaxRecvMsgSize, "largest gRPC request accepted, in bytes")
-	f.Int64Var(&o.maxInflight, "max-inflight-bytes", adaptor.DefaultMaxInflightBytes, "memory that requests being received or run may hold at once, in bytes; a request counts 5 times its size, the largest size until it is read; beyond it, RESOURCE_EXHAUSTED")
-	f.IntVar(&o.maxConcurrency, "max-concurrency", adaptor.DefaultMaxConcurrency(), "calls running at once (default: 4 per CPU)")
-	f.IntVar(&o.maxQueue, "max-queue", 0, "calls waiting for a slot before new ones are refused with RESOURCE_EXHAUSTED (default: 4 x --max-concurrency)")
+	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on SIGTERM, how long running calls may take to finish (0: stop them at once)")
+	o.maxRecvMsgSize, o.maxInflight = adaptor.DefaultMaxRecvMsgSize, adaptor.DefaultMaxInflightBytes
+	f.Var(&o.maxRecvMsgSize, "max-recv-msg-size", "largest gRPC request accepted, in bytes (e.g. 64Mi)")
+	f.Var(&o.maxInflight, "max-inflight-bytes", "memory that requests being received or run may hold at once, in bytes (e.g. 1Gi); a request counts 5 times its size, the largest size until it is read; beyond it, RESOURCE_EXHAUSTED")
+	f.IntVar(&o.maxConcurrency, "max-concurrency", adaptor.DefaultMaxConcurrency(), "calls running at once; by default 4 per CPU")
+	f.IntVar(&o.maxQueue, "max-queue", 0, "calls waiting for a slot before new ones are refused with RESOURCE_EXHAUSTED (0: 4 x --max-concurrency)")
 	f.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address to serve Prometheus metrics on, at /metrics (empty: no metrics; default empty for the HTTP fronts, which serve /metrics on --address)")
 	f.BoolVar(&o.cache, "cache", true, "answer a request whose tag was seen before from the response cache while the earlier response's meta.ttl lasts")
 	f.DurationVar(&o.cacheTTL, "cache-ttl", 0, "cache every response for this long, whatever its meta.ttl (only for deterministic functions)")
-	f.IntVar(&o.cacheMaxBytes, "cache-max-bytes", adaptor.DefaultCacheMaxBytes, "size of the response cache; least recently used responses are dropped beyond it")
+	o.cacheMaxBytes = adaptor.DefaultCacheMaxBytes
+	f.Var(&o.cacheMaxBytes, "cache-max-bytes", "size of the response cache, in bytes (e.g. 64Mi); least recently used responses are dropped beyond it")
 	f.BoolVar(&o.debug, "debug", false, "log more")
 	f.BoolVar(&o.profiling, "profiling", false, "serve Go's pprof profiles at /debug/pprof/ on --metrics-address")
 	f.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
@@ -187,8 +191,16 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if o.maxConcurrency <= 0 {
 		return fmt.Errorf("--max-concurrency %d: must be positive", o.maxConcurrency)
 	}
-	if err := adaptor.CheckInflightBytes(o.maxInflight, o.maxRecvMsgSize); err != nil {
+	// gRPC frames a message with a 32-bit length, and takes the limit as
+	// an int.
+	if o.maxRecvMsgSize <= 0 || o.maxRecvMsgSize > math.MaxInt32 {
+		return fmt.Errorf("--max-recv-msg-size %d: must be positive and at most %d", o.maxRecvMsgSize, math.MaxInt32)
+	}
+	if err := adaptor.CheckInflightBytes(int64(o.maxInflight), int(o.maxRecvMsgSize)); err != nil {
 		return err
+	}
+	if o.gracePeriod < 0 {
+		return fmt.Errorf("--grace-period %s: must not be negative", o.gracePeriod)
 	}
 	if o.maxQueue < 0 {
 		return fmt.Errorf("--max-queue %d: must not be negative", o.maxQueue)
@@ -219,7 +231,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	// garbage of finished calls takes the RSS past it. (Of the 5 times its
 	// size a request is counted for, about 3 are live at once.)
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(o.maxInflight / 4 * 3)
+		debug.SetMemoryLimit(int64(o.maxInflight) / 4 * 3)
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
@@ -245,7 +257,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	hooks = append(hooks, metrics)
 	if o.cache && o.api == apiCrossplane {
-		hooks = append(hooks, hook.Cache{Store: adaptor.NewCache(o.cacheMaxBytes), Metrics: metrics})
+		hooks = append(hooks, hook.Cache{Store: adaptor.NewCache(int(o.cacheMaxBytes)), Metrics: metrics})
 	}
 	hooks = append(hooks, hook.Log{Logger: log})
 	chain := hook.NewChain(log, hooks...)
@@ -256,7 +268,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 
 	// Listen first: health checks get NOT_SERVING, rather than no answer,
 	// while the image is unpacked.
-	srv := adaptor.NewServer(creds, o.maxRecvMsgSize, adaptor.WithMaxInflightBytes(o.maxInflight), adaptor.WithStreamWorkers(o.maxConcurrency), adaptor.WithRecvTimeout(o.timeout))
+	srv := adaptor.NewServer(creds, int(o.maxRecvMsgSize), adaptor.WithMaxInflightBytes(int64(o.maxInflight)), adaptor.WithStreamWorkers(o.maxConcurrency), adaptor.WithRecvTimeout(o.timeout))
 	lis, err := net.Listen("tcp", o.address)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", o.address, err)
@@ -273,7 +285,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	registerPoolMetrics(reg, b)
 	fn := o.function(log, b, adaptor.WithGate(gate), adaptor.WithHooks(chain, o.cacheTTL), adaptor.WithMetrics(metrics),
-		adaptor.WithMaxResponseBytes(o.maxRecvMsgSize))
+		adaptor.WithMaxResponseBytes(int(o.maxRecvMsgSize)))
 	// However serving ends, no call may still run when the bundle goes:
 	// stop the server (it waits for its handlers), refuse and wait out
 	// calls, then remove the containers and the unpacked image. Deferred

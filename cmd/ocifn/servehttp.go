@@ -61,7 +61,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 
 	// Results of asynchronous invocations outlive a restart in the cache
 	// directory.
-	inv, err := front.OpenInvocations(filepath.Join(o.cacheDir, "invocations-"+o.api), o.resultTTL, int64(o.resultsMaxBytes), o.maxRequestBytes, log)
+	inv, err := front.OpenInvocations(filepath.Join(o.cacheDir, "invocations-"+o.api), o.resultTTL, int64(o.resultsMaxBytes), int64(o.maxRequestBytes), log)
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	}
 	cfg := &front.Config{
 		Runner: runner{b}, Hooks: chain, Gate: gate, Log: log,
-		Timeout: o.timeout, MaxOutputBytes: o.maxOutputBytes, MaxRequestBytes: o.maxRequestBytes, WorkDir: work,
+		Timeout: o.timeout, MaxOutputBytes: int(o.maxOutputBytes), MaxRequestBytes: int64(o.maxRequestBytes), WorkDir: work,
 	}
 	var h http.Handler
 	var files closer = noFiles{}
