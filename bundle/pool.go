@@ -100,18 +100,17 @@ func (b *Bundle) startPool(o PoolOptions) {
 		settleDelay: settleDelay,
 		target:      o.Min,
 		lastCall:    time.Now(),
-		// One worker per CPU: crun's CPU, not its latency, limits how
-		// fast containers come.
-		wake: make(chan struct{}, runtime.NumCPU()),
+		// One worker per CPU, and one spare (see claim).
+		wake: make(chan struct{}, runtime.NumCPU()+1),
 		stop: make(chan struct{}),
 	}
 	if p.idle > 0 && p.idle < p.window {
 		p.window = p.idle
 	}
 	b.pool = p
-	for range cap(p.wake) {
+	for i := range cap(p.wake) {
 		p.wg.Add(1)
-		go p.worker(b)
+		go p.worker(b, i == cap(p.wake)-1)
 	}
 	p.wg.Add(1)
 	go p.housekeep()
@@ -251,18 +250,24 @@ func (p *warmPool) settle() {
 }
 
 // claim reserves the creation of one container if the pool is short of
-// its target.
-func (p *warmPool) claim() bool {
+// its target. The spare worker claims one only while fewer calls run than
+// there are CPUs: a creation spends part of its time waiting on hand-overs
+// between crun's processes, so with a worker per CPU the CPUs idled then
+// while the pool was short, and one client in a closed loop found it
+// empty in 2-3% of its calls, which made its p99 (docs/performance.md).
+// With as many calls running as CPUs, the spare would only take CPU from
+// them.
+func (p *warmPool) claim(spare bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stopped || len(p.ready)+p.creating >= p.target {
+	if p.stopped || len(p.ready)+p.creating >= p.target || (spare && p.inFlight >= runtime.NumCPU()) {
 		return false
 	}
 	p.creating++
 	return true
 }
 
-func (p *warmPool) worker(b *Bundle) {
+func (p *warmPool) worker(b *Bundle, spare bool) {
 	defer p.wg.Done()
 	for {
 		select {
@@ -270,7 +275,7 @@ func (p *warmPool) worker(b *Bundle) {
 			return
 		case <-p.wake:
 		}
-		for p.claim() {
+		for p.claim(spare) {
 			c, err := b.create()
 			p.mu.Lock()
 			p.creating--
