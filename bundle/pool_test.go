@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -217,5 +218,26 @@ func TestDiscardKillsWhatCrunDidNot(t *testing.T) {
 	}
 	if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
 		t.Errorf("the container's process %d is still there (kill 0: %v)", pid, err)
+	}
+}
+
+// TestSpareWorkerClaimsWhileCPUsAreFree: the spare refill worker creates a
+// container only while fewer calls run than there are CPUs; the others
+// whenever the pool is short.
+func TestSpareWorkerClaimsWhileCPUsAreFree(t *testing.T) {
+	p := &warmPool{target: 4}
+	if !p.claim(true) || !p.claim(false) {
+		t.Fatal("with no call running, neither worker claimed a creation for a short pool")
+	}
+	p.inFlight = runtime.NumCPU()
+	if p.claim(true) {
+		t.Errorf("the spare worker claimed a creation with %d calls running on %d CPUs", p.inFlight, runtime.NumCPU())
+	}
+	if !p.claim(false) {
+		t.Error("a worker did not claim a creation for a short pool while calls ran")
+	}
+	p.creating = p.target
+	if p.claim(false) {
+		t.Error("a worker claimed a creation beyond the pool's target")
 	}
 }
