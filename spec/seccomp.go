@@ -56,6 +56,7 @@ var (
 		// other processes and namespaces: a function has no business
 		// debugging or entering anything
 		"ptrace", "process_vm_readv", "process_vm_writev", "setns",
+		"kcmp", "pidfd_getfd", "process_madvise",
 		// file handles bypass path checks (the "shocker" escape)
 		"open_by_handle_at", "name_to_handle_at",
 		"fanotify_init",

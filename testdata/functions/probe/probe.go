@@ -311,6 +311,13 @@ func syscalls(inContainer bool) map[string]string {
 		}
 		return err
 	})
+	// kcmp of the process with itself works without privilege (where the
+	// kernel has it, else ENOSYS).
+	call("kcmp", func() error {
+		pid := uintptr(os.Getpid())
+		_, _, e := unix.RawSyscall6(unix.SYS_KCMP, pid, pid, 0 /* KCMP_FILE */, 0, 0, 0)
+		return errOf(e)
+	})
 	// These fail without privilege anyway; reported for completeness.
 	if inContainer {
 		call("mount", func() error { return unix.Mount("none", "/tmp", "tmpfs", 0, "") })
