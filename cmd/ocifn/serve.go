@@ -17,6 +17,7 @@ import (
 
 	"github.com/ocifn/ocifn/adaptor"
 	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/codec"
 	"github.com/ocifn/ocifn/hook"
 	"github.com/ocifn/ocifn/oci"
 )
@@ -95,9 +96,19 @@ another I/O mode.`,
   ocifn serve --api openwhisk --tarball function.tar`,
 		Args: noArgs("--tarball"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f := cmd.Flags()
+			// A bad value from the environment is named as such: no flag
+			// was given.
+			if v := os.Getenv(oci.EnvIO); v != "" && !f.Changed("io") {
+				if _, err := codec.ByName(v); err != nil {
+					return fmt.Errorf("%s=%s in the environment (ocifn build --io sets it in a package): %w", oci.EnvIO, v, err)
+				}
+			}
+			if v := os.Getenv(oci.EnvAPI); v != "" && !f.Changed("api") && v != apiCrossplane && v != apiOpenWhisk && v != apiHTTP {
+				return fmt.Errorf("%s=%s in the environment (ocifn build --api sets it in a package): want %s, %s or %s", oci.EnvAPI, v, apiCrossplane, apiOpenWhisk, apiHTTP)
+			}
 			// The HTTP fronts serve metrics on their own port, where the
 			// gRPC front's defaults would collide.
-			f := cmd.Flags()
 			if o.api != apiCrossplane {
 				if !f.Changed("address") {
 					o.address = httpAddress
@@ -271,7 +282,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	srv := adaptor.NewServer(creds, int(o.maxRecvMsgSize), adaptor.WithMaxInflightBytes(int64(o.maxInflight)), adaptor.WithStreamWorkers(o.maxConcurrency), adaptor.WithRecvTimeout(o.timeout))
 	lis, err := net.Listen("tcp", o.address)
 	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w", o.address, err)
+		return fmt.Errorf("cannot listen on %s: %w%s", o.address, err, portHint(err, "--address"))
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

@@ -51,7 +51,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	srv := front.NewServer(reg)
 	lis, err := net.Listen("tcp", o.address)
 	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w", o.address, err)
+		return fmt.Errorf("cannot listen on %s: %w%s", o.address, err, portHint(err, "--address"))
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)

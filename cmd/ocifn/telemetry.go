@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,7 +39,7 @@ func serveMetrics(ctx context.Context, log *slog.Logger, address string, reg *pr
 	}
 	lis, err := net.Listen("tcp", address)
 	if err != nil {
-		return nil, fmt.Errorf("cannot listen on %s for metrics: %w", address, err)
+		return nil, fmt.Errorf("cannot listen on %s for metrics: %w%s", address, err, portHint(err, "--metrics-address"))
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -87,4 +88,14 @@ func newTracer(ctx context.Context) (trace.Tracer, func(), error) {
 		defer cancel()
 		_ = tp.Shutdown(sctx)
 	}, nil
+}
+
+// portHint says what to do about a port another process holds: ocifn's
+// own defaults (:9443 and :8080 for metrics; :8080 on the HTTP fronts)
+// collide between two servers on one machine.
+func portHint(err error, flag string) string {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return ""
+	}
+	return fmt.Sprintf(" (another process, or this one's other port, has it: choose another with %s; --address is :9443 by default, :8080 on the HTTP fronts, and --metrics-address :8080, empty for none)", flag)
 }
