@@ -60,6 +60,21 @@ func explainResponse(out []byte) string {
 	return walkMessage(top, (&fnv1.RunFunctionResponse{}).ProtoReflect().Descriptor(), "$")
 }
 
+// ExplainMessage says where the JSON j fails to be the message md, as a
+// JSON path ($.meta.ttl), with what was expected there; "" when it finds
+// nothing more precise than protojson's own error. For input that people
+// write by hand, such as a request file: protojson's positions are those
+// of the JSON, not of the YAML it may have been written in.
+func ExplainMessage(j []byte, md protoreflect.MessageDescriptor) string {
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.UseNumber()
+	var top map[string]any
+	if err := dec.Decode(&top); err != nil || top == nil {
+		return ""
+	}
+	return walkMessage(top, md, "$")
+}
+
 // explainSyntax locates a JSON syntax error in the output.
 func explainSyntax(out []byte, err error) string {
 	var se *json.SyntaxError

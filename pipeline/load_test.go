@@ -112,6 +112,12 @@ func TestBuildRequest(t *testing.T) {
 	if _, err := ParseRequest([]byte("desired_state: {}\n")); err == nil || !strings.Contains(err.Error(), "not a RunFunctionRequest") {
 		t.Errorf("unknown field: err = %v", err)
 	}
+	// A mistake deep in a YAML request is named by its path, not by a
+	// position in the JSON it was converted to.
+	if _, err := ParseRequest([]byte("meta:\n  tag: t\nobserved:\n  composite:\n    resource: {}\ninputt:\n  a: 1\n")); err == nil ||
+		!strings.Contains(err.Error(), `unknown field "inputt" at $.inputt; did you mean "input"?`) || strings.Contains(err.Error(), "line 1") {
+		t.Errorf("a misspelt field on line 6: err = %v, want its path and the field meant", err)
+	}
 }
 
 func TestParseContext(t *testing.T) {

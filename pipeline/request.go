@@ -3,6 +3,7 @@ package pipeline
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/ocifn/ocifn/codec"
 	"io"
 	"os"
 	"sort"
@@ -132,6 +133,9 @@ func ParseRequest(data []byte) (*fnv1.RunFunctionRequest, error) {
 	}
 	req := &fnv1.RunFunctionRequest{}
 	if err := protojson.Unmarshal(j, req); err != nil {
+		if why := codec.ExplainMessage(j, req.ProtoReflect().Descriptor()); why != "" {
+			return nil, fmt.Errorf("not a RunFunctionRequest: %s", why)
+		}
 		return nil, fmt.Errorf("not a RunFunctionRequest: %v (want fields such as meta, observed, desired, input, context)", err)
 	}
 	return req, nil
