@@ -110,6 +110,7 @@ func sanitize(r io.Reader, w *io.PipeWriter, seen names, warn func(entry, reason
 }
 
 func copySanitized(r io.Reader, w io.Writer, seen names, warn func(entry, reason string)) error {
+	budget, _ := r.(charger)
 	tr := tar.NewReader(r)
 	tw := tar.NewWriter(w)
 	for {
@@ -132,6 +133,11 @@ func copySanitized(r io.Reader, w io.Writer, seen names, warn func(entry, reason
 		if !keep {
 			continue
 		}
+		if budget != nil {
+			if err := budget.charge(diskExtra(hdr)); err != nil {
+				return err
+			}
+		}
 		if why := neutralised(hdr); why != "" {
 			warn(hdr.Name, why)
 		}
@@ -146,6 +152,24 @@ func copySanitized(r io.Reader, w io.Writer, seen names, warn func(entry, reason
 			return fmt.Errorf(errFmtEntry, hdr.Name, err)
 		}
 	}
+}
+
+// charger is a layer stream whose byte budget can be charged for more
+// than the bytes read (the unpacking's guardedReader).
+type charger interface{ charge(n int64) error }
+
+// diskBlock is what a file system gives the smallest entry: an inode and
+// a block.
+const diskBlock = 4096
+
+// diskExtra is what an entry takes on disk beyond its bytes in the layer:
+// an empty file or a directory is a 512-byte header in the tar but a
+// block on disk, so a layer of many of them would fill eight times the
+// disk that --max-rootfs-bytes allows.
+func diskExtra(hdr *tar.Header) int64 {
+	inTar := 512 + (hdr.Size+511)/512*512
+	onDisk := max(diskBlock, (hdr.Size+diskBlock-1)/diskBlock*diskBlock)
+	return max(0, onDisk-inTar)
 }
 
 // writeParents writes an entry for each directory above name that no entry

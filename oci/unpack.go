@@ -374,6 +374,17 @@ func (g *guardedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// charge counts n more bytes against the budget: what an entry takes on
+// disk beyond its bytes in the layer (see diskExtra).
+func (g *guardedReader) charge(n int64) error {
+	g.budget.used += n
+	if g.budget.limit > 0 && g.budget.used > g.budget.limit {
+		g.err = fmt.Errorf(errMaxBytes, g.budget.limit)
+		return g.err
+	}
+	return nil
+}
+
 // ensureMountPoints creates the MountPoints that are missing at the top of
 // rootfs. The rootfs came from an untrusted image: an existing entry is
 // never followed or changed (a symlink "tmp -> /" must not make the host's

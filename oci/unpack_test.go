@@ -394,6 +394,22 @@ func TestUnpackLimitsAndCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// Empty entries: 512 bytes each in the layer, a block each on disk.
+	var dirs []tentry
+	for i := range 2000 {
+		dirs = append(dirs, entDir(fmt.Sprintf("d%04d/", i)))
+	}
+	many := makeTar(t, dirs...)
+	t.Run("max_bytes_counts_a_block_per_entry", func(t *testing.T) {
+		limit := int64(2 * len(many)) // twice the layer, a quarter of the disk
+		err := unpackLayers(t, filepath.Join(t.TempDir(), "rootfs"), [][]byte{many}, WithMaxBytes(limit))
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("larger than the limit of %d uncompressed bytes", limit)) {
+			t.Fatalf("2000 empty directories in %d bytes of layer, limit %d: %v, want the limit named", len(many), limit, err)
+		}
+		if err := unpackLayers(t, filepath.Join(t.TempDir(), "rootfs"), [][]byte{many}, WithMaxBytes(2000*diskBlock+int64(len(many)))); err != nil {
+			t.Errorf("with a block per entry allowed: %v", err)
+		}
+	})
 	t.Run("cancelled_context", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
