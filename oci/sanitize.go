@@ -141,8 +141,8 @@ func copySanitized(r io.Reader, w io.Writer, seen names, warn func(entry, reason
 		if why := neutralised(hdr); why != "" {
 			warn(hdr.Name, why)
 		}
-		if err := writeParents(tw, seen, rootedName(hdr.Name), hdr.ModTime); err != nil {
-			return fmt.Errorf(errFmtEntry, hdr.Name, fmt.Errorf(errTarHeader, err))
+		if err := writeParents(tw, seen, budget, rootedName(hdr.Name), hdr.ModTime); err != nil {
+			return fmt.Errorf(errFmtEntry, hdr.Name, err)
 		}
 		seen.add(rootedName(hdr.Name))
 		if err := tw.WriteHeader(hdr); err != nil {
@@ -176,17 +176,26 @@ func diskExtra(hdr *tar.Header) int64 {
 // of this or an earlier layer made, outermost first. The extractor would
 // make them itself, owned by root on the host, which a container whose IDs
 // are mapped sees as nobody; they get what Docker gives the parents it
-// makes: the container's root, mode 0755.
-func writeParents(tw *tar.Writer, seen names, name string, mtime time.Time) error {
+// makes: the container's root, mode 0755. Each takes a block on disk, which
+// budget, when not nil, is charged for.
+func writeParents(tw *tar.Writer, seen names, budget charger, name string, mtime time.Time) error {
 	parent := path.Dir(name)
 	if parent == "/" || seen.has(parent) {
 		return nil
 	}
-	if err := writeParents(tw, seen, parent, mtime); err != nil {
+	if err := writeParents(tw, seen, budget, parent, mtime); err != nil {
 		return err
 	}
+	if budget != nil {
+		if err := budget.charge(diskBlock); err != nil {
+			return err
+		}
+	}
 	seen.add(parent)
-	return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: parent[1:] + "/", Mode: 0o755, ModTime: mtime})
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: parent[1:] + "/", Mode: 0o755, ModTime: mtime}); err != nil {
+		return fmt.Errorf(errTarHeader, err)
+	}
+	return nil
 }
 
 // isSparse reports whether the reader expands hdr's entry from a sparse

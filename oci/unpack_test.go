@@ -410,6 +410,23 @@ func TestUnpackLimitsAndCancel(t *testing.T) {
 			t.Errorf("with a block per entry allowed: %v", err)
 		}
 	})
+	t.Run("max_bytes_counts_the_directories_a_layer_implies", func(t *testing.T) {
+		// 20 files 201 directories deep, none of them listed: a few KB of
+		// layer, 4,020 directories on disk.
+		var deep []tentry
+		for i := range 20 {
+			deep = append(deep, entFile(fmt.Sprintf("x%d/%sf", i, strings.Repeat("a/", 200)), "f"))
+		}
+		layer := makeTar(t, deep...)
+		limit := int64(4 * len(layer)) // the files, a block each, fit in it
+		if err := unpackLayers(t, filepath.Join(t.TempDir(), "rootfs"), [][]byte{layer}, WithMaxBytes(limit+20*201*diskBlock)); err != nil {
+			t.Fatalf("with a block per implied directory allowed: %v", err)
+		}
+		err := unpackLayers(t, filepath.Join(t.TempDir(), "rootfs"), [][]byte{layer}, WithMaxBytes(limit))
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("larger than the limit of %d uncompressed bytes", limit)) {
+			t.Fatalf("4,020 implied directories in %d bytes of layer, limit %d: %v, want the limit named", len(layer), limit, err)
+		}
+	})
 	t.Run("cancelled_context", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
