@@ -59,23 +59,12 @@ type Output struct {
 // ErrTimeout is the cause of a call's context when its timeout ends it.
 var ErrTimeout = errors.New("function timeout")
 
-// Exec admits a call, runs it in a container with timeout (Config.Timeout
-// when zero or longer), and fills in call's result fields for the hooks.
-// The error is the gate's (*admit.FullError, admit.ErrDraining) or the
-// caller's context error: the call did not run.
-func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdin []byte, timeout time.Duration) (Output, error) {
-	leave, err := c.Gate.Enter(ctx)
-	if err != nil {
-		return Output{}, err
-	}
-	defer leave()
-	return c.ExecAdmitted(ctx, call, bc, stdin, timeout), nil
-}
-
-// ExecAdmitted is Exec for a call that holds a slot of the gate already: a
-// front that admits a request before it reads its body, so that only
-// admitted requests hold a body in memory.
-func (c *Config) ExecAdmitted(ctx context.Context, call *hook.Call, bc bundle.Call, stdin []byte, timeout time.Duration) Output {
+// Exec runs a call in a container with timeout (Config.Timeout when zero
+// or longer) and fills in call's result fields for the hooks. The caller
+// holds a slot of the gate already: the fronts admit a request before
+// they read its body, so that only admitted requests hold a body in
+// memory.
+func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdin []byte, timeout time.Duration) Output {
 	if timeout <= 0 || timeout > c.Timeout {
 		timeout = c.Timeout
 	}

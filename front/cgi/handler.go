@@ -60,7 +60,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			call.Tag = kv[9:]
 		}
 	}
-	out := h.cfg.ExecAdmitted(ctx, call, bundle.Call{Env: env}, body, 0)
+	out := h.cfg.Exec(ctx, call, bundle.Call{Env: env}, body, 0)
 	stderr := hook.NewStderrLog(h.cfg.Log.With("tag", call.Tag), hook.StderrLogBytes, hook.StderrTailBytes)
 	_, _ = stderr.Write(out.Stderr)
 	stderr.Flush()

@@ -256,7 +256,7 @@ func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Reque
 // It returns the status and body of the answer and the logs the
 // activation leaves on stdout and stderr.
 func (p *Proxy) activate(ctx context.Context, call *hook.Call, bc bundle.Call, value []byte, timeout time.Duration) (status int, body, outLogs, errLogs []byte) {
-	out := p.cfg.ExecAdmitted(ctx, call, bc, value, timeout)
+	out := p.cfg.Exec(ctx, call, bc, value, timeout)
 	res := ParseOutput(out.Stdout)
 	outLogs, errLogs = res.Logs, out.Stderr
 	if !res.OK && len(res.Result) > 0 {
