@@ -149,15 +149,12 @@ func Pull(ctx context.Context, ref, dest string, opts ...RegistryOption) (v1.Has
 	if limit <= 0 {
 		limit = DefaultMaxScratchBytes
 	}
-	size := m.Config.Size
-	if size < 0 || size > limit {
-		return v1.Hash{}, fmt.Errorf("%s is larger than the limit of %d bytes of a pulled image: its manifest declares more", r, limit)
-	}
-	for _, l := range m.Layers {
-		if l.Size < 0 || size > limit-l.Size {
+	var size int64
+	for _, d := range append([]v1.Descriptor{m.Config}, m.Layers...) {
+		if d.Size < 0 || size > limit-d.Size {
 			return v1.Hash{}, fmt.Errorf("%s is larger than the limit of %d bytes of a pulled image: its manifest declares more", r, limit)
 		}
-		size += l.Size
+		size += d.Size
 	}
 	var tag name.Reference
 	if t, ok := r.(name.Tag); ok {

@@ -110,7 +110,10 @@ func sanitize(r io.Reader, w *io.PipeWriter, seen names, warn func(entry, reason
 }
 
 func copySanitized(r io.Reader, w io.Writer, seen names, warn func(entry, reason string)) error {
-	budget, _ := r.(charger)
+	budget, ok := r.(charger)
+	if !ok {
+		budget = noBudget{}
+	}
 	tr := tar.NewReader(r)
 	tw := tar.NewWriter(w)
 	for {
@@ -133,10 +136,8 @@ func copySanitized(r io.Reader, w io.Writer, seen names, warn func(entry, reason
 		if !keep {
 			continue
 		}
-		if budget != nil {
-			if err := budget.charge(diskExtra(hdr)); err != nil {
-				return err
-			}
+		if err := budget.charge(diskExtra(hdr)); err != nil {
+			return err
 		}
 		if why := neutralised(hdr); why != "" {
 			warn(hdr.Name, why)
@@ -158,6 +159,11 @@ func copySanitized(r io.Reader, w io.Writer, seen names, warn func(entry, reason
 // than the bytes read (the unpacking's guardedReader).
 type charger interface{ charge(n int64) error }
 
+// noBudget is the charger of a stream that has no budget.
+type noBudget struct{}
+
+func (noBudget) charge(int64) error { return nil }
+
 // diskBlock is what a file system gives the smallest entry: an inode and
 // a block.
 const diskBlock = 4096
@@ -177,7 +183,7 @@ func diskExtra(hdr *tar.Header) int64 {
 // make them itself, owned by root on the host, which a container whose IDs
 // are mapped sees as nobody; they get what Docker gives the parents it
 // makes: the container's root, mode 0755. Each takes a block on disk, which
-// budget, when not nil, is charged for.
+// budget is charged for.
 func writeParents(tw *tar.Writer, seen names, budget charger, name string, mtime time.Time) error {
 	parent := path.Dir(name)
 	if parent == "/" || seen.has(parent) {
@@ -186,10 +192,8 @@ func writeParents(tw *tar.Writer, seen names, budget charger, name string, mtime
 	if err := writeParents(tw, seen, budget, parent, mtime); err != nil {
 		return err
 	}
-	if budget != nil {
-		if err := budget.charge(diskBlock); err != nil {
-			return err
-		}
+	if err := budget.charge(diskBlock); err != nil {
+		return err
 	}
 	seen.add(parent)
 	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: parent[1:] + "/", Mode: 0o755, ModTime: mtime}); err != nil {

@@ -366,16 +366,14 @@ func (g *guardedReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	n, err := g.r.Read(p)
-	g.budget.used += int64(n)
-	if g.budget.limit > 0 && g.budget.used > g.budget.limit {
-		g.err = fmt.Errorf(errMaxBytes, g.budget.limit)
-		return 0, g.err
+	if cerr := g.charge(int64(n)); cerr != nil {
+		return 0, cerr
 	}
 	return n, err
 }
 
-// charge counts n more bytes against the budget: what an entry takes on
-// disk beyond its bytes in the layer (see diskExtra).
+// charge counts n more bytes against the budget: those read, and what an
+// entry takes on disk beyond its bytes in the layer (see diskExtra).
 func (g *guardedReader) charge(n int64) error {
 	g.budget.used += n
 	if g.budget.limit > 0 && g.budget.used > g.budget.limit {
