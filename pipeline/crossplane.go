@@ -124,13 +124,11 @@ func conditions(o Object) (conds []Object, ok bool) {
 		if s, _ := m["message"].(string); s != "" {
 			c["message"] = s
 		}
+		// int64 from a file (ParseObject), float64 from a function's
+		// answer (a protobuf Struct).
 		switch g := m["observedGeneration"].(type) {
-		case int64: // from a file (ParseObject)
-			if g != 0 {
-				c["observedGeneration"] = g
-			}
-		case float64: // from a function's answer (a protobuf Struct)
-			if g != 0 {
+		case int64, float64:
+			if g != int64(0) && g != float64(0) {
 				c["observedGeneration"] = g
 			}
 		}

@@ -7,17 +7,16 @@ package pipeline
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"google.golang.org/protobuf/types/known/structpb"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	kyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 )
@@ -139,16 +138,7 @@ func (o Object) Struct() (*structpb.Struct, error) {
 
 // deepCopy copies the object through JSON, which is what it came from.
 func (o Object) deepCopy() Object {
-	b, err := json.Marshal(o)
-	if err != nil {
-		// Objects hold only what JSON decoding gives. Whole numbers stay
-		// int64 (see ParseObject).
-		panic(fmt.Sprintf("cannot copy an object: %v", err))
-	}
-	var c Object
-	if err := utiljson.Unmarshal(b, &c); err != nil {
-		panic(fmt.Sprintf("cannot copy an object: %v", err))
-	}
+	c, _ := deepCopyJSON(map[string]any(o)).(map[string]any)
 	return c
 }
 

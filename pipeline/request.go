@@ -3,7 +3,6 @@ package pipeline
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/ocifn/ocifn/codec"
 	"io"
 	"os"
 	"sort"
@@ -14,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ocifn/ocifn/codec"
 )
 
 // RequestFiles are the files an author assembles a RunFunctionRequest from.

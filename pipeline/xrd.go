@@ -3,8 +3,9 @@ package pipeline
 import (
 	"encoding/json"
 	"fmt"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"strings"
+
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
 
 // XRD is what render needs of a CompositeResourceDefinition: the OpenAPI
@@ -156,7 +157,8 @@ func applyDefaults(v any, s map[string]any) {
 	}
 }
 
-// deepCopyJSON copies a value made of JSON types.
+// deepCopyJSON copies a value made of JSON types (as Objects hold: whole
+// numbers stay int64, see ParseObject).
 func deepCopyJSON(v any) any {
 	b, err := json.Marshal(v)
 	if err != nil {
