@@ -81,6 +81,7 @@ what "crossplane xpkg build" writes; push it with "ocifn push".`,
 }
 
 func (o *buildOptions) check(capabilitiesSet bool) error {
+	apiErr := checkAPI(o.api)
 	switch {
 	case capabilitiesSet && o.packageFile != "":
 		return errors.New("--capabilities applies to generated metadata (--name); with --package-file, set spec.capabilities in the file, which is packaged as it is")
@@ -88,8 +89,8 @@ func (o *buildOptions) check(capabilitiesSet bool) error {
 		return errors.New("--from-oci-tarball is required: the function image tarball (docker save IMAGE | gzip > function.tgz)")
 	case (o.packageFile == "") == (o.name == ""):
 		return errors.New("pass exactly one of --package-file (Function metadata, e.g. crossplane.yaml) and --name (generate minimal metadata)")
-	case o.api != apiCrossplane && o.api != apiOpenWhisk && o.api != apiHTTP:
-		return fmt.Errorf("--api %q: want %s, %s or %s", o.api, apiCrossplane, apiOpenWhisk, apiHTTP)
+	case apiErr != nil:
+		return fmt.Errorf("--api %q: %w", o.api, apiErr)
 	case (o.runtimeImage == "") == (o.runtimeTarball == ""):
 		return errors.New("pass exactly one of --runtime-image REF and --runtime-image-tarball FILE: the ocifn runtime image the package runs (make image builds build/ocifn-runtime.tar)")
 	}

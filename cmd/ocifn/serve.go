@@ -45,6 +45,15 @@ const (
 // Kubeless expect.
 const httpAddress = ":8080"
 
+// checkAPI says why api is not what ocifn serve can speak, if it is not.
+func checkAPI(api string) error {
+	switch api {
+	case apiCrossplane, apiOpenWhisk, apiHTTP:
+		return nil
+	}
+	return fmt.Errorf("want %s, %s or %s", apiCrossplane, apiOpenWhisk, apiHTTP)
+}
+
 // defaultMaxRequestBytes bounds an HTTP front's request body.
 const defaultMaxRequestBytes = 64 << 20
 
@@ -104,8 +113,10 @@ another I/O mode.`,
 					return fmt.Errorf("%s=%s in the environment (ocifn build --io sets it in a package): %w", oci.EnvIO, v, err)
 				}
 			}
-			if v := os.Getenv(oci.EnvAPI); v != "" && !f.Changed("api") && v != apiCrossplane && v != apiOpenWhisk && v != apiHTTP {
-				return fmt.Errorf("%s=%s in the environment (ocifn build --api sets it in a package): want %s, %s or %s", oci.EnvAPI, v, apiCrossplane, apiOpenWhisk, apiHTTP)
+			if v := os.Getenv(oci.EnvAPI); v != "" && !f.Changed("api") {
+				if err := checkAPI(v); err != nil {
+					return fmt.Errorf("%s=%s in the environment (ocifn build --api sets it in a package): %w", oci.EnvAPI, v, err)
+				}
 			}
 			// The HTTP fronts serve metrics on their own port, where the
 			// gRPC front's defaults would collide.
@@ -175,10 +186,8 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	switch o.api {
-	case apiCrossplane, apiOpenWhisk, apiHTTP:
-	default:
-		return fmt.Errorf("--api %q: want %s, %s or %s", o.api, apiCrossplane, apiOpenWhisk, apiHTTP)
+	if err := checkAPI(o.api); err != nil {
+		return fmt.Errorf("--api %q: %w", o.api, err)
 	}
 	if o.maxRequestBytes <= 0 {
 		return fmt.Errorf("--max-request-bytes %d: must be positive", o.maxRequestBytes)
