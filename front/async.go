@@ -174,7 +174,7 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 	// it only when it polls.
 	if iv.gate != nil {
 		if err := iv.gate.Refuses(); err != nil {
-			_, status := Refusal(w, err)
+			_, status := refusal(w, err)
 			http.Error(w, err.Error(), status)
 			return
 		}

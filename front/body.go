@@ -1,6 +1,7 @@
 package front
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -51,10 +52,37 @@ func ReadBody(w http.ResponseWriter, r *http.Request, max int64, timeout time.Du
 	}
 }
 
-// Refusal is how an HTTP front answers a call its gate refused (err is
+// Refused is a request Admit did not admit, or whose body it could not
+// read: the status to answer with, and the outcome the hooks count it
+// under.
+type Refused struct {
+	Outcome hook.Outcome
+	Status  int
+	Err     error
+}
+
+// Admit takes a slot of the gate for r, then reads its body (at most
+// MaxRequestBytes, all of it within Timeout): a request waiting for a slot
+// holds no body in memory, and a stalled one cannot hold a slot. The
+// caller calls leave once the call has run; on a refusal nothing is held.
+func (c *Config) Admit(ctx context.Context, w http.ResponseWriter, r *http.Request) (body []byte, leave func(), refused *Refused) {
+	leave, err := c.Gate.Enter(ctx)
+	if err != nil {
+		outcome, status := refusal(w, err)
+		return nil, nil, &Refused{outcome, status, err}
+	}
+	body, err = ReadBody(w, r, c.MaxRequestBytes, c.Timeout)
+	if err != nil {
+		leave()
+		return nil, nil, &Refused{hook.Error, err.(*BodyError).Status, err}
+	}
+	return body, leave, nil
+}
+
+// refusal is how an HTTP front answers a call its gate refused (err is
 // from admit.Gate's Enter or Refuses): 503, with Retry-After when the gate
 // was full, and the outcome the hooks count it under.
-func Refusal(w http.ResponseWriter, err error) (hook.Outcome, int) {
+func refusal(w http.ResponseWriter, err error) (hook.Outcome, int) {
 	var full *admit.FullError
 	if errors.As(err, &full) {
 		w.Header().Set("Retry-After", "1")

@@ -36,21 +36,16 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		http.Error(w, msg, status)
 		return status
 	}
-	// Admitted before its body is read: a request waiting for a slot holds
-	// no body in memory, and the body must come within the call's timeout.
-	leave, err := h.cfg.Gate.Enter(ctx)
-	if err != nil {
-		outcome, status := front.Refusal(w, err)
-		if outcome == hook.Error {
-			call.Err = err
+	body, leave, refused := h.cfg.Admit(ctx, w, r)
+	if refused != nil {
+		// The gate's errors (draining, the caller gone) are the call's;
+		// a bad body is the caller's, said in the reason alone.
+		if _, badBody := refused.Err.(*front.BodyError); !badBody && refused.Outcome == hook.Error {
+			call.Err = refused.Err
 		}
-		return fail(outcome, status, err.Error())
+		return fail(refused.Outcome, refused.Status, refused.Err.Error())
 	}
 	defer leave()
-	body, err := front.ReadBody(w, r, h.cfg.MaxRequestBytes, h.cfg.Timeout)
-	if err != nil {
-		return fail(hook.Error, err.(*front.BodyError).Status, err.Error())
-	}
 	env := Env(Request{
 		Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Protocol: r.Proto, Header: r.Header,
 		ContentLength: len(body), RemoteAddr: r.RemoteAddr, Host: r.Host, Now: call.Received,

@@ -84,26 +84,27 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == "/init" {
-		msg, err := p.readMessage(w, r, 0)
+		body, err := front.ReadBody(w, r, p.cfg.MaxRequestBytes, 0)
+		var msg map[string]json.RawMessage
+		if err == nil {
+			msg, err = parseMessage(r.URL.Path, body)
+		}
 		if err != nil {
 			front.WriteJSONError(w, err.(*front.BodyError).Status, err.Error())
 			return
 		}
-		status, body := p.init(msg["value"])
-		writeRaw(w, status, body)
+		status, answer := p.init(msg["value"])
+		writeRaw(w, status, answer)
 		return
 	}
-	// An activation takes a slot of the gate before its body is read: a
-	// request waiting for one holds no body in memory, and the body must
-	// come within the call's timeout.
-	leave, err := p.cfg.Gate.Enter(r.Context())
-	if err != nil {
-		outcome, status := front.Refusal(w, err)
-		p.refuse(w, r, outcome, status, err)
+	// An activation is admitted before its body is read (front.Admit).
+	body, leave, refused := p.cfg.Admit(r.Context(), w, r)
+	if refused != nil {
+		p.refuse(w, r, refused.Outcome, refused.Status, refused.Err)
 		return
 	}
 	defer leave()
-	msg, err := p.readMessage(w, r, p.cfg.Timeout)
+	msg, err := parseMessage(r.URL.Path, body)
 	if err != nil {
 		p.refuse(w, r, hook.Error, err.(*front.BodyError).Status, err)
 		return
@@ -115,21 +116,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.single(w, r, msg)
 }
 
-// readMessage reads a JSON object body, within timeout when it is not
-// zero. An empty body, or null, is an empty object, as the Docker skeleton
-// takes it. An error is a *front.BodyError.
-func (p *Proxy) readMessage(w http.ResponseWriter, r *http.Request, timeout time.Duration) (map[string]json.RawMessage, error) {
-	body, err := front.ReadBody(w, r, p.cfg.MaxRequestBytes, timeout)
-	if err != nil {
-		return nil, err
-	}
+// parseMessage reads the body of a request to path as a JSON object. An
+// empty body, or null, is an empty object, as the Docker skeleton takes
+// it. An error is a *front.BodyError.
+func parseMessage(path string, body []byte) (map[string]json.RawMessage, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 || string(body) == "null" {
 		return map[string]json.RawMessage{}, nil
 	}
 	var msg map[string]json.RawMessage
 	if err := json.Unmarshal(body, &msg); err != nil {
-		return nil, &front.BodyError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("the body of %s is not a JSON object: %v", r.URL.Path, err)}
+		return nil, &front.BodyError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("the body of %s is not a JSON object: %v", path, err)}
 	}
 	if msg == nil {
 		msg = map[string]json.RawMessage{}
