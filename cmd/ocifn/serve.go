@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -289,9 +288,9 @@ func (o *serveOptions) run(ctx context.Context) error {
 	// Listen first: health checks get NOT_SERVING, rather than no answer,
 	// while the image is unpacked.
 	srv := adaptor.NewServer(creds, int(o.maxRecvMsgSize), adaptor.WithMaxInflightBytes(int64(o.maxInflight)), adaptor.WithStreamWorkers(o.maxConcurrency), adaptor.WithRecvTimeout(o.timeout))
-	lis, err := net.Listen("tcp", o.address)
+	lis, err := listen(o.address, "", "--address")
 	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w%s", o.address, err, portHint(err, "--address"))
+		return err
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

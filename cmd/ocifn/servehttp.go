@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,9 +48,9 @@ func (noFiles) Close() error { return nil }
 // drains for the grace period.
 func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bundle.Runtime, reg *prometheus.Registry, chain *hook.Chain, gate *admit.Gate) error {
 	srv := front.NewServer(reg)
-	lis, err := net.Listen("tcp", o.address)
+	lis, err := listen(o.address, "", "--address")
 	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w%s", o.address, err, portHint(err, "--address"))
+		return err
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)

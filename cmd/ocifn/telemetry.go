@@ -37,9 +37,9 @@ func serveMetrics(ctx context.Context, log *slog.Logger, address string, reg *pr
 	if address == "" {
 		return func() {}, nil
 	}
-	lis, err := net.Listen("tcp", address)
+	lis, err := listen(address, " for metrics", "--metrics-address")
 	if err != nil {
-		return nil, fmt.Errorf("cannot listen on %s for metrics: %w%s", address, err, portHint(err, "--metrics-address"))
+		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -90,12 +90,18 @@ func newTracer(ctx context.Context) (trace.Tracer, func(), error) {
 	}, nil
 }
 
-// portHint says what to do about a port another process holds: ocifn's
-// own defaults (:9443 and :8080 for metrics; :8080 on the HTTP fronts)
-// collide between two servers on one machine.
-func portHint(err error, flag string) string {
-	if !errors.Is(err, syscall.EADDRINUSE) {
-		return ""
+// listen listens on address, the value of flag, for what (" for metrics",
+// or ""). A port another process holds gets a hint: ocifn's own defaults
+// (:9443 and :8080 for metrics; :8080 on the HTTP fronts) collide between
+// two servers on one machine.
+func listen(address, what, flag string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", address)
+	if err == nil {
+		return lis, nil
 	}
-	return fmt.Sprintf(" (another process, or this one's other port, has it: choose another with %s; --address is :9443 by default, :8080 on the HTTP fronts, and --metrics-address :8080, empty for none)", flag)
+	hint := ""
+	if errors.Is(err, syscall.EADDRINUSE) {
+		hint = fmt.Sprintf(" (another process, or this one's other port, has it: choose another with %s; --address is :9443 by default, :8080 on the HTTP fronts, and --metrics-address :8080, empty for none)", flag)
+	}
+	return nil, fmt.Errorf("cannot listen on %s%s: %w%s", address, what, err, hint)
 }
