@@ -90,18 +90,15 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 			_ = os.Remove(filepath.Join(dir, e.Name())) // a temporary file of a write cut off
 			continue
 		}
-		b, err := os.ReadFile(iv.path(id))
+		rec, size, err := iv.load(id)
 		if err != nil {
-			continue
-		}
-		var rec record
-		if err := json.Unmarshal(b, &rec); err != nil {
-			// Not a record of ours: left alone, and not counted.
+			// Unreadable, or not a record of ours: left alone, and not
+			// counted.
 			continue
 		}
 		if !rec.Running {
-			iv.index[id] = stored{size: int64(len(b)), created: rec.Created}
-			iv.total += int64(len(b))
+			iv.index[id] = stored{size: size, created: rec.Created}
+			iv.total += size
 			continue
 		}
 		rec.Running, rec.Status, rec.Body = false, http.StatusInternalServerError, []byte(msgCutOff+"\n")
@@ -268,18 +265,24 @@ func (iv *Invocations) writeResult(id string, rec record) error {
 func (iv *Invocations) path(id string) string { return filepath.Join(iv.dir, id+".json") }
 
 func (iv *Invocations) read(id string) (record, error) {
+	rec, _, err := iv.load(id)
+	return rec, err
+}
+
+// load reads a record and the bytes it takes on disk.
+func (iv *Invocations) load(id string) (record, int64, error) {
 	if !validID(id) {
-		return record{}, os.ErrNotExist
+		return record{}, 0, os.ErrNotExist
 	}
 	b, err := os.ReadFile(iv.path(id))
 	if err != nil {
-		return record{}, err
+		return record{}, 0, err
 	}
 	var rec record
 	if err := json.Unmarshal(b, &rec); err != nil {
-		return record{}, fmt.Errorf("invocation %s: %w", id, err)
+		return record{}, 0, fmt.Errorf("invocation %s: %w", id, err)
 	}
-	return rec, nil
+	return rec, int64(len(b)), nil
 }
 
 // write stores a record whole or not at all: a crash must not leave half
