@@ -76,8 +76,8 @@ func WithStreamWorkers(n int) ServerOption {
 // flight could never admit a request of maxRecvMsgSize bytes, if it could
 // not.
 func CheckInflightBytes(maxInflight int64, maxRecvMsgSize int) error {
-	if need := requestCost(maxRecvMsgSize); maxInflight < need {
-		return fmt.Errorf("--max-inflight-bytes %d: must be at least %d times --max-recv-msg-size %d, %d", maxInflight, requestMemoryFactor, maxRecvMsgSize, need)
+	if need := largestCost(int64(maxRecvMsgSize)); maxInflight < need {
+		return fmt.Errorf("--max-inflight-bytes %d: must be at least %d, what a request of --max-recv-msg-size %d bytes that is one string takes", maxInflight, need, maxRecvMsgSize)
 	}
 	return nil
 }
@@ -94,6 +94,8 @@ func NewServer(creds credentials.TransportCredentials, maxRecvMsgSize int, optio
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.MaxSendMsgSize(maxRecvMsgSize),
+		// Requests reach the in-flight budget undecoded (see inflight).
+		grpc.ForceServerCodecV2(newRawCodec()),
 		// Stop waits for handlers to return, so no call is still starting a
 		// container when the bundle is removed.
 		grpc.WaitForHandlers(true),

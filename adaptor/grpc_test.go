@@ -62,7 +62,7 @@ func TestRefusalsAreCounted(t *testing.T) {
 	m := hook.NewMetrics(reg)
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	srv := NewServer(nil, limit, WithMaxInflightBytes(requestMemoryFactor*limit))
+	srv := NewServer(nil, limit, WithMaxInflightBytes(readCost(limit)))
 	srv.Ready(NewFunction(&scriptedRunner{stdout: `{}`}, WithLogger(log), WithMetrics(m),
 		WithHooks(hook.NewChain(log, m, hook.Log{Logger: log}), 0)))
 	conn := serveInMemory(t, srv)
@@ -99,7 +99,7 @@ ocifn_calls_total{outcome="timeout"} 0
 // the in-flight budget serves the next call.
 func TestStalledRequestLetsGoOfTheBudget(t *testing.T) {
 	const limit = 1 << 20
-	srv := NewServer(nil, limit, WithMaxInflightBytes(requestMemoryFactor*limit), WithRecvTimeout(300*time.Millisecond))
+	srv := NewServer(nil, limit, WithMaxInflightBytes(largestCost(limit)), WithRecvTimeout(300*time.Millisecond))
 	srv.Ready(NewFunction(&scriptedRunner{stdout: `{}`}, WithLogger(slog.New(slog.DiscardHandler))))
 	conn := serveInMemory(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -2,28 +2,27 @@ package adaptor
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ocifn/ocifn/codec"
+	"github.com/ocifn/ocifn/internal/protocount"
 )
 
 // DefaultMaxInflightBytes bounds the memory that requests hold at once: 1
-// GiB is three requests of the largest size (64 MiB, each counted 5 times,
-// see requestCost) in flight, while requests of usual sizes (kilobytes to
-// a few megabytes) are never held back by it.
+// GiB holds a request of the largest size (64 MiB) that is one long
+// string (about 8 times its size, see requestCost) besides hundreds of
+// requests of usual sizes (kilobytes to a few megabytes), which are never
+// held back by it.
 const DefaultMaxInflightBytes = 1 << 30
-
-// requestMemoryFactor is how many times its wire size a request costs in
-// memory while its call runs: the message as received, the decoded
-// request, its JSON encoding for the function's stdin, and the garbage
-// they leave until the collector runs. Measured by
-// TestFloodOfLargestRequests (three 64 MiB requests at once peaked at
-// 1016 MiB of RSS without a soft memory limit).
-const requestMemoryFactor = 5
 
 // reserveWait is how long a request waits for others to free the budget
 // before it is refused: a burst of small requests that arrive together
@@ -32,10 +31,12 @@ const reserveWait = time.Second
 
 // inflight is the memory budget of the requests being received or run.
 // gRPC reads a whole request into memory before it can be decoded, and its
-// length is known only then. So a request reserves the cost of the
-// largest request accepted before it is read, which keeps the bound true
-// whatever arrives, and then keeps only its own cost until its call
-// returns.
+// length is known only then. So a request reserves what the bytes of the
+// largest request accepted take before it is read, which keeps the bound
+// true whatever arrives. Once its bytes are in, and before they are
+// decoded, they are counted (protocount) and the request takes what its
+// decoding and its encoding for the function will cost, or is refused;
+// it keeps that until its call returns.
 // Until a request is read, the bytes the client sent wait in HTTP/2 flow
 // control windows (at most 16 MiB per connection).
 type inflight struct {
@@ -43,8 +44,8 @@ type inflight struct {
 	maxMsg int64
 	// recvTimeout, when not zero, is how long a request may take to
 	// arrive: a stream that opens and sends nothing would otherwise hold
-	// its reservation, the cost of the largest request, for as long as its
-	// client keeps it open, and three of them the whole default budget.
+	// its reservation, the bytes of the largest request, for as long as
+	// its client keeps it open.
 	recvTimeout time.Duration
 
 	mu    sync.Mutex
@@ -56,11 +57,33 @@ func newInflight(limit, maxMsg int64, recvTimeout time.Duration) *inflight {
 	return &inflight{limit: limit, maxMsg: maxMsg, recvTimeout: recvTimeout, freed: make(chan struct{})}
 }
 
-// requestCost is the memory a decoded request of n wire bytes is counted for.
-func requestCost(n int) int64 { return requestMemoryFactor * int64(n) }
+// readCost is what a request of n bytes holds while it is read: the
+// buffers it arrives in, and one copy of them when it came in pieces.
+func readCost(n int64) int64 { return 2 * n }
 
-// reserve takes n bytes of the budget, waiting up to reserveWait for them.
-func (b *inflight) reserve(ctx context.Context, n int64) error {
+// requestCost is the memory a request of counts c holds while its call
+// runs, given what its encoding for the function costs: its bytes as
+// read, the decoded request, and the encoding. A v1beta1 request is
+// converted to v1 through the wire format, a copy of the bytes and a
+// second decoded request more.
+func requestCost(c protocount.Counts, encode int64, converted bool) int64 {
+	cost := readCost(c.Wire) + c.Decoded() + encode
+	if converted {
+		cost += c.Wire + c.Decoded()
+	}
+	return cost
+}
+
+// largestCost is the cost of a request of n bytes that is one string in
+// the default JSON mode, the least a request of that size can cost.
+func largestCost(n int64) int64 {
+	c := protocount.Counts{Wire: n, Messages: 1, Strings: 1, StringBytes: n}
+	return requestCost(c, codec.JSON{}.EncodeMemory(c), false)
+}
+
+// reserve takes n bytes of the budget, waiting up to reserveWait for them;
+// why says what they are for.
+func (b *inflight) reserve(ctx context.Context, n int64, why string) error {
 	timer := time.NewTimer(reserveWait)
 	defer timer.Stop()
 	for {
@@ -77,8 +100,8 @@ func (b *inflight) reserve(ctx context.Context, n int64) error {
 		case <-freed:
 		case <-timer.C:
 			return status.Errorf(codes.ResourceExhausted,
-				"ocifn holds %d bytes of requests in flight and a request may need %d more (%d times the largest request accepted), past --max-inflight-bytes %d; retry later or raise it",
-				used, n, requestMemoryFactor, b.limit)
+				"ocifn holds %d bytes of requests in flight and this request needs %d more, %s, past --max-inflight-bytes %d; retry later or raise it",
+				used, n, why, b.limit)
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}
@@ -96,36 +119,73 @@ func (b *inflight) resize(from, to int64) {
 	b.mu.Unlock()
 }
 
+// grow makes a reservation of from bytes one of to bytes, waiting as
+// reserve does when it grows; a request that needs more than the whole
+// budget is refused at once.
+func (b *inflight) grow(ctx context.Context, from, to int64, why string) error {
+	if to <= from {
+		b.resize(from, to)
+		return nil
+	}
+	if to > b.limit {
+		return status.Errorf(codes.ResourceExhausted, "this request needs %d bytes of memory, %s, past --max-inflight-bytes %d; raise it or send less", to, why, b.limit)
+	}
+	if err := b.reserve(ctx, to-from, why); err != nil {
+		return err
+	}
+	return nil
+}
+
 // bounded returns a copy of desc whose unary handlers reserve the budget
-// before the request is read and release it when the call returns. A call
-// refused before the Function saw it (the budget full, a request that
-// could not be read) is reported to refused, so that it is counted and
-// logged as the Function's own refusals are.
-func (b *inflight) bounded(desc *grpc.ServiceDesc, refused func(ctx context.Context, method string, err error)) *grpc.ServiceDesc {
+// before the request is read, take what the request costs once it is read
+// and before it is decoded, and release it when the call returns. encode
+// says what the request's encoding for the function costs; converted
+// that the service's requests are converted to v1. A call refused before
+// the Function saw it (the budget full, a request that could not be read)
+// is reported to refused, so that it is counted and logged as the
+// Function's own refusals are.
+func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bool) *grpc.ServiceDesc {
 	d := *desc
 	d.Methods = append([]grpc.MethodDesc(nil), desc.Methods...)
 	for i := range d.Methods {
 		handler, method := d.Methods[i].Handler, d.Methods[i].MethodName
 		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			held := requestCost(int(b.maxMsg))
-			if err := b.reserve(ctx, held); err != nil {
-				refused(ctx, method, err)
+			held := readCost(b.maxMsg)
+			if err := b.reserve(ctx, held, "the bytes of a request of the largest size accepted (--max-recv-msg-size) until it is read"); err != nil {
+				fn.refused(ctx, method, err)
 				return nil, err
 			}
 			defer func() { b.resize(held, 0) }()
 			decoded := false
 			rsp, err := handler(srv, ctx, func(v any) error {
-				err := b.receive(dec, v)
-				if m, ok := v.(proto.Message); ok && err == nil {
-					decoded = true
-					cost := requestCost(proto.Size(m))
-					b.resize(held, cost)
-					held = cost
+				m, ok := v.(proto.Message)
+				if !ok {
+					return status.Errorf(codes.Internal, "cannot decode a request into %T", v)
 				}
-				return err
+				var raw rawRequest
+				if err := b.receive(dec, &raw); err != nil {
+					return err
+				}
+				defer raw.free()
+				c, err := protocount.Count(raw.bytes(), m.ProtoReflect().Descriptor())
+				if err != nil {
+					return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+				}
+				cd := fn.codec()
+				cost := requestCost(c, cd.EncodeMemory(c), converted)
+				why := fmt.Sprintf("to hold its %d bytes, decoded and encoded for the function in the %s I/O mode", c.Wire, cd.Name())
+				if err := b.grow(ctx, held, cost, why); err != nil {
+					return err
+				}
+				held = cost
+				if err := proto.Unmarshal(raw.bytes(), m); err != nil {
+					return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+				}
+				decoded = true
+				return nil
 			}, ic)
 			if err != nil && !decoded {
-				refused(ctx, method, err)
+				fn.refused(ctx, method, err)
 			}
 			return rsp, err
 		}
@@ -150,4 +210,27 @@ func (b *inflight) receive(dec func(any) error, v any) error {
 	case <-timer.C:
 		return status.Errorf(codes.DeadlineExceeded, "the request did not arrive within %s (--timeout) of the call's start", b.recvTimeout)
 	}
+}
+
+// rawRequest receives a request's bytes undecoded from rawCodec, so that
+// they can be counted before they are decoded.
+type rawRequest struct{ buf mem.Buffer }
+
+func (r *rawRequest) bytes() []byte { return r.buf.ReadOnlyData() }
+
+// free gives the buffer back to gRPC's pool.
+func (r *rawRequest) free() { r.buf.Free() }
+
+// rawCodec is gRPC's proto codec, except that it hands a rawRequest its
+// bytes as they came.
+type rawCodec struct{ encoding.CodecV2 }
+
+func newRawCodec() rawCodec { return rawCodec{encoding.GetCodecV2("proto")} }
+
+func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*rawRequest); ok {
+		r.buf = data.MaterializeToBuffer(mem.DefaultBufferPool())
+		return nil
+	}
+	return c.CodecV2.Unmarshal(data, v)
 }

@@ -2,12 +2,18 @@ package adaptor
 
 import (
 	"context"
+	"log/slog"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	fnv1beta1 "github.com/crossplane/function-sdk-go/proto/v1beta1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // TestInflightBudget: reservations fit in the limit, a request that does
@@ -16,7 +22,7 @@ import (
 func TestInflightBudget(t *testing.T) {
 	b := newInflight(100, 10, 0)
 	ctx := context.Background()
-	if err := b.reserve(ctx, 60); err != nil {
+	if err := b.reserve(ctx, 60, "t"); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -24,14 +30,14 @@ func TestInflightBudget(t *testing.T) {
 		b.resize(60, 20)
 	}()
 	start := time.Now()
-	if err := b.reserve(ctx, 70); err != nil {
+	if err := b.reserve(ctx, 70, "t"); err != nil {
 		t.Fatalf("the second reservation after the first shrank: %v", err)
 	}
 	if took := time.Since(start); took < 40*time.Millisecond || took > reserveWait {
 		t.Errorf("the second reservation took %s, want it to wait for the first to shrink", took)
 	}
 	start = time.Now()
-	err := b.reserve(ctx, 20)
+	err := b.reserve(ctx, 20, "t")
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-inflight-bytes 100") {
 		t.Errorf("a reservation past the limit: %v, want RESOURCE_EXHAUSTED naming the flag", err)
 	}
@@ -44,6 +50,69 @@ func TestInflightBudget(t *testing.T) {
 		t.Errorf("%d bytes still reserved after every release", b.used)
 	}
 	if err := CheckInflightBytes(100, 64); err == nil {
-		t.Error("a bound below 5 times the largest request was accepted")
+		t.Error("a bound below what the largest request takes was accepted")
+	}
+}
+
+// TestRequestCostIsKnownBeforeDecoding: a request is charged what it will
+// cost decoded and encoded, counted from its bytes before it is decoded.
+// One long string of a few megabytes fits a budget sized for the largest
+// request; as many bytes of nulls, which decode to some 40 times their
+// size, are refused at once, naming the flag and the I/O mode, without
+// being decoded; a v1beta1 request is charged its conversion too; and the
+// server goes on serving.
+func TestRequestCostIsKnownBeforeDecoding(t *testing.T) {
+	const limit = 4 << 20
+	srv := NewServer(nil, limit, WithMaxInflightBytes(largestCost(limit)))
+	srv.Ready(NewFunction(&scriptedRunner{stdout: `{}`}, WithLogger(slog.New(slog.DiscardHandler))))
+	conn := serveInMemory(t, srv)
+	client := fnv1.NewFunctionRunnerServiceClient(conn)
+	xr := func(v any) *fnv1.RunFunctionRequest {
+		s, err := structpb.NewStruct(map[string]any{"a": v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: s}}}
+	}
+	const size = limit * 9 / 10
+	long := xr(strings.Repeat("x", size))
+	if _, err := client.RunFunction(context.Background(), long); err != nil {
+		t.Fatalf("a request of one string of %d bytes: %v, want it served", size, err)
+	}
+	nulls := xr(make([]any, 700000)) // 2.8 MB on the wire
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := client.RunFunction(context.Background(), nulls)
+	runtime.ReadMemStats(&after)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-inflight-bytes") || !strings.Contains(err.Error(), "json I/O mode") {
+		t.Fatalf("a request of 700,000 nulls: %v, want RESOURCE_EXHAUSTED naming the flag and the I/O mode", err)
+	}
+	if !strings.Contains(err.Error(), "send less") {
+		t.Errorf("refused with %q, want the refusal of a request that can never fit, which does not wait", err)
+	}
+	// Decoded, the nulls would take over 50 MB; the client's encoding and
+	// the server's buffers take about 6.
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 30<<20 {
+		t.Errorf("%d bytes allocated while the request was refused; was it decoded?", allocated)
+	}
+	// The v1beta1 service charges the conversion: a string that fits as
+	// v1 with little to spare does not as v1beta1.
+	spare := largestCost(limit) - largestCost(size)
+	if spare > size+size*5/4 {
+		t.Fatalf("the budget leaves %d bytes beyond a 3 MiB string; the v1beta1 case needs a tighter one", spare)
+	}
+	wire, err := proto.Marshal(long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var beta fnv1beta1.RunFunctionRequest
+	if err := proto.Unmarshal(wire, &beta); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fnv1beta1.NewFunctionRunnerServiceClient(conn).RunFunction(context.Background(), &beta); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("the long string as v1beta1: %v, want RESOURCE_EXHAUSTED for its conversion", err)
+	}
+	if _, err := client.RunFunction(context.Background(), long); err != nil {
+		t.Errorf("the long string again: %v, want it served", err)
 	}
 }

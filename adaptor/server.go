@@ -10,14 +10,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ocifn/ocifn/codec"
 )
 
 // registerBounded adds the v1 and v1beta1 FunctionRunnerService, both
 // backed by the Function that fn holds, to s, with the memory of requests
 // in flight bounded by b (see inflight).
 func registerBounded(s grpc.ServiceRegistrar, fn *FunctionRef, b *inflight) {
-	s.RegisterService(b.bounded(&fnv1.FunctionRunnerService_ServiceDesc, fn.refused), &v1Server{fn: fn})
-	s.RegisterService(b.bounded(&fnv1beta1.FunctionRunnerService_ServiceDesc, fn.refused), &v1beta1Server{fn: fn})
+	s.RegisterService(b.bounded(&fnv1.FunctionRunnerService_ServiceDesc, fn, false), &v1Server{fn: fn})
+	s.RegisterService(b.bounded(&fnv1beta1.FunctionRunnerService_ServiceDesc, fn, true), &v1beta1Server{fn: fn})
 }
 
 // FunctionRef holds the Function calls go to once it is ready. The server
@@ -34,6 +36,15 @@ func (r *FunctionRef) run(ctx context.Context, req *fnv1.RunFunctionRequest) (*f
 		return nil, status.Error(codes.Unavailable, "the function image is still being unpacked; retry shortly")
 	}
 	return f.Run(ctx, req)
+}
+
+// codec is the I/O mode of the Function, or the default before there is
+// one (when calls are refused anyway).
+func (r *FunctionRef) codec() codec.Codec {
+	if f := r.p.Load(); f != nil {
+		return f.codec
+	}
+	return codec.JSON{}
 }
 
 // refused reports a call refused before the Function ran it, once there

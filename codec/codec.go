@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+
+	"github.com/ocifn/ocifn/internal/protocount"
 )
 
 // Codec is one I/O mode (json, functionio, krm).
@@ -18,6 +20,11 @@ type Codec interface {
 	Name() string
 	// Encode renders the request as the function reads it on stdin.
 	Encode(req *fnv1.RunFunctionRequest) ([]byte, error)
+	// EncodeMemory is at most the memory Encode allocates for a request
+	// of counts c, its result and garbage included: a server that holds
+	// requests within a memory bound charges it before the request is
+	// decoded.
+	EncodeMemory(c protocount.Counts) int64
 	// Decode turns what the function printed on stdout, having exited 0,
 	// into its response to req. An error says why the output is not a
 	// valid answer, naming the likely mode when the output is another

@@ -24,7 +24,7 @@ func rss(t *testing.T, s *server) int64 { return largestOfServer(t, s, "VmRSS") 
 // calls as before.
 func TestFloodOfLargestRequests(t *testing.T) {
 	const (
-		bound    = 960 << 20 // three requests of 64 MiB, each counted 5 times
+		bound    = 960 << 20 // one request of 64 MiB that is one string takes 528 MiB
 		requests = 8         // --max-concurrency 2 + --max-queue 4, and 2 more
 	)
 	cache, tmp := cacheDir(t), t.TempDir()
