@@ -46,9 +46,12 @@ func TestEncodeMemoryBoundsEncode(t *testing.T) {
 			}
 			whole, wholeBound := c.Wire+decoded+used, c.Wire+c.Decoded()+bound
 			t.Logf("%-10s %-18s per byte on the wire: %.1f measured, bound %.1f", cd.Name(), name, float64(whole)/float64(c.Wire), float64(wholeBound)/float64(c.Wire))
-			// KRM leaves connection details out, which counts of the wire
-			// bytes cannot tell apart from what it encodes.
-			loose := cd.Name() == "krm" && name == "connection details"
+			// KRM leaves connection details out, and YAML writes nested
+			// lists on one line where it indents nested maps: counts of the
+			// wire bytes cannot tell either apart, so the bound is loose
+			// for them (5 to 10 times for the lists).
+			loose := cd.Name() == "krm" && name == "connection details" ||
+				cd.Name() != "json" && name == "deep lists"
 			if whole > 1<<20 && wholeBound > 8*whole && !loose {
 				t.Errorf("%s, %s: the bound of %d bytes for the wire, decoded and encoded request is more than 8 times the %d measured", cd.Name(), name, wholeBound, whole)
 			}
