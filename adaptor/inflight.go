@@ -121,29 +121,27 @@ func (b *inflight) resize(from, to int64) {
 
 // grow makes a reservation of from bytes one of to bytes, waiting as
 // reserve does when it grows; a request that needs more than the whole
-// budget is refused at once.
-func (b *inflight) grow(ctx context.Context, from, to int64, why string) error {
+// budget is refused at once. why says what the bytes are for; it is only
+// called to refuse, since most requests shrink their reservation.
+func (b *inflight) grow(ctx context.Context, from, to int64, why func() string) error {
 	if to <= from {
 		b.resize(from, to)
 		return nil
 	}
 	if to > b.limit {
-		return status.Errorf(codes.ResourceExhausted, "this request needs %d bytes of memory, %s, past --max-inflight-bytes %d; raise it or send less", to, why, b.limit)
+		return status.Errorf(codes.ResourceExhausted, "this request needs %d bytes of memory, %s, past --max-inflight-bytes %d; raise it or send less", to, why(), b.limit)
 	}
-	if err := b.reserve(ctx, to-from, why); err != nil {
-		return err
-	}
-	return nil
+	return b.reserve(ctx, to-from, why())
 }
 
 // bounded returns a copy of desc whose unary handlers reserve the budget
 // before the request is read, take what the request costs once it is read
-// and before it is decoded, and release it when the call returns. encode
-// says what the request's encoding for the function costs; converted
-// that the service's requests are converted to v1. A call refused before
-// the Function saw it (the budget full, a request that could not be read)
-// is reported to refused, so that it is counted and logged as the
-// Function's own refusals are.
+// and before it is decoded (its encoding priced by fn's codec), and
+// release it when the call returns; converted says that the service's
+// requests are converted to v1. A call refused before the Function saw it
+// (the budget full, a request that could not be read) is reported to
+// fn.refused, so that it is counted and logged as the Function's own
+// refusals are.
 func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bool) *grpc.ServiceDesc {
 	d := *desc
 	d.Methods = append([]grpc.MethodDesc(nil), desc.Methods...)
@@ -169,17 +167,19 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 				defer raw.free()
 				c, err := protocount.Count(raw.bytes(), m.ProtoReflect().Descriptor())
 				if err != nil {
-					return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+					return unreadable(err)
 				}
 				cd := fn.codec()
 				cost := requestCost(c, cd.EncodeMemory(c), converted)
-				why := fmt.Sprintf("to hold its %d bytes, decoded and encoded for the function in the %s I/O mode", c.Wire, cd.Name())
+				why := func() string {
+					return fmt.Sprintf("to hold its %d bytes, decoded and encoded for the function in the %s I/O mode", c.Wire, cd.Name())
+				}
 				if err := b.grow(ctx, held, cost, why); err != nil {
 					return err
 				}
 				held = cost
 				if err := proto.Unmarshal(raw.bytes(), m); err != nil {
-					return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
+					return unreadable(err)
 				}
 				decoded = true
 				return nil
@@ -191,6 +191,12 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 		}
 	}
 	return &d
+}
+
+// unreadable is the error of a request whose bytes are not the message,
+// worded as gRPC's own decoding words it.
+func unreadable(err error) error {
+	return status.Errorf(codes.Internal, "grpc: error unmarshalling request: %v", err)
 }
 
 // receive reads a request into v with dec, or gives up after recvTimeout.
