@@ -89,13 +89,18 @@ func (c *Counts) message(b []byte, md protoreflect.MessageDescriptor, depth int6
 
 func (c *Counts) field(fd protoreflect.FieldDescriptor, typ protowire.Type, v []byte, depth int64) error {
 	kind := fd.Kind()
+	packed := typ == protowire.BytesType && fd.IsList()
 	switch {
-	case typ == protowire.BytesType && (kind == protoreflect.MessageKind || kind == protoreflect.GroupKind):
+	case typ != wireType(kind) && !packed:
+		// A wire type the field does not have: a decoder keeps the bytes
+		// among the unknown fields.
+		c.StringBytes += int64(len(v))
+	case kind == protoreflect.MessageKind || kind == protoreflect.GroupKind:
 		body, _ := protowire.ConsumeBytes(v)
 		c.Messages++
 		c.Indent += depth + 1
 		return c.message(body, fd.Message(), depth+1)
-	case typ == protowire.BytesType && (kind == protoreflect.StringKind || kind == protoreflect.BytesKind):
+	case kind == protoreflect.StringKind || kind == protoreflect.BytesKind:
 		s, _ := protowire.ConsumeBytes(v)
 		c.Strings++
 		c.StringBytes += int64(len(s))
@@ -104,31 +109,29 @@ func (c *Counts) field(fd protoreflect.FieldDescriptor, typ protowire.Type, v []
 			c.BytesLen += int64(len(s))
 		}
 		c.countBytes(s)
-	case typ == protowire.BytesType && fd.IsList():
-		// A packed repeated scalar.
+	case packed:
 		body, _ := protowire.ConsumeBytes(v)
 		for len(body) > 0 {
-			n := protowire.ConsumeFieldValue(0, scalarType(kind), body)
+			n := protowire.ConsumeFieldValue(0, wireType(kind), body)
 			if n < 0 {
 				return fmt.Errorf("%s: %w", fd.FullName(), protowire.ParseError(n))
 			}
 			body = body[n:]
 			c.Scalars++
 		}
-	case typ == scalarType(kind) && kind != protoreflect.MessageKind && kind != protoreflect.GroupKind &&
-		kind != protoreflect.StringKind && kind != protoreflect.BytesKind:
-		c.Scalars++
 	default:
-		// A wire type the field does not have: a decoder keeps the bytes
-		// among the unknown fields.
-		c.StringBytes += int64(len(v))
+		c.Scalars++
 	}
 	return nil
 }
 
-// scalarType is the wire type of a packed element of kind k.
-func scalarType(k protoreflect.Kind) protowire.Type {
+// wireType is the wire type of a field of kind k, or of each element of a
+// packed repeated one. Groups are taken as messages of their own length,
+// as proto3 has no groups.
+func wireType(k protoreflect.Kind) protowire.Type {
 	switch k {
+	case protoreflect.MessageKind, protoreflect.GroupKind, protoreflect.StringKind, protoreflect.BytesKind:
+		return protowire.BytesType
 	case protoreflect.DoubleKind, protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind:
 		return protowire.Fixed64Type
 	case protoreflect.FloatKind, protoreflect.Fixed32Kind, protoreflect.Sfixed32Kind:
