@@ -45,8 +45,8 @@ type serverOptions struct {
 
 // WithMaxInflightBytes bounds the memory that requests being received or
 // run hold at once (default DefaultMaxInflightBytes); a request beyond it
-// is refused with RESOURCE_EXHAUSTED. It must be at least 4 times the
-// largest request accepted (see CheckInflightBytes).
+// is refused with RESOURCE_EXHAUSTED. It must hold what the largest
+// request accepted takes when it is one string (see CheckInflightBytes).
 func WithMaxInflightBytes(n int64) ServerOption {
 	return func(o *serverOptions) { o.maxInflightBytes = n }
 }
