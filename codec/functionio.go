@@ -145,15 +145,14 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 	// for the connection details below may change it. Its readiness, which
 	// FunctionIO does not carry, is what an earlier step decided.
 	before := req.GetDesired().GetComposite()
-	if before != nil {
-		rsp.Desired.Composite = proto.Clone(before).(*fnv1.Resource)
-	}
 	if r := fio.Desired.Composite.Resource; r != nil {
 		s, err := structpb.NewStruct(r)
 		if err != nil {
 			return nil, fmt.Errorf("desired.composite.resource: %w", err)
 		}
 		rsp.Desired.Composite = &fnv1.Resource{Resource: s, Ready: before.GetReady()}
+	} else if before != nil {
+		rsp.Desired.Composite = proto.Clone(before).(*fnv1.Resource)
 	}
 
 	conn := map[string][]byte{}
@@ -193,20 +192,16 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", at, err)
 		}
-		for k, v := range derived {
-			conn[k] = v
-		}
+		maps.Copy(conn, derived)
 		rsp.Desired.Resources[d.Name] = &fnv1.Resource{Resource: s, Ready: ready}
 	}
 	// The XR's own connection details, as the function passed them on or
 	// set them (or the request's, when it left the XR out), win over
 	// derived ones of the same name.
-	if fio.Desired.Composite.Resource == nil && fio.Desired.Composite.ConnectionDetails == nil {
-		for k, v := range before.GetConnectionDetails() {
-			conn[k] = v
-		}
-	}
 	sent := before.GetConnectionDetails()
+	if fio.Desired.Composite.Resource == nil && fio.Desired.Composite.ConnectionDetails == nil {
+		maps.Copy(conn, sent)
+	}
 	for i, cd := range fio.Desired.Composite.ConnectionDetails {
 		if cd.Name == "" {
 			return nil, fmt.Errorf("desired.composite.connectionDetails[%d] has no name", i)
