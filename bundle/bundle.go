@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -382,6 +383,17 @@ func hardLimits() (map[string]uint64, error) {
 	return out, nil
 }
 
+// mkdirInRootfs makes dir, the call's working directory or a mount point
+// (what), in the image's root filesystem, resolved inside it, before the
+// container exists: crun would otherwise create it in the shared root
+// filesystem from inside a container.
+func (b *Bundle) mkdirInRootfs(dir, what string) error {
+	if err := securejoin.MkdirAll(b.rootfs, dir, 0o755); err != nil {
+		return fmt.Errorf("cannot create the %s %s in the image: %w", what, dir, err)
+	}
+	return nil
+}
+
 // writeCallConfig writes the runtime config of one call: the bundle's, with
 // the call's arguments, environment, working directory and mounts. It
 // returns the file's path; the caller removes it once the container exists.
@@ -405,10 +417,11 @@ func (b *Bundle) writeCallConfig(call *Call) (string, error) {
 		if !filepath.IsAbs(call.Cwd) {
 			return "", fmt.Errorf("working directory %s: the path must be absolute", call.Cwd)
 		}
-		// As a mount point below: made here, once, rather than by crun in
-		// the shared root filesystem from inside a container.
-		if err := securejoin.MkdirAll(b.rootfs, call.Cwd, 0o755); err != nil {
-			return "", fmt.Errorf("cannot create the working directory %s in the image: %w", call.Cwd, err)
+		// A mount's destination is made with the mounts below.
+		if !slices.ContainsFunc(call.Mounts, func(m Mount) bool { return filepath.Clean(m.Destination) == filepath.Clean(call.Cwd) }) {
+			if err := b.mkdirInRootfs(call.Cwd, "working directory"); err != nil {
+				return "", err
+			}
 		}
 		s.Process.Cwd = call.Cwd
 	}
@@ -416,11 +429,8 @@ func (b *Bundle) writeCallConfig(call *Call) (string, error) {
 		if !filepath.IsAbs(m.Destination) || !filepath.IsAbs(m.Source) {
 			return "", fmt.Errorf("mount %s on %s: both paths must be absolute", m.Source, m.Destination)
 		}
-		// The mount point must exist: crun would otherwise create it in
-		// the shared root filesystem from inside the container. It is
-		// made here, once, resolved inside the rootfs.
-		if err := securejoin.MkdirAll(b.rootfs, m.Destination, 0o755); err != nil {
-			return "", fmt.Errorf("cannot create the mount point %s in the image: %w", m.Destination, err)
+		if err := b.mkdirInRootfs(m.Destination, "mount point"); err != nil {
+			return "", err
 		}
 		s.Mounts = append(s.Mounts, rspec.Mount{
 			Destination: m.Destination, Type: "bind", Source: m.Source,
