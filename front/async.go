@@ -176,9 +176,9 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 	}
-	body, err := ReadBody(w, r, iv.maxBody, 0)
-	if err != nil {
-		http.Error(w, err.Error(), err.(*BodyError).Status)
+	body, bad := ReadBody(w, r, iv.maxBody, 0)
+	if bad != nil {
+		http.Error(w, bad.Error(), bad.Status)
 		return
 	}
 	created := iv.now()

@@ -24,13 +24,13 @@ func (e *BodyError) Error() string { return e.Msg }
 
 // ReadBody reads r's body: at most max bytes, and all of it within timeout
 // when timeout is not zero, so that a stalled client cannot hold a slot of
-// the gate. An error is a *BodyError.
+// the gate.
 //
 // The deadline is lifted once the body is in: net/http's read that watches
 // for the client going away would otherwise hit it, and cancel the call. It
 // stays when the body failed, so that net/http does not wait for the rest
 // of it before it answers.
-func ReadBody(w http.ResponseWriter, r *http.Request, max int64, timeout time.Duration) ([]byte, error) {
+func ReadBody(w http.ResponseWriter, r *http.Request, max int64, timeout time.Duration) ([]byte, *BodyError) {
 	rc := http.NewResponseController(w)
 	if timeout > 0 {
 		_ = rc.SetReadDeadline(time.Now().Add(timeout))
@@ -71,10 +71,10 @@ func (c *Config) Admit(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		outcome, status := refusal(w, err)
 		return nil, nil, &Refused{outcome, status, err}
 	}
-	body, err = ReadBody(w, r, c.MaxRequestBytes, c.Timeout)
-	if err != nil {
+	body, bad := ReadBody(w, r, c.MaxRequestBytes, c.Timeout)
+	if bad != nil {
 		leave()
-		return nil, nil, &Refused{hook.Error, err.(*BodyError).Status, err}
+		return nil, nil, &Refused{hook.Error, bad.Status, bad}
 	}
 	return body, leave, nil
 }

@@ -90,7 +90,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			msg, err = parseMessage(r.URL.Path, body)
 		}
 		if err != nil {
-			front.WriteJSONError(w, err.(*front.BodyError).Status, err.Error())
+			front.WriteJSONError(w, err.Status, err.Error())
 			return
 		}
 		status, answer := p.init(msg["value"])
@@ -106,7 +106,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer leave()
 	msg, err := parseMessage(r.URL.Path, body)
 	if err != nil {
-		p.refuse(w, r, hook.Error, err.(*front.BodyError).Status, err)
+		p.refuse(w, r, hook.Error, err.Status, err)
 		return
 	}
 	if r.URL.Path == "/run" {
@@ -118,8 +118,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // parseMessage reads the body of a request to path as a JSON object. An
 // empty body, or null, is an empty object, as the Docker skeleton takes
-// it. An error is a *front.BodyError.
-func parseMessage(path string, body []byte) (map[string]json.RawMessage, error) {
+// it.
+func parseMessage(path string, body []byte) (map[string]json.RawMessage, *front.BodyError) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 || string(body) == "null" {
 		return map[string]json.RawMessage{}, nil
