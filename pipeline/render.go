@@ -99,17 +99,16 @@ func Check(xr Object, comp *Composition, functions []string) error {
 	// Only spec.crossplane's selector is checked, a legacy XR's
 	// spec.compositionSelector is not: crossplane render reads the XR with
 	// the modern schema, whatever its XRD.
-	for _, sel := range [][]string{{"spec", "crossplane", "compositionSelector", "matchLabels"}} {
-		labels, _ := lookup(xr, sel...).(map[string]any)
-		for _, k := range sortedKeys(labels) {
-			want, _ := labels[k].(string)
-			got, ok := comp.Labels[k]
-			switch {
-			case !ok:
-				return fmt.Errorf("Composition %q lacks the label %s, which the XR's %s asks for", comp.Name, k, strings.Join(sel, "."))
-			case got != want:
-				return fmt.Errorf("Composition %q has the label %s=%q; the XR's %s asks for %q", comp.Name, k, got, strings.Join(sel, "."), want)
-			}
+	sel := []string{"spec", "crossplane", "compositionSelector", "matchLabels"}
+	labels, _ := lookup(xr, sel...).(map[string]any)
+	for _, k := range sortedKeys(labels) {
+		want, _ := labels[k].(string)
+		got, ok := comp.Labels[k]
+		switch {
+		case !ok:
+			return fmt.Errorf("Composition %q lacks the label %s, which the XR's %s asks for", comp.Name, k, strings.Join(sel, "."))
+		case got != want:
+			return fmt.Errorf("Composition %q has the label %s=%q; the XR's %s asks for %q", comp.Name, k, got, strings.Join(sel, "."), want)
 		}
 	}
 	known := map[string]bool{}

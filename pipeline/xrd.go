@@ -91,14 +91,14 @@ func (x *XRD) ApplyDefaults(xr Object) error {
 	if !ok {
 		return fmt.Errorf("the XR's apiVersion %s is not a version of CompositeResourceDefinition %q", xr.APIVersion(), x.Name)
 	}
-	// The CRD Crossplane derives from the XRD adds its own spec fields;
-	// only compositionUpdatePolicy has a default.
 	// The XRD API lets a version leave its schema out, but Crossplane
 	// cannot derive a CRD from it, and crossplane render refuses it too.
-	s, _ = deepCopyJSON(s).(map[string]any)
 	if s == nil {
 		return fmt.Errorf("CompositeResourceDefinition %q: version %s has no schema (spec.versions[].schema.openAPIV3Schema): Crossplane cannot derive its CRD", x.Name, version)
 	}
+	s, _ = deepCopyJSON(s).(map[string]any)
+	// The CRD Crossplane derives from the XRD adds its own spec fields;
+	// only compositionUpdatePolicy has a default.
 	if x.updatePolicy != "" {
 		path := x.Schema.path("compositionUpdatePolicy")
 		cur := s
