@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ocifn/ocifn/codec"
 	"github.com/ocifn/ocifn/oci"
 )
 
@@ -139,7 +140,7 @@ func printPackageInfo(w io.Writer, what string, info *oci.PackageInfo) {
 	p("  platform    %s", or(r.Platform, "-"))
 	p("  built by    ocifn %s", or(r.BuiltBy, "unknown"))
 	if info.Function != nil {
-		p("  serves      --api %s, --io %s", or(r.API, "crossplane"), or(r.IO, "json"))
+		p("  serves      --api %s, --io %s", or(r.API, apiCrossplane), or(r.IO, codec.Default))
 	}
 	f := info.Function
 	if f == nil {
