@@ -97,8 +97,7 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 			continue
 		}
 		if !rec.Running {
-			iv.index[id] = stored{size: size, created: rec.Created}
-			iv.total += size
+			iv.indexLocked(id, stored{size: size, created: rec.Created})
 			continue
 		}
 		rec.Running, rec.Status, rec.Body = false, http.StatusInternalServerError, []byte(msgCutOff+"\n")
@@ -316,9 +315,15 @@ func (iv *Invocations) writeBytes(id string, b []byte, created time.Time, runnin
 		os.Remove(tmp.Name())
 		return err
 	}
-	iv.total += int64(len(b)) - iv.index[id].size
-	iv.index[id] = stored{size: int64(len(b)), created: created, running: running}
+	iv.indexLocked(id, stored{size: int64(len(b)), created: created, running: running})
 	return nil
+}
+
+// indexLocked records what is stored under id, in place of what was, and
+// keeps the total in step.
+func (iv *Invocations) indexLocked(id string, s stored) {
+	iv.total += s.size - iv.index[id].size
+	iv.index[id] = s
 }
 
 // remove deletes a record and its entry in the index.
