@@ -123,8 +123,9 @@ func (s *forkServer) spawn(exe string) (*net.UnixConn, error) {
 }
 
 // The kinds of the records the server replies with
-// (hack/crun-patches/fork-server.patch): the child's pid once forked, then
-// its wait status; or an errno alone if the command was not run.
+// (hack/crun-patches/fork-server.patch): the child's pid, which the child
+// writes itself before it runs anything, then its wait status; or an
+// errno alone if the command was not run.
 const (
 	recordPID    = 1
 	recordStatus = 2
@@ -158,11 +159,17 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 	kind, value, err := readRecord(r)
 	switch {
 	case err != nil:
+		// No child named itself, and a forked one does so before
+		// anything else: the server ended before it forked, or its
+		// child before it ran crun. Nothing of this command is left.
 		s.broken("it ended before it ran crun")
 		return fmt.Errorf("crun fork server ended before it ran crun: %s", s.stderrLine())
 	case kind == recordErrno:
 		// Not run (it could not fork): executing crun instead is safe.
 		return fmt.Errorf("%w: %v", errNotSent, syscall.Errno(value))
+	case kind == recordStatus:
+		// The child was killed before it could name itself.
+		return exitError(unix.WaitStatus(value))
 	case kind != recordPID:
 		return fmt.Errorf("crun fork server: unexpected reply %d", kind)
 	}
@@ -197,7 +204,12 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 		}
 		return fmt.Errorf("crun fork server ended while crun ran: %s", s.stderrLine())
 	}
-	ws := unix.WaitStatus(value)
+	return exitError(unix.WaitStatus(value))
+}
+
+// exitError says how a command ended as exec.Cmd.Run would: nil, or an
+// error naming its exit status or signal.
+func exitError(ws unix.WaitStatus) error {
 	switch {
 	case ws.Exited() && ws.ExitStatus() == 0:
 		return nil

@@ -5,14 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ocifn/ocifn/host"
 	"golang.org/x/sys/unix"
@@ -372,5 +375,136 @@ func TestKillTree(t *testing.T) {
 		if err := unix.Kill(p, 0); !errors.Is(err, unix.ESRCH) {
 			t.Errorf("process %d of the tree is still there (kill 0: %v)", p, err)
 		}
+	}
+}
+
+// TestForkServerDiesRightAfterItsFork: a server killed between its fork and
+// anything else it does still leaves the caller its child's pid, which the
+// child writes itself, so the orphan can be found and killed. The server
+// is stopped there under ptrace: at the return of the system call that made
+// its child.
+func TestForkServerDiesRightAfterItsFork(t *testing.T) {
+	// As in ocifn, the orphan comes to this process, which reaps it.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	rt := forkServerRuntime(t)
+
+	// A server of its own, which no goroutine waits for: this test
+	// traces and reaps it.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+	defer sock.Close()
+	null := devNull(t)
+	// Ptrace requests must all come from the thread that attached.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	proc, err := os.StartProcess(rt.Path(), []string{"crun", forkServerFlag, "3"}, &os.ProcAttr{Files: []*os.File{null, null, null, theirs}})
+	theirs.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := proc.Pid
+	defer func() {
+		_ = unix.Kill(server, unix.SIGKILL)
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(server, &ws, unix.WALL, nil)
+	}()
+	var ready [8]byte
+	if n, err := sock.Read(ready[:]); err != nil || string(ready[:n]) != "ready" {
+		t.Fatalf("the server said %q, %v", ready[:n], err)
+	}
+
+	wait := func() unix.WaitStatus {
+		t.Helper()
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(server, &ws, unix.WALL, nil); err != nil {
+			t.Fatal(err)
+		}
+		if ws.Exited() || ws.Signaled() {
+			t.Fatalf("the server ended under ptrace: %v", ws)
+		}
+		return ws
+	}
+	if err := unix.PtraceAttach(server); err != nil {
+		t.Fatal(err)
+	}
+	wait()
+	if err := unix.PtraceSetOptions(server, unix.PTRACE_O_TRACESYSGOOD|unix.PTRACE_O_EXITKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	// A command that blocks once run: crun --version on a full pipe.
+	r, w, err := childPipe(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rights := unix.UnixRights(int(w.Fd()), int(null.Fd()), int(fullPipe(t).Fd()), int(null.Fd()), int(null.Fd()))
+	if err := unix.Sendmsg(fds[0], []byte("crun\x00--version\x00"), rights, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+
+	// From system call stop to system call stop, until one returns the
+	// pid of a new child of the server's.
+	child := 0
+	for stops := 0; child == 0; stops++ {
+		if stops > 100000 {
+			t.Fatal("the server made no child")
+		}
+		if err := unix.PtraceSyscall(server, 0); err != nil {
+			t.Fatal(err)
+		}
+		ws := wait()
+		if !ws.Stopped() || ws.StopSignal() != unix.SIGTRAP|0x80 {
+			continue // not a system call: nothing the server blocks comes here
+		}
+		var info struct {
+			op   uint8
+			_    [3]uint8
+			arch uint32
+			ip   uint64
+			sp   uint64
+			rval int64 // at an exit; the number at an entry
+			_    [56]byte
+		}
+		if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_GET_SYSCALL_INFO, uintptr(server), unsafe.Sizeof(info), uintptr(unsafe.Pointer(&info)), 0, 0); e != 0 {
+			t.Fatal(e)
+		}
+		const exit = 2 // PTRACE_SYSCALL_INFO_EXIT
+		if info.op == exit && info.rval > 0 && slices.Contains(childrenOf(server), int(info.rval)) {
+			child = int(info.rval)
+		}
+	}
+	// Killed before it could record anything of its child.
+	if err := unix.Kill(server, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(server, &ws, unix.WALL, nil); err != nil || !ws.Signaled() {
+		t.Fatalf("the server did not end: %v, %v", ws, err)
+	}
+	defer func() {
+		_ = unix.Kill(child, unix.SIGKILL)
+		reapOrphan(child)
+	}()
+
+	_ = r.SetReadDeadline(time.Now().Add(10 * time.Second))
+	kind, value, err := readRecord(r)
+	if err != nil || kind != recordPID || int(value) != child {
+		t.Fatalf("the reply after the server died: record %d %d, %v; want the pid record of its child %d", kind, value, err, child)
+	}
+	if kind, value, err := readRecord(r); !errors.Is(err, io.EOF) {
+		t.Errorf("after the pid record: record %d %d, %v; want the end of the pipe", kind, value, err)
+	}
+	// The orphan runs on, blocked on its full stdout: it is the caller's
+	// to kill (run's killTree).
+	if err := unix.Kill(child, 0); err != nil {
+		t.Errorf("the child %d: %v, want it still there", child, err)
 	}
 }
