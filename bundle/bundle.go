@@ -94,6 +94,9 @@ type Bundle struct {
 	pool *warmPool
 	// misses counts calls that found no warm container.
 	misses atomic.Uint64
+	// functionCPU sums, in nanoseconds, the CPU time the containers'
+	// processes used from their start to their end (FunctionCPU).
+	functionCPU atomic.Int64
 	// dev is what Dev reports; devDir the directory containers get as
 	// their /dev (zero: crun's tmpfs).
 	dev    string

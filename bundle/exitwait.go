@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -78,17 +79,17 @@ func runToExit(cmd *exec.Cmd) error {
 
 // waitPid waits for a process that crun handed to us as subreaper, through
 // its pidfd f if not nil, reaps it, and returns its exit code (128+N for
-// signal N).
-func waitPid(pid int, f *os.File) (int, error) {
+// signal N) and the CPU time it used (see reapCPU).
+func waitPid(pid int, f *os.File) (int, time.Duration, error) {
 	awaitPid(pid, f)
-	ws, err := reapStatus(pid)
+	ws, cpu, err := reapCPU(pid)
 	if err != nil {
-		return -1, err
+		return -1, 0, err
 	}
 	if ws.Signaled() {
-		return 128 + int(ws.Signal()), nil
+		return 128 + int(ws.Signal()), cpu, nil
 	}
-	return ws.ExitStatus(), nil
+	return ws.ExitStatus(), cpu, nil
 }
 
 // childInfo is siginfo_t as waitid fills it in for a child, on 64-bit
@@ -114,8 +115,8 @@ const cldExited = 1
 const childInfoFits = strconv.IntSize == 64 && unsafe.Offsetof(unix.Siginfo{}.Code) == unsafe.Offsetof(childInfo{}.code)
 
 // exitCode waits for a process that crun handed to us as subreaper and
-// returns its exit code (128+N for signal N), and whether it reaped it; f
-// is the process's pidfd, or nil.
+// returns its exit code (128+N for signal N), and whether it reaped it,
+// with the CPU time it used if it did; f is the process's pidfd, or nil.
 //
 // Where childInfo fits the kernel's siginfo (amd64 and arm64), the
 // process stays a zombie until release reaps it, after the call has been
@@ -123,10 +124,10 @@ const childInfoFits = strconv.IntSize == 64 && unsafe.Offsetof(unix.Siginfo{}.Co
 // entries flushed among the rest) took 0.1 ms at the median at 20 calls/s
 // (strace -T of wait4), all of it between the function's exit and its
 // answer (docs/performance.md).
-func exitCode(pid int, f *os.File) (code int, reaped bool, err error) {
+func exitCode(pid int, f *os.File) (code int, reaped bool, cpu time.Duration, err error) {
 	if !childInfoFits {
-		code, err = waitPid(pid, f)
-		return code, err == nil, err
+		code, cpu, err = waitPid(pid, f)
+		return code, err == nil, cpu, err
 	}
 	awaitPid(pid, f)
 	var info childInfo
@@ -138,28 +139,32 @@ func exitCode(pid int, f *os.File) (code int, reaped bool, err error) {
 	}
 	switch {
 	case err != nil:
-		return -1, false, err
+		return -1, false, 0, err
 	case info.code == cldExited:
-		return int(info.status), false, nil
+		return int(info.status), false, 0, nil
 	default: // CLD_KILLED, CLD_DUMPED
-		return 128 + int(info.status), false, nil
+		return 128 + int(info.status), false, 0, nil
 	}
 }
 
-// reap reaps a process that has ended.
-func reap(pid int) error {
-	_, err := reapStatus(pid)
-	return err
+// reap reaps a process that has ended and returns the CPU time it used
+// (see reapCPU).
+func reap(pid int) (time.Duration, error) {
+	_, cpu, err := reapCPU(pid)
+	return cpu, err
 }
 
-// reapStatus reaps process pid, waiting for its end if need be, and
-// returns its wait status.
-func reapStatus(pid int) (unix.WaitStatus, error) {
+// reapCPU reaps process pid, waiting for its end if need be, and returns
+// its wait status and the CPU time, user and system, that it and the
+// children it reaped used: the kernel's exact runtime, which /proc's
+// clock ticks would round to 10 ms.
+func reapCPU(pid int) (unix.WaitStatus, time.Duration, error) {
 	var ws unix.WaitStatus
+	var ru unix.Rusage
 	for {
-		_, err := unix.Wait4(pid, &ws, 0, nil)
+		_, err := unix.Wait4(pid, &ws, 0, &ru)
 		if !errors.Is(err, unix.EINTR) {
-			return ws, err
+			return ws, time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), err
 		}
 	}
 }

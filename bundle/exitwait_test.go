@@ -1,9 +1,14 @@
 package bundle
 
 import (
+	"bytes"
+	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,7 +42,7 @@ func TestExitCodeLeavesAZombie(t *testing.T) {
 				f.Close()
 				f = nil
 			}
-			code, reaped, err := exitCode(pid, f)
+			code, reaped, _, err := exitCode(pid, f)
 			if f != nil {
 				f.Close()
 			}
@@ -53,13 +58,58 @@ func TestExitCodeLeavesAZombie(t *testing.T) {
 				if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
 					t.Errorf("%q: the process was reaped already: %v", tc.script, err)
 				}
-				if err := reap(pid); err != nil {
+				if _, err := reap(pid); err != nil {
 					t.Errorf("%q: reap: %v", tc.script, err)
 				}
 			}
-			if err := reap(pid); err != unix.ECHILD {
+			if _, err := reap(pid); err != unix.ECHILD {
 				t.Errorf("%q: reaped twice: %v", tc.script, err)
 			}
 		}
+	}
+}
+
+// TestReapCountsCPU: reap returns the CPU time of the process and of the
+// children it reaped, exactly (not in clock ticks), and runtimeOf reads a
+// live process's so far.
+func TestReapCountsCPU(t *testing.T) {
+	// A shell that burns CPU in a child it reaps, then waits to be read.
+	cmd := exec.Command("sh", "-c", `( i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done ); read -r _`)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	var own time.Duration
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		// The child's CPU is the shell's once it has reaped it; the shell's
+		// own is small either way.
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); len(b) > 0 {
+			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+			if f[13] != "0" || f[14] != "0" { // cutime, cstime: the child is reaped
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the shell's child did not end")
+		}
+	}
+	if own = runtimeOf(pid); own <= 0 || own > 50*time.Millisecond {
+		t.Errorf("runtimeOf(shell) = %s, want its own few ms", own)
+	}
+	stdin.Close()
+	awaitExit(pid)
+	cpu, err := reap(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu < own+20*time.Millisecond || cpu%(10*time.Millisecond) == 0 {
+		t.Errorf("reap: %s of CPU, want the shell's %s and its child's tens of ms more, to the µs", cpu, own)
+	}
+	if got := runtimeOf(pid); got != -1 {
+		t.Errorf("runtimeOf(reaped process) = %s, want -1", got)
 	}
 }

@@ -386,6 +386,13 @@ func (b *Bundle) PoolStats() PoolStats {
 	return s
 }
 
+// FunctionCPU is the CPU time, user and system, that the containers'
+// processes used from their start to their end, their children's
+// included: the functions' own, without crun's set-up of each container
+// before its start. A container counts once it has been reaped, after its
+// call has been answered.
+func (b *Bundle) FunctionCPU() time.Duration { return time.Duration(b.functionCPU.Load()) }
+
 // discard removes a container that never ran and reaps its process.
 func (c *container) discard() {
 	c.stdin.Close()
@@ -397,7 +404,7 @@ func (c *container) discard() {
 	// still names this process.
 	_ = unix.Kill(c.pid, unix.SIGKILL)
 	awaitPid(c.pid, c.pidfd)
-	_ = reap(c.pid)
+	_, _ = reap(c.pid)
 	c.closePidfd()
 	c.unmount()
 	c.log.wait()

@@ -210,6 +210,10 @@ type container struct {
 	// exited is set once the container's process has been waited for, and
 	// reaped once it has also been reaped.
 	exited, reaped bool
+	// setupCPU is the CPU time its process used before it was started,
+	// crun's set-up of the container (-1: not known); cpu, once it has
+	// been reaped, what it and the children it reaped used in all.
+	setupCPU, cpu time.Duration
 	// cgroup is the container's own cgroup directory, when calls run in
 	// cgroups of their own.
 	cgroup string
@@ -287,7 +291,7 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 		// until it is gone.
 		b.runtime.forceDelete(id)
 		if pid > 0 {
-			_, _ = waitPid(pid, nil)
+			_, _, _ = waitPid(pid, nil)
 		}
 		msg := log.wait()
 		switch {
@@ -299,7 +303,25 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 		}
 		return nil, &RuntimeError{Op: "create", Message: msg}
 	}
-	return &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log, cgroup: cgroupOf(pid), mountNS: holdMountNamespace(pid), pidfd: exitFD(pid)}, nil
+	return &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log, cgroup: cgroupOf(pid), mountNS: holdMountNamespace(pid), pidfd: exitFD(pid), setupCPU: runtimeOf(pid)}, nil
+}
+
+// runtimeOf returns the CPU time process pid has used so far, in
+// nanoseconds as the scheduler counts it (the first field of
+// /proc/PID/schedstat; the process has one thread), or -1 if it cannot be
+// read. A created container's process waits for its start, so what it has
+// used is crun's set-up of the container.
+func runtimeOf(pid int) time.Duration {
+	b, err := readSmallFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		return -1
+	}
+	field, _, _ := strings.Cut(string(b), " ")
+	ns, err := strconv.ParseInt(field, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return time.Duration(ns)
 }
 
 // holdMountNamespace returns a reference to the mount namespace of process
@@ -376,7 +398,7 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 	}()
 
 	var exit Exit
-	code, reaped, werr := exitCode(c.pid, c.pidfd)
+	code, reaped, cpu, werr := exitCode(c.pid, c.pidfd)
 	// Whether the function ended by itself or was killed is decided here,
 	// not from ctx afterwards: a deadline that passes just after a
 	// function finished must not turn its answer into a timeout.
@@ -385,7 +407,7 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 		<-killDone
 	}
 	exit.Code = code
-	c.exited, c.reaped = werr == nil, reaped
+	c.exited, c.reaped, c.cpu = werr == nil, reaped, cpu
 	// The cgroup is removed with the container: read it before.
 	exit.OOMKilled = c.oomKilled()
 	wg.Wait()
@@ -485,7 +507,11 @@ func (b *Bundle) release(c *container, pooled bool) {
 		defer c.unmount()
 		c.closePidfd()
 		if c.exited && !c.reaped {
-			c.reaped = reap(c.pid) == nil
+			cpu, err := reap(c.pid)
+			c.reaped, c.cpu = err == nil, cpu
+		}
+		if c.reaped && !c.running.IsZero() && c.setupCPU >= 0 {
+			b.functionCPU.Add(int64(max(0, c.cpu-c.setupCPU)))
 		}
 		if c.reaped && cgroupManagerFlag() == "--cgroup-manager=disabled" &&
 			removeState(filepath.Join(c.rt.stateDir, c.id)) == nil {

@@ -24,3 +24,12 @@ func registerPoolMetrics(reg prometheus.Registerer, b *bundle.Bundle) {
 		}, func() float64 { return float64(b.PoolStats().Target) }),
 	)
 }
+
+// registerFunctionCPU exports the CPU time the functions used, read from
+// the bundle at each scrape, whatever the front.
+func registerFunctionCPU(reg prometheus.Registerer, b *bundle.Bundle) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "ocifn_function_cpu_seconds_total",
+		Help: "CPU time, user and system, that the functions' processes and the children they reaped used from their container's start to their end, without crun's set-up of the container; counted when the container is removed after its call.",
+	}, func() float64 { return b.FunctionCPU().Seconds() }))
+}

@@ -304,6 +304,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		return err
 	}
 	registerPoolMetrics(reg, b)
+	registerFunctionCPU(reg, b)
 	fn := o.function(log, b, adaptor.WithGate(gate), adaptor.WithHooks(chain, o.cacheTTL), adaptor.WithMetrics(metrics),
 		adaptor.WithMaxResponseBytes(int(o.maxRecvMsgSize)))
 	// However serving ends, no call may still run when the bundle goes:

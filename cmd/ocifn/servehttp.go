@@ -69,6 +69,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	if err != nil {
 		return err
 	}
+	registerFunctionCPU(reg, b)
 	// The fronts' files go with the bundle: removed on shutdown, swept at
 	// the next start if this process is killed.
 	work, err := b.ScratchDir()
