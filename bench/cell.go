@@ -19,6 +19,10 @@ type round struct {
 	// processes it (or the bench's loop) reaped; client is ghz's; machine
 	// is what all the CPUs were busy with (0 where it is not read).
 	own, children, client, machine time.Duration
+	// function is the part of children that the server counted as its
+	// functions' own (ocifn_function_cpu_seconds_total), if counted.
+	function time.Duration
+	counted  bool
 }
 
 // cell is the rounds of one mode at one number of clients. A cell is
@@ -63,34 +67,45 @@ func (c cell) result() result {
 }
 
 // usage is the CPU a call of the cell used on average, by whom (as in
-// round), or zeros if it made no call.
-type usage struct{ own, children, client, machine time.Duration }
+// round), or zeros if it made no call. counted says that every round
+// counted its function's CPU.
+type usage struct {
+	own, children, client, machine, function time.Duration
+	counted                                  bool
+}
 
 func (c cell) usage() usage {
 	var calls int
-	var sum usage
+	sum := usage{counted: len(c) > 0}
 	for _, rd := range c {
 		calls += len(rd.lat)
 		sum.own += rd.own
 		sum.children += rd.children
 		sum.client += rd.client
 		sum.machine += rd.machine
+		sum.function += rd.function
+		sum.counted = sum.counted && rd.counted
 	}
 	if calls == 0 {
 		return usage{}
 	}
 	n := time.Duration(calls)
-	return usage{own: sum.own / n, children: sum.children / n, client: sum.client / n, machine: sum.machine / n}
+	return usage{own: sum.own / n, children: sum.children / n, client: sum.client / n, machine: sum.machine / n, function: sum.function / n, counted: sum.counted}
 }
 
 // split divides the cell's CPU per call by who spent it. The function's
-// part of the reaped children's CPU is taken to be floorCPU, the floor's
-// CPU per call in the same run; the rest is the runtime's (crun, or the
+// part of the reaped children's CPU is what the server counted of it
+// where it counts it (ocifn), in the same calls; otherwise it is taken to
+// be floorCPU, the floor's CPU per call in the same run, which floor keeps
+// for comparison either way. The rest is the runtime's (crun, or the
 // isolation floor's kernel work). elsewhere is the machine's busy time
 // beyond the server, its children and ghz.
 func (c cell) split(floorCPU time.Duration) split {
 	u := c.usage()
-	s := split{own: u.own, client: u.client, function: min(floorCPU, u.children)}
+	s := split{own: u.own, client: u.client, function: min(floorCPU, u.children), floor: floorCPU}
+	if u.counted {
+		s.function, s.counted = min(u.function, u.children), true
+	}
 	s.runtime = u.children - s.function
 	if u.machine > 0 {
 		s.elsewhere = max(0, u.machine-s.client-s.total())

@@ -37,19 +37,32 @@ func TestCellSumsItsRounds(t *testing.T) {
 	// function's, ghz 0.5 ms, the machine 6 ms of which 0.5 ms is beyond
 	// them all.
 	s := c.split(3 * ms)
-	want := split{own: 1 * ms, runtime: 1 * ms, function: 3 * ms, client: ms / 2, elsewhere: ms / 2}
+	want := split{own: 1 * ms, runtime: 1 * ms, function: 3 * ms, client: ms / 2, elsewhere: ms / 2, floor: 3 * ms}
 	if s != want {
 		t.Errorf("split: got %+v, want %+v", s, want)
+	}
+	// Where the server counted its functions' CPU in every round, that is
+	// the function's part, and the floor's is kept beside it.
+	c[0].function, c[0].counted = 180*ms, true
+	c[1].function, c[1].counted = 20*ms, true
+	s = c.split(3 * ms)
+	want = split{own: 1 * ms, runtime: 2 * ms, function: 2 * ms, client: ms / 2, elsewhere: ms / 2, floor: 3 * ms, counted: true}
+	if s != want {
+		t.Errorf("split with the function counted: got %+v, want %+v", s, want)
+	}
+	c[1].counted = false
+	if s := c.split(3 * ms); s.counted || s.function != 3*ms {
+		t.Errorf("split with one round not counted: got %+v, want the floor's function", s)
 	}
 	if got := c.cpuPerCall(); got != 4*ms {
 		t.Errorf("children's CPU per call: got %v, want 4ms", got)
 	}
 	// The bench's own loops read no machine time: nothing is elsewhere.
 	loop := cell{{lat: fast, elapsed: 90 * ms, children: 90 * ms}}
-	if s := loop.split(loop.cpuPerCall()); s != (split{function: ms}) {
+	if s := loop.split(loop.cpuPerCall()); s != (split{function: ms, floor: ms}) {
 		t.Errorf("a loop's split: got %+v", s)
 	}
-	if (cell{}).result() != (result{}) || (cell{}).split(ms) != (split{}) {
+	if (cell{}).result() != (result{}) || (cell{}).split(ms) != (split{floor: ms}) {
 		t.Error("an empty cell has figures")
 	}
 }

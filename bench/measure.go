@@ -87,6 +87,10 @@ func childrenCPU() time.Duration {
 type split struct {
 	own, runtime, function time.Duration
 	client, elsewhere      time.Duration
+	// floor is the floor's CPU per call, the function's part where the
+	// server does not count it (counted false).
+	floor   time.Duration
+	counted bool
 }
 
 func (s split) total() time.Duration { return s.own + s.runtime + s.function }
@@ -243,7 +247,7 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 	}
 
 	fmt.Printf("## %s\n\n", fn)
-	fmt.Printf("Latency and throughput by ghz (the floor and podman by the bench's own loop). CPU per call: *server* is ocifn's own processes (the peer's process); *crun & co.* is what the server's reaped children used beyond the floor's CPU per call (crun create/delete and the container's set-up before exec); *function* is the floor's CPU per call (fork, exec and the program in a chroot). The *isolation floor* runs the function with the isolation of ocifn's containers (the namespaces, ID mappings, mounts, masked paths, rlimits, no capabilities and the seccomp filter of the warm server's bundle) made by a minimal C loop with no runtime (bench/isolation/isolate.c): its *crun & co.* is the kernel's work for that isolation, which any runtime pays; what ocifn's *crun & co.* has beyond it is crun's own. Outside the server, not in *total*: *ghz* is the load tool's own CPU; *elsewhere* is the rest of what the machine's CPUs were busy with during the cell (/proc/stat), mostly kernel threads, such as the workers that tear down a container's network namespace.\n\n")
+	fmt.Printf("Latency and throughput by ghz (the floor and podman by the bench's own loop). CPU per call: *server* is ocifn's own processes (the peer's process); *function* is, for ocifn, what its containers' processes used from their start to their end in the same calls (`ocifn_function_cpu_seconds_total`: the exec, the program, its children and its exit), and for the others the floor's CPU per call (fork, exec and the program in a chroot); *crun & co.* is what the server's reaped children used beyond *function* (crun create/delete and the container's set-up before its start). The *isolation floor* runs the function with the isolation of ocifn's containers (the namespaces, ID mappings, mounts, masked paths, rlimits, no capabilities and the seccomp filter of the warm server's bundle) made by a minimal C loop with no runtime (bench/isolation/isolate.c): its *crun & co.* is the kernel's work for that isolation, which any runtime pays; what ocifn's *crun & co.* has beyond it is crun's own. Outside the server, not in *total*: *ghz* is the load tool's own CPU; *elsewhere* is the rest of what the machine's CPUs were busy with during the cell (/proc/stat), mostly kernel threads, such as the workers that tear down a container's network namespace.\n\n")
 	fmt.Printf("| mode | clients | calls | errors | p50 | p90 | p99 | calls/s | CPU/call: server | crun & co. | function | total | ghz | elsewhere |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		fmt.Printf("| %s | %d | %d | %d | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s |\n", r.mode, r.clients, r.r.calls, r.r.errors, ms(r.r.p50), ms(r.r.p90), ms(r.r.p99), r.r.perSecond,
@@ -308,7 +312,9 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 // everything else it caused ran in processes it reaped (crun, and the
 // container's process: crun's set-up inside the container, then the
 // function), whose CPU the kernel adds to the reaper's cutime+cstime
-// (cell.split takes the function's part out). Warm containers created but
+// (cell.split takes the function's part out: what ocifn counted of it,
+// read from its metrics around the round, inside the window of the
+// children's CPU). Warm containers created but
 // not yet reaped are not counted, nor are ones created before the round
 // but reaped in it: with a pool of steady size the two even out.
 func ghzCell(ctx context.Context, g *ghzTool, s *server, clients int, d time.Duration, rps int) (round, error) {
@@ -317,13 +323,16 @@ func ghzCell(ctx context.Context, g *ghzTool, s *server, clients int, d time.Dur
 		return round{}, err
 	}
 	own0, ch0 := s.cpuSplit()
+	f0, counted0 := s.functionCPU()
 	m0 := machineBusy()
 	r, err := g.run(ctx, s.addrConn, clients, d, rps)
 	if err != nil {
 		return round{}, err
 	}
+	f1, counted1 := s.functionCPU()
 	own1, ch1 := s.cpuSplit()
 	r.own, r.children, r.machine = own1-own0, ch1-ch0, machineBusy()-m0
+	r.function, r.counted = f1-f0, counted0 && counted1
 	return r, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,11 +81,16 @@ func runWithInput(cmd *exec.Cmd, input []byte) error {
 type server struct {
 	cmd      *exec.Cmd
 	addrConn string
-	stderr   *bytes.Buffer
-	started  time.Duration
+	// metrics is the URL of its Prometheus metrics ("" for the peer).
+	metrics string
+	stderr  *bytes.Buffer
+	started time.Duration
 }
 
-var servingLine = regexp.MustCompile(`msg=serving address=(\S+)`)
+var (
+	servingLine = regexp.MustCompile(`msg=serving address=(\S+)`)
+	metricsLine = regexp.MustCompile(`msg="serving metrics" address=(\S+)`)
+)
 
 // startServer starts ocifn serve and waits until it serves; it returns how
 // long that took.
@@ -98,7 +104,8 @@ func startServer(ocifn, tarball, cache string, extra ...string) (*server, error)
 		return nil, err
 	}
 	ocifn = own
-	args := append([]string{"serve", "--insecure", "--tarball", tarball, "--address", "127.0.0.1:0", "--metrics-address", "", "--cache=false", "--cache-dir", cache}, extra...)
+	// Metrics on, as by default: the bench reads the functions' CPU there.
+	args := append([]string{"serve", "--insecure", "--tarball", tarball, "--address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--cache=false", "--cache-dir", cache}, extra...)
 	cmd := exec.Command(ocifn, args...)
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -116,6 +123,9 @@ func startServer(ocifn, tarball, cache string, extra ...string) (*server, error)
 	for sc.Scan() {
 		line := sc.Text()
 		s.stderr.WriteString(line + "\n")
+		if m := metricsLine.FindStringSubmatch(line); m != nil {
+			s.metrics = "http://" + m[1] + "/metrics"
+		}
 		if m := servingLine.FindStringSubmatch(line); m != nil {
 			addr = m[1]
 			break
@@ -202,6 +212,27 @@ func machineBusy() time.Duration {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+// functionCPU returns what the server counted of its functions' CPU so
+// far (ocifn_function_cpu_seconds_total), and whether it counts it.
+func (s *server) functionCPU() (time.Duration, bool) {
+	if s.metrics == "" {
+		return 0, false
+	}
+	rsp, err := http.Get(s.metrics)
+	if err != nil {
+		return 0, false
+	}
+	defer rsp.Body.Close()
+	sc := bufio.NewScanner(rsp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "ocifn_function_cpu_seconds_total "); ok {
+			secs, err := strconv.ParseFloat(v, 64)
+			return time.Duration(secs * float64(time.Second)), err == nil
+		}
+	}
+	return 0, false
 }
 
 // cpuSplit returns the CPU time of the server's own processes (the serving
