@@ -124,7 +124,7 @@ func (s *forkServer) spawn(exe string) (*net.UnixConn, error) {
 
 // The kinds of the records the server replies with
 // (hack/crun-patches/fork-server.patch): the child's pid, which the child
-// writes itself before it runs anything, then its wait status; or an
+// writes itself before it runs the command, then its wait status; or an
 // errno alone if the command was not run.
 const (
 	recordPID    = 1
@@ -159,9 +159,10 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 	kind, value, err := readRecord(r)
 	switch {
 	case err != nil:
-		// No child named itself, and a forked one does so before
-		// anything else: the server ended before it forked, or its
-		// child before it ran crun. Nothing of this command is left.
+		// No child named itself, and a forked one does so before it
+		// runs crun: the server ended before it forked, or it ended
+		// too after a child that died before it named itself. Nothing
+		// of this command is left.
 		s.broken("it ended before it ran crun")
 		return fmt.Errorf("crun fork server ended before it ran crun: %s", s.stderrLine())
 	case kind == recordErrno:
@@ -174,7 +175,10 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 		return fmt.Errorf("crun fork server: unexpected reply %d", kind)
 	}
 	pid := int(value)
-	// Held from now on: the pid cannot name another process later.
+	// Held from now on: the pid cannot name another process later. (A
+	// command that ended and was reaped before this could have its pid
+	// reused by then only after the kernel had gone through every other
+	// pid up to pid_max, in far less time than that takes.)
 	pidfd, pidfdErr := unix.PidfdOpen(pid, 0)
 	if pidfdErr == nil {
 		// Killed when ctx ends; the server reaps it and replies as for

@@ -408,8 +408,17 @@ func TestForkServerDiesRightAfterItsFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	server := proc.Pid
+	server, serverReaped := proc.Pid, false
 	defer func() {
+		if serverReaped {
+			return
+		}
+		// A failure before the server was killed: its children first,
+		// then it (EXITKILL would, but only once attached).
+		for _, c := range childrenOf(server) {
+			_ = unix.Kill(c, unix.SIGKILL)
+			defer reapOrphan(c)
+		}
 		_ = unix.Kill(server, unix.SIGKILL)
 		var ws unix.WaitStatus
 		_, _ = unix.Wait4(server, &ws, unix.WALL, nil)
@@ -431,7 +440,9 @@ func TestForkServerDiesRightAfterItsFork(t *testing.T) {
 		return ws
 	}
 	if err := unix.PtraceAttach(server); err != nil {
-		t.Fatal(err)
+		// Not a missing feature of ocifn's: the machine forbids tracing
+		// (Yama's ptrace_scope 2 or 3, a sandbox).
+		t.Skipf("cannot trace the fork server here: %v", err)
 	}
 	wait()
 	if err := unix.PtraceSetOptions(server, unix.PTRACE_O_TRACESYSGOOD|unix.PTRACE_O_EXITKILL); err != nil {
@@ -474,6 +485,9 @@ func TestForkServerDiesRightAfterItsFork(t *testing.T) {
 			_    [56]byte
 		}
 		if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_GET_SYSCALL_INFO, uintptr(server), unsafe.Sizeof(info), uintptr(unsafe.Pointer(&info)), 0, 0); e != 0 {
+			if e == unix.EIO || e == unix.EINVAL {
+				t.Skipf("PTRACE_GET_SYSCALL_INFO (Linux 5.3) is missing here: %v", e)
+			}
 			t.Fatal(e)
 		}
 		const exit = 2 // PTRACE_SYSCALL_INFO_EXIT
@@ -489,6 +503,7 @@ func TestForkServerDiesRightAfterItsFork(t *testing.T) {
 	if _, err := unix.Wait4(server, &ws, unix.WALL, nil); err != nil || !ws.Signaled() {
 		t.Fatalf("the server did not end: %v, %v", ws, err)
 	}
+	serverReaped = true
 	defer func() {
 		_ = unix.Kill(child, unix.SIGKILL)
 		reapOrphan(child)
