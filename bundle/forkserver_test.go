@@ -3,6 +3,7 @@ package bundle
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -252,61 +253,9 @@ func TestForkServerHonoursContext(t *testing.T) {
 // is parsed again, so each container runs what its bundle says at its
 // creation.
 func TestForkServerSeesAChangedConfig(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("maps the container's IDs to a range of host IDs, which needs root")
-	}
-	// On a hybrid cgroup host crun refuses to create containers while the
-	// cgroup2 mount has controllers; ocifn covers it in its own mount
-	// namespace (host.Reexec), and so does this test, in a mount namespace
-	// of this goroutine's thread, which the fork server and every crun
-	// started from it inherit. The thread is never unlocked: it ends with
-	// the test, and no other goroutine runs on it.
-	runtime.LockOSThread()
-	if cg, err := host.DetectCgroups(); err != nil {
-		t.Fatal(err)
-	} else if cg.NeedsMask() {
-		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Mount("tmpfs", cg.Unified, "tmpfs", unix.MS_RDONLY, "size=4k,mode=555"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rt := forkServerRuntime(t)
-	bundle, state := t.TempDir(), t.TempDir()
-	for _, d := range []string{filepath.Dir(bundle), bundle} { // the container's IDs reach the rootfs
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rootfs := filepath.Join(bundle, "rootfs")
-	if err := os.MkdirAll(filepath.Join(rootfs, "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	busybox, err := os.ReadFile("/bin/busybox") // busybox-static, from hack/deps.sh
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), busybox, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []string{"proc", "dev"} {
-		if err := os.Mkdir(filepath.Join(rootfs, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rt, bundle, state := crunBundle(t)
 	config := filepath.Join(bundle, "config.json")
-	// The shape of ocifn's configs: a user namespace mapping the
-	// container's root to unprivileged host IDs, as crun needs on any host.
-	template := []byte(`{"ociVersion": "1.0.2",
-	"process": {"user": {"uid": 0, "gid": 0}, "args": ["sh"], "cwd": "/", "env": ["PATH=/bin"], "noNewPrivileges": true},
-	"root": {"path": "rootfs", "readonly": true}, "hostname": "t",
-	"mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}, {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]}],
-	"linux": {"uidMappings": [{"containerID": 0, "hostID": 100000, "size": 65536}], "gidMappings": [{"containerID": 0, "hostID": 100000, "size": 65536}],
-		"namespaces": [{"type": "user"}, {"type": "pid"}, {"type": "mount"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}, {"type": "cgroup"}]}}`)
+	template := []byte(crunConfig)
 	// Each container prints a word of its config and exits.
 	run := func(id, word string) string {
 		t.Helper()
@@ -338,6 +287,101 @@ func TestForkServerSeesAChangedConfig(t *testing.T) {
 		if got := run(fmt.Sprintf("c%d", i), word); got != word {
 			t.Errorf("container %d printed %q, want %q (its config at its creation)", i, got, word)
 		}
+	}
+}
+
+// crunConfig is the shape of ocifn's configs for crunBundle: a user
+// namespace mapping the container's root to unprivileged host IDs, as crun
+// needs on any host. Its process is "sh", which tests replace.
+const crunConfig = `{"ociVersion": "1.0.2",
+	"process": {"user": {"uid": 0, "gid": 0}, "args": ["sh"], "cwd": "/", "env": ["PATH=/bin"], "noNewPrivileges": true},
+	"root": {"path": "rootfs", "readonly": true}, "hostname": "t",
+	"mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}, {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "mode=755"]}],
+	"linux": {"uidMappings": [{"containerID": 0, "hostID": 100000, "size": 65536}], "gidMappings": [{"containerID": 0, "hostID": 100000, "size": 65536}],
+		"namespaces": [{"type": "user"}, {"type": "pid"}, {"type": "mount"}, {"type": "ipc"}, {"type": "uts"}, {"type": "network"}, {"type": "cgroup"}]}}`
+
+// crunBundle returns the crun fork server's runtime, a bundle directory
+// with a rootfs of busybox alone (no config yet) and a state directory for
+// crun, as root; it skips otherwise.
+func crunBundle(t *testing.T) (rt *Runtime, bundle, state string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("maps the container's IDs to a range of host IDs, which needs root")
+	}
+	// On a hybrid cgroup host crun refuses to create containers while the
+	// cgroup2 mount has controllers; ocifn covers it in its own mount
+	// namespace (host.Reexec), and so does this test, in a mount namespace
+	// of this goroutine's thread, which the fork server and every crun
+	// started from it inherit. The thread is never unlocked: it ends with
+	// the test, and no other goroutine runs on it.
+	runtime.LockOSThread()
+	if cg, err := host.DetectCgroups(); err != nil {
+		t.Fatal(err)
+	} else if cg.NeedsMask() {
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", cg.Unified, "tmpfs", unix.MS_RDONLY, "size=4k,mode=555"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt = forkServerRuntime(t)
+	bundle, state = t.TempDir(), t.TempDir()
+	for _, d := range []string{filepath.Dir(bundle), bundle} { // the container's IDs reach the rootfs
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rootfs := filepath.Join(bundle, "rootfs")
+	if err := os.MkdirAll(filepath.Join(rootfs, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	busybox, err := os.ReadFile("/bin/busybox") // busybox-static, from hack/deps.sh
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), busybox, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"proc", "dev"} {
+		if err := os.Mkdir(filepath.Join(rootfs, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rt, bundle, state
+}
+
+// TestSeccompLoadErrorFailsCreate: the container's process loads its
+// seccomp filter before it tells crun create it is ready
+// (hack/crun-patches/seccomp-before-the-exec-fifo.patch), so a filter the
+// kernel refuses fails the creation, with crun's message as it is on the
+// log ocifn reads, not wrapped in the log's JSON twice.
+func TestSeccompLoadErrorFailsCreate(t *testing.T) {
+	rt, bundle, state := crunBundle(t)
+	// One instruction of an opcode that does not exist.
+	bad := base64.StdEncoding.EncodeToString([]byte{0xff, 0xff, 0, 0, 0, 0, 0, 0})
+	config := strings.Replace(crunConfig, `"ociVersion": "1.0.2",`, `"ociVersion": "1.0.2", "annotations": {"`+seccompBPFAnnotation+`": "`+bad+`"},`, 1)
+	config = strings.Replace(config, `"args": ["sh"]`, `"args": ["/bin/busybox", "true"]`, 1)
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir, files := stdioFiles(t)
+	root := "--root=" + state
+	err := rt.run(context.Background(), []string{"--cgroup-manager=disabled", root, "--log=/proc/self/fd/3", "--log-format=json", "create", "--bundle", bundle, "bad"}, files...)
+	defer exec.Command(rt.Path(), "--cgroup-manager=disabled", root, "delete", "--force", "bad").Run()
+	if err == nil {
+		t.Fatal("crun create succeeded with a filter the kernel refuses")
+	}
+	logged, _ := os.ReadFile(filepath.Join(dir, "log"))
+	l := &runtimeLog{done: make(chan struct{})}
+	l.buf.Write(logged)
+	close(l.done)
+	msg := l.wait()
+	if !strings.Contains(msg, "seccomp") || strings.Contains(msg, "{") {
+		t.Errorf("crun create's error: %q (log %q), want crun's message about the seccomp filter, once", msg, logged)
 	}
 }
 

@@ -310,7 +310,11 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 // nanoseconds as the scheduler counts it (the first field of
 // /proc/PID/schedstat; the process has one thread), or -1 if it cannot be
 // read. A created container's process waits for its start, so what it has
-// used is crun's set-up of the container.
+// used is crun's set-up of the container: ocifn's crun tells `crun create`
+// it is ready once it has nothing left but to wait
+// (hack/crun-patches/seccomp-before-the-exec-fifo.patch). The few µs of
+// its last write and close, if the scheduler has not yet counted them, go
+// to the function.
 func runtimeOf(pid int) time.Duration {
 	b, err := readSmallFile(fmt.Sprintf("/proc/%d/schedstat", pid))
 	if err != nil {
