@@ -60,6 +60,11 @@ var (
 		// file handles bypass path checks (the "shocker" escape)
 		"open_by_handle_at", "name_to_handle_at",
 		"fanotify_init",
+		// memory placement on NUMA nodes, and moving pages between them,
+		// another process's too: Docker's profile allows these only with
+		// CAP_SYS_NICE, which a function never has (reading the policy,
+		// get_mempolicy, stays allowed)
+		"mbind", "set_mempolicy", "migrate_pages", "move_pages",
 	}
 	// enosysSyscalls fail with ENOSYS, so that callers fall back.
 	enosysSyscalls = []string{"clone3", "io_uring_setup", "io_uring_enter", "io_uring_register"}
