@@ -2,6 +2,7 @@ package oci
 
 import (
 	"archive/tar"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -94,9 +95,10 @@ func FunctionFromPackage(pkg v1.Image, scratchDir string, limit int64) (*Image, 
 	// could decide otherwise is refused rather than read one way here and
 	// served another.
 	w := &functionWalk{want: want, dir: scratchDir, limit: limit, in: -1}
+	budget := &byteBudget{limit: maxScanBytes + max(limit, 0)}
 	for i := range layers {
 		w.layer = i
-		if _, err := scanLayer(layers[i], cf.RootFS.DiffIDs[i], w.visit); err != nil {
+		if _, err := scanLayer(layers[i], cf.RootFS.DiffIDs[i], budget, w.visit); err != nil {
 			w.close()
 			return nil, fmt.Errorf("layer %d/%d: %w", i+1, len(layers), err)
 		}
@@ -217,9 +219,9 @@ func copyToScratch(name string, r io.Reader, size int64, dir string, limit int64
 
 // readFromLayer returns the content of the regular file name in a layer,
 // if it has it (at most limit bytes).
-func readFromLayer(l v1.Layer, diffID v1.Hash, name string, limit int64) ([]byte, bool, error) {
+func readFromLayer(l v1.Layer, diffID v1.Hash, budget *byteBudget, name string, limit int64) ([]byte, bool, error) {
 	var data []byte
-	found, err := scanLayer(l, diffID, func(hdr *tar.Header, r io.Reader) (bool, error) {
+	found, err := scanLayer(l, diffID, budget, func(hdr *tar.Header, r io.Reader) (bool, error) {
 		if cleanName(hdr.Name) != name || hdr.Typeflag != tar.TypeReg {
 			return false, nil
 		}
@@ -233,9 +235,18 @@ func readFromLayer(l v1.Layer, diffID v1.Hash, name string, limit int64) ([]byte
 	return data, found, err
 }
 
+// maxScanBytes caps what reading a package's layers may decompress, its
+// layers together: what a package holds (package.yaml, an embedded
+// function image, a runtime image) takes kilobytes to a few gigabytes,
+// while a layer of a few megabytes can decompress to terabytes of zeros,
+// which would be read for hours to check its diff_id. The embedded
+// function's own limit comes on top. A variable for the tests.
+var maxScanBytes int64 = 8 << 30
+
 // scanLayer calls visit on each entry of the layer until it returns true,
-// then reads the rest of the layer and checks its digest and diff_id.
-func scanLayer(l v1.Layer, diffID v1.Hash, visit func(*tar.Header, io.Reader) (bool, error)) (bool, error) {
+// then reads the rest of the layer and checks its digest and diff_id. The
+// layer's uncompressed bytes are charged to budget.
+func scanLayer(l v1.Layer, diffID v1.Hash, budget *byteBudget, visit func(*tar.Header, io.Reader) (bool, error)) (bool, error) {
 	digest, err := l.Digest()
 	if err != nil {
 		return false, err
@@ -253,7 +264,8 @@ func scanLayer(l v1.Layer, diffID v1.Hash, visit func(*tar.Header, io.Reader) (b
 	}
 	defer dec.Close()
 	tarHash := sha256.New()
-	tr := tar.NewReader(io.TeeReader(dec, tarHash))
+	stream := &guardedReader{ctx: context.Background(), r: io.TeeReader(dec, tarHash), budget: budget}
+	tr := tar.NewReader(stream)
 	found := false
 	for !found {
 		hdr, err := tr.Next()
@@ -267,7 +279,7 @@ func scanLayer(l v1.Layer, diffID v1.Hash, visit func(*tar.Header, io.Reader) (b
 			return false, fmt.Errorf("layer %s: %w", digest, err)
 		}
 	}
-	if _, err := io.Copy(io.Discard, io.TeeReader(dec, tarHash)); err != nil {
+	if _, err := io.Copy(io.Discard, stream); err != nil {
 		return false, fmt.Errorf("cannot read layer %s: %w", digest, err)
 	}
 	if _, err := io.Copy(io.Discard, blob); err != nil {
@@ -305,8 +317,9 @@ func PackageYAML(img v1.Image) (data []byte, layer int, annotated bool, err erro
 	if err != nil {
 		return nil, 0, false, err
 	}
+	budget := &byteBudget{limit: maxScanBytes}
 	if i >= 0 {
-		data, found, err := readFromLayer(layers[i], cf.RootFS.DiffIDs[i], PackageFile, maxPackageYAML)
+		data, found, err := readFromLayer(layers[i], cf.RootFS.DiffIDs[i], budget, PackageFile, maxPackageYAML)
 		if err != nil {
 			return nil, i, true, err
 		}
@@ -316,7 +329,7 @@ func PackageYAML(img v1.Image) (data []byte, layer int, annotated bool, err erro
 		return data, i, true, nil
 	}
 	for i := len(layers) - 1; i >= 0; i-- {
-		data, found, err := readFromLayer(layers[i], cf.RootFS.DiffIDs[i], PackageFile, maxPackageYAML)
+		data, found, err := readFromLayer(layers[i], cf.RootFS.DiffIDs[i], budget, PackageFile, maxPackageYAML)
 		if err != nil {
 			return nil, i, false, err
 		}

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,5 +151,42 @@ func TestFunctionFromPackageIsWhatTheContainerFinds(t *testing.T) {
 				t.Errorf("error %q does not say %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestPackageScansAreBounded: reading a package's layers (for its function
+// image, or for its package.yaml) stops once they have decompressed to
+// more than maxScanBytes (plus the function's own limit), instead of
+// reading a decompression bomb to its end to check its diff_id.
+func TestPackageScansAreBounded(t *testing.T) {
+	defer func(n int64) { maxScanBytes = n }(maxScanBytes)
+	maxScanBytes = 64 << 10
+	fn, _ := fnTarball(t, "benign")
+	dir := entry{name: "ocifn/", typ: tar.TypeDir}
+	function := entry{name: "ocifn/function.tar", typ: tar.TypeReg, body: fn}
+	meta := entry{name: PackageFile, typ: tar.TypeReg, body: []byte("apiVersion: meta.pkg.crossplane.io/v1beta1\nkind: Function\nmetadata:\n  name: fn\n")}
+	zeros := entry{name: "zeros", typ: tar.TypeReg, body: make([]byte, 2<<20)}
+	small := packageOf(t, rawLayer(t, meta, dir, function))
+	bomb := packageOf(t, rawLayer(t, meta, dir, function), rawLayer(t, zeros))
+
+	img, err := FunctionFromPackage(small, t.TempDir(), 1<<20)
+	if err != nil {
+		t.Fatalf("a package within the bound: %v", err)
+	}
+	img.Close()
+	if _, _, _, err := PackageYAML(small); err != nil {
+		t.Fatalf("a package within the bound: %v", err)
+	}
+	want := fmt.Sprintf(errMaxBytes, maxScanBytes+1<<20)
+	if img, err := FunctionFromPackage(bomb, t.TempDir(), 1<<20); err == nil || !strings.Contains(err.Error(), want) {
+		if err == nil {
+			img.Close()
+		}
+		t.Errorf("the function of a package whose layers decompress past the bound: %v, want %q", err, want)
+	}
+	// package.yaml is looked for from the top layer down, where the zeros are.
+	want = fmt.Sprintf(errMaxBytes, maxScanBytes)
+	if _, _, _, err := PackageYAML(bomb); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("package.yaml of a package whose top layer decompresses past the bound: %v, want %q", err, want)
 	}
 }
