@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"strings"
@@ -95,7 +96,7 @@ func FunctionFromPackage(pkg v1.Image, scratchDir string, limit int64) (*Image, 
 	// could decide otherwise is refused rather than read one way here and
 	// served another.
 	w := &functionWalk{want: want, dir: scratchDir, limit: limit, in: -1}
-	budget := &byteBudget{limit: maxScanBytes + max(limit, 0)}
+	budget := scanBudget(limit)
 	for i := range layers {
 		w.layer = i
 		if _, err := scanLayer(layers[i], cf.RootFS.DiffIDs[i], budget, w.visit); err != nil {
@@ -243,6 +244,15 @@ func readFromLayer(l v1.Layer, diffID v1.Hash, budget *byteBudget, name string, 
 // function's own limit comes on top. A variable for the tests.
 var maxScanBytes int64 = 8 << 30
 
+// errScanBytes is the error of a scan past its budget.
+const errScanBytes = "the package's layers decompress to more than %d bytes, more than a package holds (its own files and, at most, its function image's limit): refusing to read them on"
+
+// scanBudget is the budget of one scan of a package's layers, for a
+// function image of at most limit bytes (0: none looked for).
+func scanBudget(limit int64) *byteBudget {
+	return &byteBudget{limit: maxScanBytes + min(max(limit, 0), math.MaxInt64-maxScanBytes), exceeded: errScanBytes}
+}
+
 // scanLayer calls visit on each entry of the layer until it returns true,
 // then reads the rest of the layer and checks its digest and diff_id. The
 // layer's uncompressed bytes are charged to budget.
@@ -317,7 +327,7 @@ func PackageYAML(img v1.Image) (data []byte, layer int, annotated bool, err erro
 	if err != nil {
 		return nil, 0, false, err
 	}
-	budget := &byteBudget{limit: maxScanBytes}
+	budget := scanBudget(0)
 	if i >= 0 {
 		data, found, err := readFromLayer(layers[i], cf.RootFS.DiffIDs[i], budget, PackageFile, maxPackageYAML)
 		if err != nil {

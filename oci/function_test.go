@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,16 +178,26 @@ func TestPackageScansAreBounded(t *testing.T) {
 	if _, _, _, err := PackageYAML(small); err != nil {
 		t.Fatalf("a package within the bound: %v", err)
 	}
-	want := fmt.Sprintf(errMaxBytes, maxScanBytes+1<<20)
+	want := fmt.Sprintf(errScanBytes, maxScanBytes+1<<20)
 	if img, err := FunctionFromPackage(bomb, t.TempDir(), 1<<20); err == nil || !strings.Contains(err.Error(), want) {
 		if err == nil {
 			img.Close()
 		}
 		t.Errorf("the function of a package whose layers decompress past the bound: %v, want %q", err, want)
 	}
-	// package.yaml is looked for from the top layer down, where the zeros are.
-	want = fmt.Sprintf(errMaxBytes, maxScanBytes)
+	// package.yaml is looked for from the top layer down, where the zeros
+	// are: in one layer, or in two each within the bound.
+	want = fmt.Sprintf(errScanBytes, maxScanBytes)
 	if _, _, _, err := PackageYAML(bomb); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("package.yaml of a package whose top layer decompresses past the bound: %v, want %q", err, want)
+	}
+	half := entry{name: "zeros", typ: tar.TypeReg, body: make([]byte, maxScanBytes*3/4)}
+	two := packageOf(t, rawLayer(t, meta, dir, function), rawLayer(t, half), rawLayer(t, half))
+	if _, _, _, err := PackageYAML(two); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("package.yaml of a package whose top layers decompress past the bound together: %v, want %q", err, want)
+	}
+	// A limit near the largest int64 does not overflow the bound away.
+	if b := scanBudget(math.MaxInt64); b.limit != math.MaxInt64 {
+		t.Errorf("scanBudget(MaxInt64).limit = %d", b.limit)
 	}
 }

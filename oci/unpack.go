@@ -340,10 +340,14 @@ func checkHash(h hash.Hash, want v1.Hash, format string) error {
 	return nil
 }
 
-// byteBudget counts uncompressed bytes across all layers of one Unpack.
+// byteBudget counts uncompressed bytes across all layers of one Unpack, or
+// of one scan of a package's layers.
 type byteBudget struct {
 	limit int64 // 0: no limit
 	used  int64
+	// exceeded is the error's format past limit, with limit as its one
+	// argument (errMaxBytes if empty).
+	exceeded string
 }
 
 // guardedReader stops a layer stream when ctx is done or the byte budget is
@@ -377,7 +381,11 @@ func (g *guardedReader) Read(p []byte) (int, error) {
 func (g *guardedReader) charge(n int64) error {
 	g.budget.used += n
 	if g.budget.limit > 0 && g.budget.used > g.budget.limit {
-		g.err = fmt.Errorf(errMaxBytes, g.budget.limit)
+		format := g.budget.exceeded
+		if format == "" {
+			format = errMaxBytes
+		}
+		g.err = fmt.Errorf(format, g.budget.limit)
 		return g.err
 	}
 	return nil
