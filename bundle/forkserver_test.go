@@ -358,30 +358,41 @@ func crunBundle(t *testing.T) (rt *Runtime, bundle, state string) {
 // seccomp filter before it tells crun create it is ready
 // (hack/crun-patches/seccomp-before-the-exec-fifo.patch), so a filter the
 // kernel refuses fails the creation, with crun's message as it is on the
-// log ocifn reads, not wrapped in the log's JSON twice.
+// log ocifn reads, not wrapped in the log's JSON twice; an error of the
+// set-up before it, which the same patch sends the same way (a missing
+// executable), still does too.
 func TestSeccompLoadErrorFailsCreate(t *testing.T) {
 	rt, bundle, state := crunBundle(t)
+	root := "--root=" + state
+	// create fails to create container id from config and returns the
+	// error crun logged, as ocifn reads it.
+	create := func(id, config string) string {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dir, files := stdioFiles(t)
+		err := rt.run(context.Background(), []string{"--cgroup-manager=disabled", root, "--log=/proc/self/fd/3", "--log-format=json", "create", "--bundle", bundle, id}, files...)
+		defer exec.Command(rt.Path(), "--cgroup-manager=disabled", root, "delete", "--force", id).Run()
+		if err == nil {
+			t.Fatalf("crun create %s succeeded", id)
+		}
+		logged, _ := os.ReadFile(filepath.Join(dir, "log"))
+		l := &runtimeLog{done: make(chan struct{})}
+		l.buf.Write(logged)
+		close(l.done)
+		return l.wait()
+	}
 	// One instruction of an opcode that does not exist.
 	bad := base64.StdEncoding.EncodeToString([]byte{0xff, 0xff, 0, 0, 0, 0, 0, 0})
 	config := strings.Replace(crunConfig, `"ociVersion": "1.0.2",`, `"ociVersion": "1.0.2", "annotations": {"`+seccompBPFAnnotation+`": "`+bad+`"},`, 1)
 	config = strings.Replace(config, `"args": ["sh"]`, `"args": ["/bin/busybox", "true"]`, 1)
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(config), 0o644); err != nil {
-		t.Fatal(err)
+	if msg := create("bad-filter", config); !strings.Contains(msg, "seccomp") || strings.Contains(msg, "{") {
+		t.Errorf("crun create's error: %q, want crun's message about the seccomp filter, once", msg)
 	}
-	dir, files := stdioFiles(t)
-	root := "--root=" + state
-	err := rt.run(context.Background(), []string{"--cgroup-manager=disabled", root, "--log=/proc/self/fd/3", "--log-format=json", "create", "--bundle", bundle, "bad"}, files...)
-	defer exec.Command(rt.Path(), "--cgroup-manager=disabled", root, "delete", "--force", "bad").Run()
-	if err == nil {
-		t.Fatal("crun create succeeded with a filter the kernel refuses")
-	}
-	logged, _ := os.ReadFile(filepath.Join(dir, "log"))
-	l := &runtimeLog{done: make(chan struct{})}
-	l.buf.Write(logged)
-	close(l.done)
-	msg := l.wait()
-	if !strings.Contains(msg, "seccomp") || strings.Contains(msg, "{") {
-		t.Errorf("crun create's error: %q (log %q), want crun's message about the seccomp filter, once", msg, logged)
+	missing := strings.Replace(crunConfig, `"args": ["sh"]`, `"args": ["/bin/missing"]`, 1)
+	if msg := create("missing", missing); !strings.Contains(msg, "/bin/missing") || strings.Contains(msg, "{") {
+		t.Errorf("crun create's error: %q, want crun's message naming the missing executable, once", msg)
 	}
 }
 
