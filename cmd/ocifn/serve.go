@@ -155,6 +155,7 @@ another I/O mode.`,
 	f.Var(&o.resultsMaxBytes, "results-max-bytes", "HTTP fronts: the most the results of asynchronous invocations take on disk (e.g. 256Mi); the oldest go first")
 	o.functionFlags.register(f)
 	f.Lookup("io").Usage += " (env " + oci.EnvIO + ")"
+	f.Lookup("timeout").Usage += "; with --api http, FUNC_TIMEOUT (seconds) when not given, as Kubeless sets it"
 	f.IntVar(&o.warm, "warm", defaultWarm, "fewest containers to keep created ahead of calls, so that a call only has to start one; each still serves a single call; the pool grows to as many calls as ran at once, and by one for each call that found it empty though large enough, up to --max-concurrency (0: off)")
 	f.DurationVar(&o.warmIdle, "warm-idle", defaultWarmIdle, "after this long without a call, let every warm container go; the next call refills the pool (0: never)")
 	f.StringVar(&o.tarball, "tarball", defaultTarball, "image tarball of the function: docker save output (optionally gzipped) or an OCI archive")
