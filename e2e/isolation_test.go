@@ -130,6 +130,51 @@ func TestUnprivileged(t *testing.T) {
 	}
 }
 
+// TestContainersMakeNoKeyrings: a container costs its user nothing of the
+// kernel's key quota. Keyrings are not namespaced: one made for a container
+// would be charged to the user ocifn runs as on the host, whose quota every
+// process of that user on the machine shares, though the function may not
+// use a keyring at all.
+func TestContainersMakeNoKeyrings(t *testing.T) {
+	u, home, as := unprivileged(t, "trivial.tar")
+	s := startServer(t, []string{"--tarball", filepath.Join(home, "trivial.tar"), "--cache-dir", filepath.Join(home, "cache"),
+		"--warm", "4", "--metrics-address", "127.0.0.1:0"}, as)
+	eventually(t, 10*time.Second, "four warm containers", func() bool { return s.metric(t, "ocifn_warm_containers") == 4 })
+	req := loadRequest(t, "trivial", "request.json")
+	for range 4 {
+		s.call(t, req)
+	}
+	// Four warm containers, and four more made for the pool after the
+	// calls: with a keyring each, the user would hold eight keys or so
+	// until the kernel collected those of the containers that are gone.
+	if n := keysOf(t, u.Uid); n > 0 {
+		t.Errorf("the user ocifn runs as holds %d keys with 4 warm containers after 4 calls, want none (/proc/key-users)", n)
+	}
+}
+
+// keysOf returns how many keys the user uid owns, by /proc/key-users.
+func keysOf(t *testing.T, uid string) int {
+	t.Helper()
+	data, err := os.ReadFile("/proc/key-users")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "  999:     2 2/2 2/200 46/20000": the user, the structure's usage,
+	// then keys owned/instantiated.
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != uid+":" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.SplitN(f[2], "/", 2)[0])
+		if err != nil {
+			t.Fatalf("/proc/key-users: %q: %v", line, err)
+		}
+		return n
+	}
+	return 0
+}
+
 // unprivileged returns the test user, a home directory of its own holding
 // copies of the named test images (the checkout may sit under a directory
 // it cannot enter), and the option that starts a server as that user.
