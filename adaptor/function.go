@@ -147,9 +147,7 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 	tag := req.GetMeta().GetTag()
 	f.checkUnknown(req)
 	call := &hook.Call{Front: "crossplane", Method: "RunFunction", Tag: tag, Received: time.Now(), CacheKey: tag}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		call.Carrier = metadataCarrier(md)
-	}
+	call.Carrier = incomingCarrier{ctx}
 	ctx = f.hooks.Before(ctx, call)
 	defer func() { f.hooks.After(ctx, call) }()
 	if rsp, ok := call.Cached.(*fnv1.RunFunctionResponse); ok {
@@ -320,21 +318,27 @@ func (f *Function) decode(ctx context.Context, req *fnv1.RunFunctionRequest, out
 	return rsp, err
 }
 
-// metadataCarrier reads W3C trace context headers from gRPC metadata.
-type metadataCarrier metadata.MD
+// incomingCarrier reads W3C trace context headers from the call's gRPC
+// metadata, when a hook asks for them. metadata.FromIncomingContext copies
+// all of the metadata, lowercasing each key: about 1 KB per call, for
+// headers that only tracing reads.
+type incomingCarrier struct{ ctx context.Context }
 
-func (c metadataCarrier) Get(key string) string {
-	if v := metadata.MD(c).Get(key); len(v) > 0 {
+func (c incomingCarrier) Get(key string) string {
+	if v := metadata.ValueFromIncomingContext(c.ctx, key); len(v) > 0 {
 		return v[0]
 	}
 	return ""
 }
 
-func (c metadataCarrier) Set(key, value string) { metadata.MD(c).Set(key, value) }
+// Set does nothing: the caller's metadata is not ours to change, and
+// extracting a trace context never sets.
+func (incomingCarrier) Set(string, string) {}
 
-func (c metadataCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
+func (c incomingCarrier) Keys() []string {
+	md, _ := metadata.FromIncomingContext(c.ctx)
+	keys := make([]string, 0, len(md))
+	for k := range md {
 		keys = append(keys, k)
 	}
 	return keys

@@ -199,7 +199,8 @@ func cgroupOf(pid int) string {
 	if !ok {
 		return ""
 	}
-	b, err := readSmallFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	var buf [4096]byte // a line per hierarchy on a hybrid host
+	b, err := readSmallFile(fmt.Sprintf("/proc/%d/cgroup", pid), buf[:])
 	if err != nil {
 		return ""
 	}
@@ -217,7 +218,8 @@ func (c *container) oomKilled() string {
 	if c.cgroup == "" {
 		return ""
 	}
-	b, err := readSmallFile(filepath.Join(c.cgroup, "memory.events"))
+	var buf [512]byte // six counters
+	b, err := readSmallFile(filepath.Join(c.cgroup, "memory.events"), buf[:])
 	if err != nil {
 		return ""
 	}

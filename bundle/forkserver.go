@@ -142,7 +142,11 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 		return fmt.Errorf("%w: %v", errNotSent, err)
 	}
 	defer r.Close()
-	var line []byte
+	n := 0
+	for _, a := range args {
+		n += len(a) + 1
+	}
+	line := make([]byte, 0, n)
 	for _, a := range args {
 		line = append(append(line, a...), 0)
 	}

@@ -326,7 +326,8 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 // its last write and close, if the scheduler has not yet counted them, go
 // to the function.
 func runtimeOf(pid int) time.Duration {
-	b, err := readSmallFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	var buf [128]byte // three numbers
+	b, err := readSmallFile(fmt.Sprintf("/proc/%d/schedstat", pid), buf[:])
 	if err != nil {
 		return -1
 	}
@@ -537,13 +538,15 @@ func (b *Bundle) release(c *container, pooled bool) {
 }
 
 func readPid(path string) (int, error) {
-	b, err := readSmallFile(path)
+	var buf [32]byte // a number
+	b, err := readSmallFile(path, buf[:])
 	if err != nil {
 		return 0, fmt.Errorf("cannot read the container's pid file: %w", err)
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	text := strings.TrimSpace(string(b))
+	pid, err := strconv.Atoi(text)
 	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("the container's pid file holds %q, not a pid", b)
+		return 0, fmt.Errorf("the container's pid file holds %q, not a pid", text)
 	}
 	return pid, nil
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -98,24 +99,36 @@ func TestRemoveState(t *testing.T) {
 	}
 }
 
-// readSmallFile reads what a small file holds, and refuses one that fills
-// its page rather than return part of it.
+// readSmallFile reads what a small file holds into the buffer it is lent,
+// allocating nothing for it, and refuses a file that fills the buffer rather than
+// return part of it.
 func TestReadSmallFile(t *testing.T) {
 	dir := t.TempDir()
 	small, big := filepath.Join(dir, "pid"), filepath.Join(dir, "big")
 	if err := os.WriteFile(small, []byte("4242\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(big, make([]byte, 4096), 0o600); err != nil {
+	if err := os.WriteFile(big, make([]byte, 32), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := readSmallFile(small); err != nil || string(b) != "4242\n" {
+	var buf [32]byte
+	if b, err := readSmallFile(small, buf[:]); err != nil || string(b) != "4242\n" {
 		t.Errorf("readSmallFile(small) = %q, %v", b, err)
 	}
-	if b, err := readSmallFile(big); err == nil {
-		t.Errorf("readSmallFile of a page: %d bytes and no error", len(b))
+	if b, err := readSmallFile(big, buf[:]); err == nil || !strings.Contains(err.Error(), "larger than 31 bytes") {
+		t.Errorf("readSmallFile of 32 bytes into 32: %d bytes, error %v; want larger than 31 bytes", len(b), err)
 	}
-	if b, err := readSmallFile("/proc/self/cgroup"); err != nil || len(b) == 0 {
+	var page [4096]byte
+	if b, err := readSmallFile("/proc/self/cgroup", page[:]); err != nil || len(b) == 0 {
 		t.Errorf("readSmallFile(/proc/self/cgroup) = %q, %v", b, err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		var buf [32]byte
+		if _, err := readSmallFile(small, buf[:]); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 1 {
+		// One: the path, made a C string for open.
+		t.Errorf("readSmallFile allocated %v times a read, want once (the path)", n)
 	}
 }
