@@ -35,7 +35,9 @@ type RuntimeInfo struct {
 	BuiltBy      string   `json:"builtBy,omitempty"`
 	Platform     string   `json:"platform,omitempty"`
 	// IO and API are the I/O mode and the front ocifn serve uses in the
-	// package (ocifn build --io, --api); empty: json and crossplane.
+	// package: IO as ocifn build --io recorded it, else as the function
+	// image's own label records it; API as ocifn build --api recorded it.
+	// Empty: json and crossplane.
 	IO  string `json:"io,omitempty"`
 	API string `json:"api,omitempty"`
 }
@@ -100,6 +102,9 @@ func InspectPackage(img v1.Image, scratchDir string) (*PackageInfo, error) {
 		return nil, err
 	}
 	defer fn.Close()
+	// What ocifn serve will use when the package records no mode: the
+	// function image's own label (Image.IOMode).
+	info.Runtime.IO = fn.IOMode()
 	fcf := fn.ConfigFile()
 	layers, err := fn.Image().Layers()
 	if err != nil {

@@ -359,6 +359,49 @@ func TestOpenFunctionRejectsPackageWithoutFunction(t *testing.T) {
 
 // TestIOModeFromImageLabel: an author can record the I/O mode on the
 // function image itself, with the same label a package carries.
+// A package built without --io from an image that records its own I/O mode
+// runs in that mode, and inspect says so.
+func TestInspectReportsTheImagesIOMode(t *testing.T) {
+	dir := t.TempDir()
+	runtimeImg := pkgTestImage(t, map[string]string{"usr/local/bin/ocifn": "#!ocifn"}, v1.Config{Entrypoint: []string{"/usr/local/bin/ocifn", "serve"}})
+	fnImg := pkgTestImage(t, map[string]string{"fn": "x"}, v1.Config{Entrypoint: []string{"/fn"}, Labels: map[string]string{LabelIO: "krm"}})
+	runtimePath, fnPath := filepath.Join(dir, "runtime.tar"), filepath.Join(dir, "fn.tar")
+	for path, img := range map[string]v1.Image{runtimePath: runtimeImg, fnPath: fnImg} {
+		if err := tarball.WriteToFile(path, nil, img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt, err := Open(runtimePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	fn, err := Open(fnPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fn.Close()
+	meta, err := ParsePackageMeta([]byte(testFunction))
+	if err != nil {
+		t.Fatal(err)
+	}
+	normalized := filepath.Join(dir, "function.tar")
+	if err := WriteFunctionTarball(context.Background(), fn, normalized); err != nil {
+		t.Fatal(err)
+	}
+	pkg, err := BuildPackage(PackageInput{Runtime: rt.Image(), FunctionTarball: normalized, Function: fn, Meta: meta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := InspectPackage(pkg, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Runtime.IO != "krm" {
+		t.Errorf("inspect says the package serves --io %q, want the image's own krm", info.Runtime.IO)
+	}
+}
+
 func TestIOModeFromImageLabel(t *testing.T) {
 	img := pkgTestImage(t, map[string]string{"fn": "x"}, v1.Config{Entrypoint: []string{"/fn"}, Labels: map[string]string{LabelIO: "functionio"}})
 	path := filepath.Join(t.TempDir(), "fn.tar")

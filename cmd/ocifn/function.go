@@ -25,7 +25,10 @@ import (
 // functionFlags are the flags of every command that runs a function image
 // on this machine (serve, and the local author commands).
 type functionFlags struct {
-	image          string
+	image string
+	// chooseImage says how the user picks one image of a tarball of
+	// several, when image does not: "" means --image.
+	chooseImage    string
 	cacheDir       string
 	stateDir       string
 	runtime        string
@@ -125,7 +128,11 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 	img, err := oci.OpenFunction(tarball, oci.WithImageName(o.image), oci.WithScratchDir(o.cacheDir), oci.WithMaxScratchBytes(int64(o.maxRootfsBytes)))
 	if err != nil {
 		if errors.Is(err, oci.ErrSeveralImages) {
-			return nil, fmt.Errorf("%w (choose with --image NAME)", err)
+			how := o.chooseImage
+			if how == "" {
+				how = "--image NAME"
+			}
+			return nil, fmt.Errorf("%w (choose with %s)", err, how)
 		}
 		return nil, err
 	}

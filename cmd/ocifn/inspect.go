@@ -64,7 +64,11 @@ func inspect(ctx context.Context, what string, insecure bool) (*oci.PackageInfo,
 			return nil, err
 		}
 		defer img.Close()
-		return oci.InspectPackage(img.Image(), "")
+		info, err := oci.InspectPackage(img.Image(), "")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		return info, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
@@ -79,7 +83,11 @@ func inspect(ctx context.Context, what string, insecure bool) (*oci.PackageInfo,
 	if err != nil {
 		return nil, insecureHint(err, what)
 	}
-	return oci.InspectPackage(img, "")
+	info, err := oci.InspectPackage(img, "")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return info, nil
 }
 
 func printPackageInfo(w io.Writer, what string, info *oci.PackageInfo) {

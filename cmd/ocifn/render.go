@@ -105,6 +105,7 @@ those resources.`,
 	// Each Function picks its image with the render.ocifn.dev/image
 	// annotation instead.
 	_ = f.MarkHidden("image")
+	o.chooseImage = "the Function's annotation " + pipeline.AnnotationImage + ": NAME"
 	f.StringVarP(&o.observed, "observed-resources", "o", "", "YAML file or directory of composed resources that exist already, each with its crossplane.io/composition-resource-name annotation")
 	f.StringVar(&o.extraResources, "extra-resources", "", "YAML file or directory of resources the functions may ask for (same as --required-resources)")
 	f.StringVarP(&o.requiredResources, "required-resources", "e", "", "YAML file or directory of resources the functions may ask for")
