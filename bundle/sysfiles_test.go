@@ -100,8 +100,8 @@ func TestRemoveState(t *testing.T) {
 }
 
 // readSmallFile reads what a small file holds into the buffer it is lent,
-// allocating nothing for it, and refuses a file that fills the buffer rather than
-// return part of it.
+// allocating nothing for it, and refuses a file that fills the buffer
+// rather than return part of it.
 func TestReadSmallFile(t *testing.T) {
 	dir := t.TempDir()
 	small, big := filepath.Join(dir, "pid"), filepath.Join(dir, "big")
