@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -131,6 +132,18 @@ func TestHTTPFunction(t *testing.T) {
 
 // TestHTTPFuncTimeout: Kubeless' FUNC_TIMEOUT sets the timeout when
 // --timeout is not given.
+// TestHTTPFunctionMakesItsCacheDir: a --cache-dir that is not there yet is
+// made searchable by the containers' ids before anything goes into it, as
+// for the gRPC front; the results of asynchronous invocations, kept in it,
+// once made it with their own private mode, and the server then refused
+// the directory it had made.
+func TestHTTPFunctionMakesItsCacheDir(t *testing.T) {
+	f := startCGI(t, []string{"--cache-dir", filepath.Join(cacheDir(t), "new")})
+	if code, body := f.get(t, "/plain"); code != http.StatusOK || body != "no header block, just a body\n" {
+		t.Errorf("status %d, body %q", code, body)
+	}
+}
+
 func TestHTTPFuncTimeout(t *testing.T) {
 	f := startCGI(t, nil, "FUNC_TIMEOUT=1")
 	code, body := f.get(t, "/sleep?30")

@@ -113,6 +113,17 @@ func (o *functionFlags) check() (*bundle.Runtime, error) {
 	return bundle.FindRuntime(o.runtime)
 }
 
+// makeCacheDir creates the cache directory if it is not there, searchable
+// by the containers' ids (0711), which bundle.New checks: it must come
+// before anything is created inside it, whose parents os.MkdirAll would
+// make with the child's own mode.
+func (o *functionFlags) makeCacheDir() error {
+	if err := os.MkdirAll(o.cacheDir, 0o711); err != nil {
+		return fmt.Errorf("cannot create the cache directory %s: %w", o.cacheDir, err)
+	}
+	return nil
+}
+
 // prepare reads the image tarball, checks it and unpacks it into a bundle.
 // It must run inside ocifn's own namespaces (see enterNamespaces).
 func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundle.Runtime, tarball string) (*bundle.Bundle, error) {
@@ -122,8 +133,8 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 	}
 	start := time.Now()
 	// A compressed tarball is decompressed into the cache directory.
-	if err := os.MkdirAll(o.cacheDir, 0o711); err != nil {
-		return nil, fmt.Errorf("cannot create the cache directory %s: %w", o.cacheDir, err)
+	if err := o.makeCacheDir(); err != nil {
+		return nil, err
 	}
 	img, err := oci.OpenFunction(tarball, oci.WithImageName(o.image), oci.WithScratchDir(o.cacheDir), oci.WithMaxScratchBytes(int64(o.maxRootfsBytes)))
 	if err != nil {

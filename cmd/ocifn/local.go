@@ -128,8 +128,8 @@ func (l *localFunctions) get(ctx context.Context, location, image string) (*adap
 // pull fetches an image or package from its registry into a tarball in the
 // cache directory.
 func (l *localFunctions) pull(ctx context.Context, ref string) (string, error) {
-	if err := os.MkdirAll(l.flags.cacheDir, 0o711); err != nil {
-		return "", fmt.Errorf("cannot create the cache directory %s: %w", l.flags.cacheDir, err)
+	if err := l.flags.makeCacheDir(); err != nil {
+		return "", err
 	}
 	f, err := os.CreateTemp(l.flags.cacheDir, "pull-*.tar")
 	if err != nil {

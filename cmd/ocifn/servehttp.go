@@ -60,6 +60,9 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 
 	// Results of asynchronous invocations outlive a restart in the cache
 	// directory.
+	if err := o.makeCacheDir(); err != nil {
+		return err
+	}
 	inv, err := front.OpenInvocations(filepath.Join(o.cacheDir, "invocations-"+o.api), o.resultTTL, int64(o.resultsMaxBytes), int64(o.maxRequestBytes), log)
 	if err != nil {
 		return err
