@@ -289,7 +289,7 @@ func TestHTTPGracefulShutdown(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		code, body := f.get(t, "/sleep?2")
+		code, body := f.get(t, "/sleep?3")
 		done <- answer{code, body}
 	}()
 	eventually(t, 5*time.Second, "the call running", func() bool {
@@ -298,8 +298,19 @@ func TestHTTPGracefulShutdown(t *testing.T) {
 	})
 	_ = f.cmd.Process.Signal(syscall.SIGTERM)
 	eventually(t, 5*time.Second, "draining", func() bool { return strings.Contains(f.stderr.String(), "shutting down") })
+	// While the call runs, the server still answers, but takes nothing new.
+	if code, _ := f.get(t, "/healthz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/healthz while draining: %d, want 503", code)
+	}
+	if code, body := f.get(t, "/plain"); code != http.StatusServiceUnavailable {
+		t.Errorf("a new call while draining: %d %q, want 503", code, body)
+	}
+	code, h, _ := f.do(t, http.MethodPost, "/plain", nil, http.Header{"Prefer": {"respond-async"}})
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("an asynchronous call while draining: %d %v, want 503", code, h)
+	}
 	a := <-done
-	if a.code != http.StatusOK || a.body != "slept 2\n" {
+	if a.code != http.StatusOK || a.body != "slept 3\n" {
 		t.Errorf("the call running at SIGTERM: %d %q", a.code, a.body)
 	}
 	awaitExit(t, f.exited, "ocifn serve", f.stderr)
