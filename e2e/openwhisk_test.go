@@ -389,8 +389,14 @@ echo "{\"pwd_env\":\"$PWD\",\"pwd_cmd\":\"$(pwd)\",\"writable\":\"$w\"}"`, "main
 func TestOpenWhiskSingleEntrypoint(t *testing.T) {
 	f := startOpenWhisk(t)
 	init := map[string]any{"code": owEnv, "main": "main"}
+	// /init's body where its value belongs is refused, not taken as an
+	// init without code.
+	body, _ := json.Marshal(map[string]any{"init": map[string]any{"value": init}})
+	if code, out := f.post(t, "/", string(body)); code != http.StatusBadRequest || !strings.Contains(out, `wraps them in \"value\"`) {
+		t.Errorf("POST / with the init wrapped in value: %d %s, want 400 naming the wrapping", code, out)
+	}
 	activation := map[string]any{"namespace": "ns", "action_name": "act", "activation_id": "a1", "api_key": "k", "action_version": "1", "deadline": "9"}
-	body, _ := json.Marshal(map[string]any{"init": init, "activation": activation, "value": map[string]any{}})
+	body, _ = json.Marshal(map[string]any{"init": init, "activation": activation, "value": map[string]any{}})
 	code, out := f.post(t, "/", string(body))
 	if code != http.StatusOK {
 		t.Fatalf("POST / with init and activation: %d %s", code, out)

@@ -279,6 +279,18 @@ func (p *Proxy) activate(ctx context.Context, call *hook.Call, bc bundle.Call, v
 	return http.StatusOK, res.Result, outLogs, errLogs
 }
 
+// wrapped says whether an init is an object with a "value" and no "code",
+// /init's body given where its value belongs.
+func wrapped(init json.RawMessage) bool {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(init, &fields) != nil {
+		return false
+	}
+	_, value := fields["value"]
+	_, code := fields["code"]
+	return value && !code
+}
+
 // single serves the single-entrypoint form: {"init": ...} initializes,
 // {"activation": ..., "value": ...} runs, both do both; a message with
 // neither runs as /run does.
@@ -287,6 +299,13 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, msg map[string]js
 	_, hasActivation := msg["activation"]
 	_, hasValue := msg["value"]
 	if hasInit {
+		if wrapped(msg["init"]) {
+			// /init's body wraps the fields in "value"; here they come
+			// as they are. Taken as it is, such an init would install no
+			// code and run the image's stub, saying nothing.
+			writeRaw(w, http.StatusBadRequest, errorBody(`the init of POST / holds the fields of /init's value as they are, {"init": {"code": ..., "main": ...}}; this one wraps them in "value"`))
+			return
+		}
 		status, body := p.init(msg["init"])
 		if status != http.StatusOK || !(hasActivation && hasValue) {
 			writeRaw(w, status, body)
