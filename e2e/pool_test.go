@@ -192,3 +192,17 @@ func mountNamespaces(t *testing.T, pid int) (held, containers []string) {
 	slices.Sort(containers)
 	return held, containers
 }
+
+// TestWarmAtMostMaxConcurrency: a --warm above --max-concurrency, which no
+// more calls could use at once, is lowered to it, with a warning.
+func TestWarmAtMostMaxConcurrency(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("trivial.tar"), "--cache-dir", cacheDir(t),
+		"--warm", "6", "--max-concurrency", "2", "--metrics-address", "127.0.0.1:0"})
+	eventually(t, 10*time.Second, "two warm containers", func() bool { return s.metric(t, "ocifn_warm_containers") == 2 })
+	// Give a pool of six the time to fill before looking again.
+	time.Sleep(500 * time.Millisecond)
+	if n, target := s.metric(t, "ocifn_warm_containers"), s.metric(t, "ocifn_warm_target"); n != 2 || target != 2 {
+		t.Errorf("%v warm containers, target %v; want 2, --max-concurrency", n, target)
+	}
+	mustContain(t, "log", s.stderr.String(), "--warm is more than --max-concurrency")
+}

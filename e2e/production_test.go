@@ -410,7 +410,7 @@ func TestShutdown(t *testing.T) {
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", "10s"})
 	done := make(chan error, 1)
 	go func() {
-		rsp, err := s.callErr(context.Background(), shRequest(t, "t-drain", "sleep 1; "+okScript))
+		rsp, err := s.callErr(context.Background(), shRequest(t, "t-drain", "sleep 2; "+okScript))
 		if err == nil && len(rsp.GetResults()) != 0 {
 			err = fmt.Errorf("results %v", rsp.GetResults())
 		}
@@ -420,12 +420,25 @@ func TestShutdown(t *testing.T) {
 	memory := memoryStateDirs(t, cache)
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	eventually(t, 5*time.Second, "shutting down", func() bool { return strings.Contains(s.stderr.String(), "shutting down") })
-	// Draining: the health service no longer says SERVING.
+	// Draining, with the call still running: the port stays open, a new
+	// connection's health check says NOT_SERVING, and a new call is
+	// refused with UNAVAILABLE at once.
+	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	h, err := healthpb.NewHealthClient(s.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 	cancel()
-	if err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-		t.Errorf("health is SERVING while draining")
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health on a new connection while draining: %v, %v; want NOT_SERVING", h.GetStatus(), err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	_, err = fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(ctx, shRequest(t, "t-late", okScript))
+	cancel()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "shutting down") {
+		t.Errorf("a new call while draining: %v; want UNAVAILABLE, shutting down", err)
 	}
 	if err := <-done; err != nil {
 		t.Errorf("the call running at SIGTERM: %v", err)

@@ -300,6 +300,12 @@ func (o *serveOptions) run(ctx context.Context) error {
 	log.Info("listening", "address", lis.Addr().String(), "tls", creds != nil)
 
 	o.warmMax = o.maxConcurrency
+	if o.warm > o.maxConcurrency {
+		// A warm container serves one call, and no more calls than that
+		// run at once: the rest would only hold memory.
+		log.Warn("--warm is more than --max-concurrency; the pool keeps at most --max-concurrency containers", "warm", o.warm, "max_concurrency", o.maxConcurrency)
+		o.warm = o.maxConcurrency
+	}
 	b, err := o.prepare(ctx, log, rt, o.tarball)
 	if err != nil {
 		return err
@@ -329,11 +335,27 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	log.Info("shutting down", "grace_period", o.gracePeriod)
 	srv.Drain()
+	grace, cancel := context.WithTimeout(context.Background(), o.gracePeriod)
+	defer cancel()
+	// The port stays open while the calls already admitted finish, so that
+	// what comes meanwhile (Kubernetes takes a moment to stop sending) gets
+	// an answer it can act on rather than a refused connection: health
+	// checks NOT_SERVING, and new calls UNAVAILABLE at once. grpc-go's
+	// graceful stop closes the listener first, so it comes after.
+	drained := make(chan struct{})
+	go func() {
+		fn.Drain()
+		close(drained)
+	}()
 	stopped := make(chan struct{})
-	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-drained:
+		go func() { srv.GracefulStop(); close(stopped) }()
+	case <-grace.Done():
+	}
 	select {
 	case <-stopped:
-	case <-time.After(o.gracePeriod):
+	case <-grace.Done():
 		log.Warn("grace period over; stopping calls still running")
 		// Cancels every running call; each kills its container.
 		srv.Stop()
