@@ -428,13 +428,13 @@ func TestShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patient(time.Second))
 	h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 	cancel()
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("health on a new connection while draining: %v, %v; want NOT_SERVING", h.GetStatus(), err)
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel = context.WithTimeout(context.Background(), patient(time.Second))
 	_, err = fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(ctx, shRequest(t, "t-late", okScript))
 	cancel()
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "shutting down") {
