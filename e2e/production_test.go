@@ -407,10 +407,12 @@ func TestMetrics(t *testing.T) {
 // the grace period, running calls are stopped and cleaned up.
 func TestShutdown(t *testing.T) {
 	cache := cacheDir(t)
-	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", "10s"})
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", patient(10 * time.Second).String()})
 	done := make(chan error, 1)
 	go func() {
-		rsp, err := s.callErr(context.Background(), shRequest(t, "t-drain", "sleep 2; "+okScript))
+		// Long enough for the checks below while it runs.
+		script := fmt.Sprintf("sleep %d; %s", int(patient(2*time.Second).Seconds()), okScript)
+		rsp, err := s.callErr(context.Background(), shRequest(t, "t-drain", script))
 		if err == nil && len(rsp.GetResults()) != 0 {
 			err = fmt.Errorf("results %v", rsp.GetResults())
 		}
