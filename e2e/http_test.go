@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -288,8 +289,10 @@ func TestHTTPGracefulShutdown(t *testing.T) {
 		body string
 	}
 	done := make(chan answer, 1)
+	// Long enough for the checks below while it runs.
+	secs := int(patient(3 * time.Second).Seconds())
 	go func() {
-		code, body := f.get(t, "/sleep?3")
+		code, body := f.get(t, fmt.Sprintf("/sleep?%d", secs))
 		done <- answer{code, body}
 	}()
 	eventually(t, 5*time.Second, "the call running", func() bool {
@@ -310,7 +313,7 @@ func TestHTTPGracefulShutdown(t *testing.T) {
 		t.Errorf("an asynchronous call while draining: %d %v, want 503", code, h)
 	}
 	a := <-done
-	if a.code != http.StatusOK || a.body != "slept 3\n" {
+	if a.code != http.StatusOK || a.body != fmt.Sprintf("slept %d\n", secs) {
 		t.Errorf("the call running at SIGTERM: %d %q", a.code, a.body)
 	}
 	awaitExit(t, f.exited, "ocifn serve", f.stderr)
