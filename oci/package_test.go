@@ -125,16 +125,7 @@ func TestPackageLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rt, err := Open(runtimePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	fn, err := Open(fnPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fn.Close()
+	rt, fn := mustOpen(t, runtimePath), mustOpen(t, fnPath)
 	meta, err := ParsePackageMeta([]byte(testFunction + "---\n" + testCRD))
 	if err != nil {
 		t.Fatal(err)
@@ -332,6 +323,17 @@ func TestPackageLayout(t *testing.T) {
 	}
 }
 
+// mustOpen opens an image tarball, closed when the test ends.
+func mustOpen(t *testing.T, path string) *Image {
+	t.Helper()
+	img, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { img.Close() })
+	return img
+}
+
 func mustLayers(t *testing.T, img v1.Image) []v1.Layer {
 	t.Helper()
 	ls, err := img.Layers()
@@ -371,16 +373,7 @@ func TestInspectReportsTheImagesIOMode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rt, err := Open(runtimePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	fn, err := Open(fnPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fn.Close()
+	rt, fn := mustOpen(t, runtimePath), mustOpen(t, fnPath)
 	meta, err := ParsePackageMeta([]byte(testFunction))
 	if err != nil {
 		t.Fatal(err)

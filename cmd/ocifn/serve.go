@@ -181,6 +181,25 @@ another I/O mode.`,
 
 var errNoTransport = errors.New("refusing to start without a transport security choice: pass --tls-server-certs-dir DIR (or set TLS_SERVER_CERTS_DIR) to serve mTLS, or --insecure to serve plaintext for local development")
 
+// drainWithin runs drain, which refuses new calls and waits for those
+// already admitted, until it returns or grace ends, and says whether it
+// returned. Meanwhile the server's port stays open, so that what comes
+// (Kubernetes takes a moment to stop sending to a terminating pod) gets an
+// answer it can act on, a refusal, rather than a refused connection.
+func drainWithin(grace context.Context, drain func()) bool {
+	drained := make(chan struct{})
+	go func() {
+		drain()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+		return true
+	case <-grace.Done():
+		return false
+	}
+}
+
 func (o *serveOptions) run(ctx context.Context) error {
 	log, err := newLogger(o.logFormat, o.debug)
 	if err != nil {
@@ -337,21 +356,12 @@ func (o *serveOptions) run(ctx context.Context) error {
 	srv.Drain()
 	grace, cancel := context.WithTimeout(context.Background(), o.gracePeriod)
 	defer cancel()
-	// The port stays open while the calls already admitted finish, so that
-	// what comes meanwhile (Kubernetes takes a moment to stop sending) gets
-	// an answer it can act on rather than a refused connection: health
-	// checks NOT_SERVING, and new calls UNAVAILABLE at once. grpc-go's
-	// graceful stop closes the listener first, so it comes after.
-	drained := make(chan struct{})
-	go func() {
-		fn.Drain()
-		close(drained)
-	}()
+	// Health checks NOT_SERVING, and new calls UNAVAILABLE at once, until
+	// the calls already admitted are done (drainWithin); grpc-go's graceful
+	// stop closes the listener first, so it comes after.
 	stopped := make(chan struct{})
-	select {
-	case <-drained:
+	if drainWithin(grace, fn.Drain) {
 		go func() { srv.GracefulStop(); close(stopped) }()
-	case <-grace.Done():
 	}
 	select {
 	case <-stopped:

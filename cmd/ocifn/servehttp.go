@@ -117,19 +117,9 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	srv.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), o.gracePeriod)
 	defer cancel()
-	// The listener stays open while the calls already admitted finish, so
-	// that what comes meanwhile (Kubernetes takes a moment to stop sending)
-	// gets an answer it can act on rather than a refused connection: 503
-	// from /healthz, and 503 at once for a new call, synchronous or not.
-	drained := make(chan struct{})
-	go func() {
-		gate.Drain()
-		close(drained)
-	}()
-	select {
-	case <-drained:
-	case <-sctx.Done():
-	}
+	// 503 from /healthz, and at once for a new call, synchronous or not,
+	// until the calls already admitted are done (drainWithin).
+	drainWithin(sctx, gate.Drain)
 	err = hs.Shutdown(sctx)
 	inv.Wait(sctx)
 	if err != nil || sctx.Err() != nil {
