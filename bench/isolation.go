@@ -32,8 +32,12 @@ type isolationFloor struct {
 	args []string
 }
 
-// isolationName names the isolation floor's rows.
-const isolationName = "isolation floor (the same namespaces, mounts and seccomp; no runtime, no gRPC)"
+// isolationName names the isolation floor's rows; isolationAheadName those
+// of the same floor with containers made ahead, as a warm pool makes them.
+const (
+	isolationName      = "isolation floor (the same namespaces, mounts and seccomp; no runtime, no gRPC)"
+	isolationAheadName = "isolation floor, made ahead (the same, each container set up before its call and started on it)"
+)
 
 // seccompAnnotation is crun's annotation for a ready-made seccomp program,
 // which ocifn puts in every bundle's config (bundle/seccomp.go).
@@ -210,14 +214,20 @@ func untranslated(s *rspec.Spec) (string, error) {
 	return string(rest), nil
 }
 
+// loop says how the isolation floor's workers call: ahead containers made
+// ahead per worker (0: each made on the call's path), at most rate calls a
+// second per worker (0: a closed loop).
+type loop struct{ ahead, rate int }
+
 // measure runs the loop from clients workers and reads its figures. Its
 // CPU is what the program and the containers it reaped used: the function's
 // part of that is the floor's (see cell.split), and the rest is the
 // kernel's isolation work, under the runtime's column as crun's is for
 // ocifn. The machine's busy time is read a moment after the loop, so that
 // the kernel workers have torn down its last namespaces.
-func (f *isolationFloor) measure(clients int, d time.Duration, maxCalls int) (round, error) {
-	args := append([]string{"-c", fmt.Sprint(clients), "-t", fmt.Sprint(d.Seconds()), "-n", fmt.Sprint(maxCalls)}, f.args...)
+func (f *isolationFloor) measure(clients int, d time.Duration, maxCalls int, l loop) (round, error) {
+	args := []string{"-c", fmt.Sprint(clients), "-t", fmt.Sprint(d.Seconds()), "-n", fmt.Sprint(maxCalls), "-W", fmt.Sprint(l.ahead), "-p", fmt.Sprint(l.rate)}
+	args = append(args, f.args...)
 	// A function that hangs must not hang the bench: past the round's
 	// time and a margin, the loop's whole process group is killed.
 	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)

@@ -132,15 +132,43 @@ echo tmp $(echo x > /tmp/x && cat /tmp/x)
 grep -E '^(proc /proc|sysfs /sys) ' /proc/mounts
 for p in ` + strings.Join(spec.Linux.MaskedPaths, " ") + `; do [ -d $p ] && echo "mask $p $(ls -A $p | wc -l)"; [ -e $p ] && ! [ -d $p ] && echo "mask $p $(cat $p | wc -c)"; done
 awk '{print "mountpoint", $5}' /proc/self/mountinfo`
-	probeArgs := append(slices.Clone(f.args[:slices.Index(f.args, "--")]), "-n", "1", "-o", out, "--", "/bin/sh", "-c", probe)
-	if b, err := exec.Command(f.exe, probeArgs...).CombinedOutput(); err != nil || !strings.HasPrefix(string(b), "calls 1 errors 0") {
-		t.Fatalf("probe: %v: %s", err, b)
+	// Made on the call's path, and made ahead: both the same.
+	for _, ahead := range []string{"0", "2"} {
+		t.Run("ahead="+ahead, func(t *testing.T) {
+			probeArgs := append(slices.Clone(f.args[:slices.Index(f.args, "--")]), "-n", "3", "-W", ahead, "-o", out, "--", "/bin/sh", "-c", probe)
+			if b, err := exec.Command(f.exe, probeArgs...).CombinedOutput(); err != nil || !strings.HasPrefix(string(b), "calls 3 errors 0") {
+				t.Fatalf("probe: %v: %s", err, b)
+			}
+			seen, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkProbe(t, &spec, string(seen))
+		})
 	}
-	seen, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
+
+	// The loop itself: the function answers every call, made on the call's
+	// path or ahead, in a closed loop or paced.
+	for _, l := range []loop{{}, {ahead: 2}, {ahead: 2, rate: 40}} {
+		rd, err := f.measure(2, 5*time.Second, 20, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, cpu := cell{rd}.result(), cell{rd}.split(0)
+		if r.calls != 20 || r.errors != 0 || r.p50 <= 0 || r.p99 < r.p50 || r.perSecond <= 0 || cpu.runtime <= 0 {
+			t.Errorf("20 calls from 2 workers, %+v: got %+v, CPU %+v", l, r, cpu)
+		}
+		// Paced, each worker's 10 calls are 9 gaps of 25 ms apart.
+		if l.rate > 0 && rd.elapsed < 225*time.Millisecond {
+			t.Errorf("20 calls from 2 workers at %d calls/s each took %v; want 225 ms at least", l.rate, rd.elapsed)
+		}
 	}
-	got := string(seen)
+}
+
+// checkProbe checks what the probe of TestIsolationFloorIsolates saw in a
+// container of the isolation floor against the bundle's config.
+func checkProbe(t *testing.T, spec *rspec.Spec, got string) {
+	t.Helper()
 	m := spec.Linux.UIDMappings[0]
 	for _, want := range []string{
 		fmt.Sprintf("0 %d %d", m.HostID, m.Size),
@@ -189,13 +217,4 @@ awk '{print "mountpoint", $5}' /proc/self/mountinfo`
 		}
 	}
 
-	// The loop itself: the function answers every call.
-	rd, err := f.measure(2, 5*time.Second, 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, cpu := cell{rd}.result(), cell{rd}.split(0)
-	if r.calls != 20 || r.errors != 0 || r.p50 <= 0 || r.p99 < r.p50 || r.perSecond <= 0 || cpu.runtime <= 0 {
-		t.Errorf("20 calls from 2 workers: got %+v, CPU %+v", r, cpu)
-	}
 }

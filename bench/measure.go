@@ -211,17 +211,24 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		modes := []func() (round, error){func() (round, error) {
 			return measure(ctx, fl.call, n, d, perRound, 0, childrenCPU), nil
 		}}
-		var isoErr error
+		// The isolation floor, each container made on the call's path, then
+		// as many made ahead per client as the warm server keeps.
+		isoErr := map[string]error{}
 		if iso != nil {
-			names = append(names, isolationName)
-			modes = append(modes, func() (round, error) {
-				if isoErr != nil {
-					return round{}, nil
-				}
-				r, err := iso.measure(n, d, perRound)
-				isoErr = err
-				return r, nil
-			})
+			for _, m := range []struct {
+				name string
+				l    loop
+			}{{isolationName, loop{}}, {isolationAheadName, loop{ahead: c.warm}}} {
+				names = append(names, m.name)
+				modes = append(modes, func() (round, error) {
+					if isoErr[m.name] != nil {
+						return round{}, nil
+					}
+					r, err := iso.measure(n, d, perRound, m.l)
+					isoErr[m.name] = err
+					return r, nil
+				})
+			}
 		}
 		for _, t := range targets {
 			names = append(names, t.name)
@@ -233,8 +240,8 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		}
 		floorCPU := cells[0].cpuPerCall()
 		for i, name := range names {
-			if name == isolationName && isoErr != nil {
-				fmt.Printf("%v\n\n", isoErr)
+			if err := isoErr[name]; err != nil {
+				fmt.Printf("%v\n\n", err)
 				continue
 			}
 			rows = append(rows, row{name, n, cells[i].result(), cells[i].split(floorCPU)})
@@ -274,10 +281,24 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		pace := time.Second / time.Duration(c.paced)
 		fmt.Printf("One client, %d calls/s (ghz --rps; as calls come from reconciles rather than a closed loop):\n\n", c.paced)
 		fmt.Printf("| mode | calls | p50 | p90 | p99 | p50 − floor p50 | CPU/call: server | crun & co. | function | ghz | elsewhere |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		names := []string{"floor"}
 		modes := []func() (round, error){func() (round, error) {
 			return measure(ctx, fl.call, 1, d, perRound, pace, childrenCPU), nil
 		}}
+		var isoErr error
+		if iso != nil {
+			names = append(names, isolationAheadName)
+			modes = append(modes, func() (round, error) {
+				if isoErr != nil {
+					return round{}, nil
+				}
+				r, err := iso.measure(1, d, perRound, loop{ahead: c.warm, rate: c.paced})
+				isoErr = err
+				return r, nil
+			})
+		}
 		for _, t := range targets {
+			names = append(names, t.name)
 			modes = append(modes, func() (round, error) { return ghzCell(ctx, &gz, t.s, 1, d, c.paced) })
 		}
 		cells, err := interleave(c.rounds, modes)
@@ -287,10 +308,14 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		floorRes, floorCPU := cells[0].result(), cells[0].cpuPerCall()
 		fmt.Printf("| floor | %d | %s | %s | %s | – | – | – | %s | – | – |\n", floorRes.calls, ms(floorRes.p50), ms(floorRes.p90), ms(floorRes.p99), ms(floorCPU))
 		m.paced = append(m.paced, row{"floor", 1, floorRes, split{function: floorCPU}})
-		for i, t := range targets {
+		for i, name := range names[1:] {
+			if name == isolationAheadName && isoErr != nil {
+				fmt.Printf("%v\n\n", isoErr)
+				continue
+			}
 			r, cpu := cells[i+1].result(), cells[i+1].split(floorCPU)
-			m.paced = append(m.paced, row{t.name, 1, r, cpu})
-			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", t.name, r.calls, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.p50-floorRes.p50), ms(cpu.own), ms(cpu.runtime), ms(cpu.function), orDash(cpu.client), orDash(cpu.elsewhere))
+			m.paced = append(m.paced, row{name, 1, r, cpu})
+			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, r.calls, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.p50-floorRes.p50), orDash(cpu.own), ms(cpu.runtime), ms(cpu.function), orDash(cpu.client), orDash(cpu.elsewhere))
 		}
 		fmt.Println()
 	}

@@ -20,10 +20,25 @@
  * seconds or -n calls, and prints a line of counts (answered calls, errors,
  * and the time it ran in nanoseconds), then the latency of each answered
  * call in nanoseconds, one per line. The bench reads the CPU it used (its
- * reaped children's) and the machine's.
+ * reaped children's) and the machine's. With -p, each worker makes at most
+ * RATE calls a second, on a fixed schedule (a call that overruns its slot
+ * delays the next one only).
+ *
+ * With -W N, each worker keeps N containers made ahead, as ocifn's warm
+ * pool does: set up to the last step before the function's exec, seccomp
+ * filter attached, waiting on a pipe for the start. A call then takes the
+ * oldest, starts it and writes the request, reads the answer, and reaps the
+ * process; the worker makes the next container after the answer, while the
+ * ones made before finish their set-up in their own processes. Like ocifn,
+ * the worker holds each container's mount namespace (opened once the
+ * container is ready) and lets go of it after the answer, so that the
+ * function's exit does not unmount the container's tree on the call's path.
+ * A call's time runs from the start (or from the wait for a container
+ * still setting up) to the reaped exit: what starting a ready container
+ * costs the kernel, with nothing of a runtime.
  *
  * Usage: isolate -r ROOTFS -i REQUEST [-c N] [-t SECONDS] [-n CALLS]
- *        [-u CONTAINER:HOST:SIZE] [-g CONTAINER:HOST:SIZE]
+ *        [-p RATE] [-W N] [-u CONTAINER:HOST:SIZE] [-g CONTAINER:HOST:SIZE]
  *        [-m TYPE:SOURCE:DEST:FLAGS:DATA]... [-M MASKED]... [-R]
  *        [-h HOSTNAME] [-l RESOURCE:SOFT:HARD]... [-s BPF] [-w CWD]
  *        [-e NAME=VALUE]... [-o OUTPUT] -- PROGRAM ARG...
@@ -39,6 +54,7 @@
 #include <linux/openat2.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -59,6 +75,7 @@
 #include <unistd.h>
 
 #define MAX_ITEMS 64
+#define MAX_AHEAD 16
 
 struct mnt {
 	char *type, *source, *dest, *data;
@@ -255,8 +272,10 @@ static void drop_capabilities(void)
 }
 
 /* container runs in the child once its IDs are mapped; it ends in the
- * function's exec. */
-static void container(void)
+ * function's exec. A container made ahead (start_fd >= 0) says it is ready
+ * on ready_fd, then waits for its start on start_fd, right before the exec,
+ * as a warm container waits in crun for ocifn's start. */
+static void container(int start_fd, int ready_fd)
 {
 	if (unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) < 0)
 		fail("unshare");
@@ -301,6 +320,11 @@ static void container(void)
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (start_fd >= 0) {
+		char c;
+		if (write(ready_fd, "r", 1) != 1 || read(start_fd, &c, 1) != 1)
+			_exit(127); /* the worker let it go unstarted */
+	}
 	execve(cfg.argv[0], cfg.argv, cfg.env);
 	fail(cfg.argv[0]);
 }
@@ -319,45 +343,21 @@ static void write_map(pid_t pid, const char *file, const char *map)
 	close(fd);
 }
 
-/* call runs one call and reports whether the function answered. */
-static int call(void)
+/* answer writes the request to a started container's stdin, reads what
+ * the function prints until it closes its stdout, and reaps it; it reports
+ * whether the function answered. It closes in and out. */
+static int answer(pid_t pid, int in, int out)
 {
-	int in[2], out[2], go[2];
-	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0)
-		die("pipe");
-	pid_t pid = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
-	if (pid < 0)
-		die("clone");
-	if (pid == 0) {
-		char c;
-		if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0)
-			fail("dup2");
-		close(go[1]);
-		if (read(go[0], &c, 1) != 1)
-			_exit(127); /* the parent could not map the IDs */
-		close(go[0]);
-		container();
-	}
-	close(in[0]);
-	close(out[1]);
-	close(go[0]);
-	if (cfg.uid_map)
-		write_map(pid, "uid_map", cfg.uid_map);
-	if (cfg.gid_map)
-		write_map(pid, "gid_map", cfg.gid_map);
-	if (write(go[1], "x", 1) != 1)
-		die("starting the child");
-	close(go[1]);
 	/* Requests fit in a pipe's buffer; a function that exits without
 	 * reading it makes this fail (EPIPE: SIGPIPE is ignored), which is its
 	 * right. */
-	(void) !write(in[1], cfg.input, cfg.input_len);
-	close(in[1]);
+	(void) !write(in, cfg.input, cfg.input_len);
+	close(in);
 	char buf[65536];
 	size_t got = 0;
 	ssize_t r;
 	int keep = cfg.out_path ? open(cfg.out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
-	while ((r = read(out[0], buf, sizeof buf)) > 0 || (r < 0 && errno == EINTR)) {
+	while ((r = read(out, buf, sizeof buf)) > 0 || (r < 0 && errno == EINTR)) {
 		if (r > 0)
 			got += r;
 		if (r > 0 && keep >= 0 && write(keep, buf, r) != r)
@@ -366,12 +366,145 @@ static int call(void)
 	int read_failed = r < 0;
 	if (keep >= 0)
 		close(keep);
-	close(out[0]);
+	close(out);
 	int status;
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
 			die("waitpid");
 	return ! read_failed && WIFEXITED(status) && WEXITSTATUS(status) == 0 && got > 0;
+}
+
+/* A container and the worker's ends of its pipes. */
+struct ctr {
+	pid_t pid;
+	int in, out;	 /* its stdin and stdout */
+	int start;	 /* made ahead: written to start it */
+	int ready;	 /* made ahead: readable once it waits for its start */
+	int mnt;	 /* made ahead and ready: its mount namespace, held */
+};
+
+/* close_all_but closes every descriptor from 3 up but keep[0..2], so that a
+ * container holds no end of another container's pipes: one that held the
+ * write end of another's stdin would keep that function from ever reading
+ * to its end. */
+static void close_all_but(int keep[3])
+{
+	for (int i = 0; i < 3; i++)
+		for (int j = i + 1; j < 3; j++)
+			if (keep[j] < keep[i]) {
+				int t = keep[i];
+				keep[i] = keep[j];
+				keep[j] = t;
+			}
+	unsigned int lo = 3;
+	for (int i = 0; i < 3; i++) {
+		if ((unsigned int) keep[i] > lo && syscall(SYS_close_range, lo, keep[i] - 1, 0) < 0)
+			fail("close_range");
+		lo = keep[i] + 1;
+	}
+	if (syscall(SYS_close_range, lo, ~0U, 0) < 0)
+		fail("close_range");
+}
+
+/* make clones a container's process into new user and PID namespaces and
+ * lets it set up the rest once its IDs are mapped. ahead makes it wait for
+ * its start (see container); otherwise it goes straight on to the exec. */
+static void make(struct ctr *c, int ahead)
+{
+	int in[2], out[2], go[2], start[2] = { -1, -1 }, ready[2] = { -1, -1 };
+	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0 ||
+	    (ahead && (pipe2(start, O_CLOEXEC) < 0 || pipe2(ready, O_CLOEXEC) < 0)))
+		die("pipe");
+	pid_t pid = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
+	if (pid < 0)
+		die("clone");
+	if (pid == 0) {
+		char x;
+		if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0)
+			fail("dup2");
+		if (ahead) {
+			int keep[3] = { go[0], start[0], ready[1] };
+			close_all_but(keep);
+		} else {
+			close(go[1]);
+		}
+		if (read(go[0], &x, 1) != 1)
+			_exit(127); /* the parent could not map the IDs */
+		close(go[0]);
+		container(start[0], ready[1]);
+	}
+	close(in[0]);
+	close(out[1]);
+	close(go[0]);
+	if (ahead) {
+		close(start[0]);
+		close(ready[1]);
+	}
+	if (cfg.uid_map)
+		write_map(pid, "uid_map", cfg.uid_map);
+	if (cfg.gid_map)
+		write_map(pid, "gid_map", cfg.gid_map);
+	if (write(go[1], "x", 1) != 1)
+		die("starting the child");
+	close(go[1]);
+	*c = (struct ctr) { .pid = pid, .in = in[1], .out = out[0], .start = start[1], .ready = ready[0], .mnt = -1 };
+}
+
+/* call runs one call in a container made for it and returns its latency,
+ * or 0 if the function did not answer. */
+static int64_t call(void)
+{
+	int64_t t = now_ns();
+	struct ctr c;
+	make(&c, 0);
+	return answer(c.pid, c.in, c.out) ? now_ns() - t : 0;
+}
+
+/* ready waits, if wait, for a container made ahead to be ready, and then
+ * opens its mount namespace. It returns 1 once the container is ready, 0
+ * if it is not yet (without wait), and -1 if it failed to set up. */
+static int ready(struct ctr *c, int wait)
+{
+	if (c->mnt >= 0)
+		return 1;
+	struct pollfd p = { .fd = c->ready, .events = POLLIN };
+	if (!wait && poll(&p, 1, 0) == 0)
+		return 0;
+	char x, path[64];
+	if (read(c->ready, &x, 1) != 1)
+		return -1; /* it exited: its error is on stderr */
+	snprintf(path, sizeof path, "/proc/%d/ns/mnt", c->pid);
+	if ((c->mnt = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		die(path);
+	return 1;
+}
+
+/* call_ahead runs one call in a container made ahead and returns its
+ * latency, or 0 if the function did not answer. The time runs from the
+ * start, or from the wait for a container still setting up, to the reaped
+ * exit; the container's mount namespace is let go of after that. */
+static int64_t call_ahead(struct ctr *c)
+{
+	int r = ready(c, 0);
+	int64_t t = now_ns();
+	if (r == 0)
+		r = ready(c, 1);
+	int ok = r > 0 && write(c->start, "s", 1) == 1;
+	close(c->start);
+	close(c->ready);
+	if (!ok) {
+		close(c->in);
+		close(c->out);
+		kill(c->pid, SIGKILL);
+		while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	} else {
+		ok = answer(c->pid, c->in, c->out);
+	}
+	int64_t d = now_ns() - t;
+	if (c->mnt >= 0)
+		close(c->mnt);
+	return ok ? d : 0;
 }
 
 static unsigned long mount_flag(const char *name)
@@ -403,7 +536,7 @@ static const struct {
 static void parse(int argc, char **argv)
 {
 	int c;
-	while ((c = getopt(argc, argv, "r:i:c:t:n:u:g:m:M:Rh:l:s:w:e:o:")) != -1) {
+	while ((c = getopt(argc, argv, "r:i:c:t:n:p:W:u:g:m:M:Rh:l:s:w:e:o:")) != -1) {
 		if (strchr("mMle", c) && (cfg.n_mounts >= MAX_ITEMS || cfg.n_masked >= MAX_ITEMS ||
 					  cfg.n_rlimits >= MAX_ITEMS || cfg.n_env >= MAX_ITEMS))
 			usage("too many -m, -M, -l or -e arguments");
@@ -444,7 +577,7 @@ static void parse(int argc, char **argv)
 			cfg.n_rlimits++;
 			break;
 		}
-		case 'c': case 't': case 'n': break; /* read by main */
+		case 'c': case 't': case 'n': case 'p': case 'W': break; /* read by main */
 		default: usage("unknown option");
 		}
 	}
@@ -464,8 +597,8 @@ static void parse(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	int clients = 1, max_calls = 2000;
-	double seconds = 3;
+	int clients = 1, max_calls = 2000, ahead = 0;
+	double seconds = 3, rate = 0;
 	for (int i = 1; i + 1 < argc && strcmp(argv[i], "--"); i++) {
 		if (!strcmp(argv[i], "-c"))
 			clients = atoi(argv[i + 1]);
@@ -473,10 +606,18 @@ int main(int argc, char **argv)
 			seconds = atof(argv[i + 1]);
 		else if (!strcmp(argv[i], "-n"))
 			max_calls = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "-p"))
+			rate = atof(argv[i + 1]);
+		else if (!strcmp(argv[i], "-W"))
+			ahead = atoi(argv[i + 1]);
 	}
 	parse(argc, argv);
 	if (clients < 1 || max_calls < 1)
 		usage("-c and -n must be positive");
+	if (ahead < 0 || ahead > MAX_AHEAD)
+		usage("-W must be from 0 to 16");
+	if (rate < 0)
+		usage("-p must not be negative");
 
 	/* Each worker sends the latency of each call it made (0: it failed) on
 	 * one pipe; its calls end at the deadline or at its share of -n. */
@@ -493,11 +634,28 @@ int main(int argc, char **argv)
 		if (pid == 0) {
 			close(lat[0]);
 			int share = max_calls / clients + (w < max_calls % clients);
+			struct ctr pool[MAX_AHEAD];
+			for (int i = 0; i < ahead; i++)
+				make(&pool[i], 1);
+			int64_t due = now_ns();
 			for (int i = 0; i < share && now_ns() < deadline; i++) {
-				int64_t t = now_ns();
-				int64_t d = call() ? now_ns() - t : 0;
+				if (rate > 0) {
+					int64_t wait = due - now_ns();
+					if (wait > 0)
+						nanosleep(&(struct timespec) { .tv_sec = wait / 1000000000, .tv_nsec = wait % 1000000000 }, NULL);
+					due += (int64_t) (1e9 / rate);
+				}
+				struct ctr *c = &pool[i % (ahead ? ahead : 1)];
+				int64_t d = ahead ? call_ahead(c) : call();
 				if (write(lat[1], &d, sizeof d) != sizeof d)
 					_exit(2);
+				if (ahead)
+					make(c, 1); /* after the answer, as ocifn refills its pool */
+			}
+			for (int i = 0; i < ahead; i++) {
+				kill(pool[i].pid, SIGKILL);
+				while (waitpid(pool[i].pid, NULL, 0) < 0 && errno == EINTR)
+					;
 			}
 			_exit(0);
 		}
