@@ -321,7 +321,7 @@ func targets(got map[string]*measured, o targetOptions) []verdict {
 // function is mostly that noise.
 func printTargets(got map[string]*measured, o targetOptions) {
 	fmt.Printf("## Issue 12's targets\n\n")
-	fmt.Printf("From the cells above. The *estimate* is what the same isolation would reach here with nothing of ocifn's own: a runtime as cheap as the isolation floor (its kernel work, function and elsewhere) behind a server as cheap as the peer (its server, ghz and elsewhere), measured in the same rounds; its throughput is the CPUs ÷ that CPU per call, which no closed loop can pass. It adds parts of different cells: a yardstick, not a proof.\n\n")
+	fmt.Printf("From the cells above. The *estimate* is what the same isolation would reach here with nothing of ocifn's own: a runtime as cheap as the isolation floor (its kernel work, function and elsewhere) behind a server as cheap as the peer (its server, ghz and elsewhere), measured in the same rounds; its throughput is the CPUs ÷ that CPU per call, which no closed loop can pass; its latencies add what the peer's gRPC and a container made ahead by the isolation floor each add to the floor's. It adds parts of different cells: a yardstick, not a proof.\n\n")
 	fmt.Printf("| target | measured | met | estimate with nothing of ocifn's own | would meet |\n|---|---|---|---|---|\n")
 	for _, v := range targets(got, o) {
 		fmt.Printf("| %s | %s | %s | %s | %s |\n", v.target, v.measured, v.met, v.estimate, v.estimateMet)
