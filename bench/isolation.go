@@ -215,9 +215,18 @@ func untranslated(s *rspec.Spec) (string, error) {
 }
 
 // loop says how the isolation floor's workers call: ahead containers made
-// ahead per worker (0: each made on the call's path), at most rate calls a
-// second per worker (0: a closed loop).
+// ahead per worker (0: each made on the call's path), rate calls a second
+// per worker (0: a closed loop).
 type loop struct{ ahead, rate int }
+
+// maxAhead is the most containers isolate.c keeps made ahead per worker
+// (its MAX_AHEAD).
+const maxAhead = 16
+
+// madeAhead is how many containers per client the made-ahead rows keep:
+// the warm server's --warm, which is what its pool keeps for one client,
+// within what isolate.c allows.
+func madeAhead(warm int) int { return min(max(warm, 1), maxAhead) }
 
 // measure runs the loop from clients workers and reads its figures. Its
 // CPU is what the program and the containers it reaped used: the function's
@@ -226,6 +235,14 @@ type loop struct{ ahead, rate int }
 // ocifn. The machine's busy time is read a moment after the loop, so that
 // the kernel workers have torn down its last namespaces.
 func (f *isolationFloor) measure(clients int, d time.Duration, maxCalls int, l loop) (round, error) {
+	r, err := f.measureLoop(clients, d, maxCalls, l)
+	if err != nil && l.ahead > 0 {
+		err = fmt.Errorf("made ahead: %w", err)
+	}
+	return r, err
+}
+
+func (f *isolationFloor) measureLoop(clients int, d time.Duration, maxCalls int, l loop) (round, error) {
 	args := []string{"-c", fmt.Sprint(clients), "-t", fmt.Sprint(d.Seconds()), "-n", fmt.Sprint(maxCalls), "-W", fmt.Sprint(l.ahead), "-p", fmt.Sprint(l.rate)}
 	args = append(args, f.args...)
 	// A function that hangs must not hang the bench: past the round's

@@ -131,11 +131,16 @@ touch /written 2>/dev/null && echo root writable || echo root read-only
 echo tmp $(echo x > /tmp/x && cat /tmp/x)
 grep -E '^(proc /proc|sysfs /sys) ' /proc/mounts
 for p in ` + strings.Join(spec.Linux.MaskedPaths, " ") + `; do [ -d $p ] && echo "mask $p $(ls -A $p | wc -l)"; [ -e $p ] && ! [ -d $p ] && echo "mask $p $(cat $p | wc -c)"; done
-awk '{print "mountpoint", $5}' /proc/self/mountinfo`
-	// Made on the call's path, and made ahead: both the same.
+awk '{print "mountpoint", $5}' /proc/self/mountinfo
+(ls /proc/1/fd) > /tmp/fds; echo fds $(cat /tmp/fds)
+echo age $(awk -v start=$(awk '{print $22}' /proc/$$/stat) '{printf "%d", ($1 * 100 - start) * 10}' /proc/uptime) ms`
+	// Made on the call's path, and made ahead: both the same. Two calls a
+	// second: the last of three calls made ahead runs in a container made
+	// after the first call's answer, about a second before (its process's
+	// age, from its clone); made on the call's path, it is new.
 	for _, ahead := range []string{"0", "2"} {
 		t.Run("ahead="+ahead, func(t *testing.T) {
-			probeArgs := append(slices.Clone(f.args[:slices.Index(f.args, "--")]), "-n", "3", "-W", ahead, "-o", out, "--", "/bin/sh", "-c", probe)
+			probeArgs := append(slices.Clone(f.args[:slices.Index(f.args, "--")]), "-n", "3", "-p", "2", "-W", ahead, "-o", out, "--", "/bin/sh", "-c", probe)
 			if b, err := exec.Command(f.exe, probeArgs...).CombinedOutput(); err != nil || !strings.HasPrefix(string(b), "calls 3 errors 0") {
 				t.Fatalf("probe: %v: %s", err, b)
 			}
@@ -143,7 +148,22 @@ awk '{print "mountpoint", $5}' /proc/self/mountinfo`
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkProbe(t, &spec, string(seen))
+			got := string(seen)
+			checkProbe(t, &spec, got)
+			// Nothing of the loop's, or of another container's pipes (the
+			// shell's descriptors, listed from a subshell, which makes its
+			// own redirections).
+			if !strings.Contains(got, "fds 0 1 2\n") {
+				t.Errorf("the function has descriptors besides its standard streams:\n%s", got)
+			}
+			var age int
+			if i := strings.Index(got, "age "); i < 0 {
+				t.Errorf("the probe's view lacks its age:\n%s", got)
+			} else if _, err := fmt.Sscanf(got[i:], "age %d ms", &age); err != nil {
+				t.Errorf("the probe's age: %v:\n%s", err, got)
+			} else if made := ahead != "0"; made != (age >= 250) {
+				t.Errorf("the last call's process was %d ms old when it ran; made ahead: %v", age, made)
+			}
 		})
 	}
 

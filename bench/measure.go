@@ -218,7 +218,7 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 			for _, m := range []struct {
 				name string
 				l    loop
-			}{{isolationName, loop{}}, {isolationAheadName, loop{ahead: c.warm}}} {
+			}{{isolationName, loop{}}, {isolationAheadName, loop{ahead: madeAhead(c.warm)}}} {
 				names = append(names, m.name)
 				modes = append(modes, func() (round, error) {
 					if isoErr[m.name] != nil {
@@ -254,7 +254,7 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 	}
 
 	fmt.Printf("## %s\n\n", fn)
-	fmt.Printf("Latency and throughput by ghz (the floor and podman by the bench's own loop). CPU per call: *server* is ocifn's own processes (the peer's process); *function* is, for ocifn, what its containers' processes used from their start to their end in the same calls (`ocifn_function_cpu_seconds_total`: the exec, the program, its children and its exit), and for the others the floor's CPU per call (fork, exec and the program in a chroot); *crun & co.* is what the server's reaped children used beyond *function* (crun create/delete and the container's set-up before its start). The *isolation floor* runs the function with the isolation of ocifn's containers (the namespaces, ID mappings, mounts, masked paths, rlimits, no capabilities and the seccomp filter of the warm server's bundle) made by a minimal C loop with no runtime (bench/isolation/isolate.c): its *crun & co.* is the kernel's work for that isolation, which any runtime pays; what ocifn's *crun & co.* has beyond it is crun's own. *Made ahead*, the same loop keeps %d containers per client set up before their calls and starts one per call, as a warm pool does: its latency over the floor's is what starting a ready container costs the kernel. Outside the server, not in *total*: *ghz* is the load tool's own CPU; *elsewhere* is the rest of what the machine's CPUs were busy with during the cell (/proc/stat), mostly kernel threads, such as the workers that tear down a container's network namespace.\n\n", c.warm)
+	fmt.Printf("Latency and throughput by ghz (the floor and podman by the bench's own loop). CPU per call: *server* is ocifn's own processes (the peer's process); *function* is, for ocifn, what its containers' processes used from their start to their end in the same calls (`ocifn_function_cpu_seconds_total`: the exec, the program, its children and its exit), and for the others the floor's CPU per call (fork, exec and the program in a chroot); *crun & co.* is what the server's reaped children used beyond *function* (crun create/delete and the container's set-up before its start). The *isolation floor* runs the function with the isolation of ocifn's containers (the namespaces, ID mappings, mounts, masked paths, rlimits, no capabilities and the seccomp filter of the warm server's bundle) made by a minimal C loop with no runtime (bench/isolation/isolate.c): its *crun & co.* is the kernel's work for that isolation, which any runtime pays; what ocifn's *crun & co.* has beyond it is crun's own. *Made ahead*, the same loop keeps %d containers per client set up before their calls (as many as the warm server's pool keeps for one client) and starts one per call, making the next after the answer: its latency over the floor's is what starting a container made ahead costs the kernel (in a closed loop, with any wait for one still setting up); its CPU includes the set-up of the containers left unused at each round's end. Outside the server, not in *total*: *ghz* is the load tool's own CPU; *elsewhere* is the rest of what the machine's CPUs were busy with during the cell (/proc/stat), mostly kernel threads, such as the workers that tear down a container's network namespace.\n\n", madeAhead(c.warm))
 	fmt.Printf("| mode | clients | calls | errors | p50 | p90 | p99 | calls/s | CPU/call: server | crun & co. | function | total | ghz | elsewhere |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		fmt.Printf("| %s | %d | %d | %d | %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s |\n", r.mode, r.clients, r.r.calls, r.r.errors, ms(r.r.p50), ms(r.r.p90), ms(r.r.p99), r.r.perSecond,
@@ -292,7 +292,7 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 				if isoErr != nil {
 					return round{}, nil
 				}
-				r, err := iso.measure(1, d, perRound, loop{ahead: c.warm, rate: c.paced})
+				r, err := iso.measure(1, d, perRound, loop{ahead: madeAhead(c.warm), rate: c.paced})
 				isoErr = err
 				return r, nil
 			})
@@ -310,7 +310,6 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		m.paced = append(m.paced, row{"floor", 1, floorRes, split{function: floorCPU}})
 		for i, name := range names[1:] {
 			if name == isolationAheadName && isoErr != nil {
-				fmt.Printf("%v\n\n", isoErr)
 				continue
 			}
 			r, cpu := cells[i+1].result(), cells[i+1].split(floorCPU)
@@ -318,6 +317,10 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, r.calls, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.p50-floorRes.p50), orDash(cpu.own), ms(cpu.runtime), ms(cpu.function), orDash(cpu.client), orDash(cpu.elsewhere))
 		}
 		fmt.Println()
+		// Printed after the table, which a line of its own would end.
+		if isoErr != nil {
+			fmt.Printf("%v\n\n", isoErr)
+		}
 	}
 	fmt.Printf("Memory (PSS counts the pages processes share once):\n\n")
 	for i, t := range targets {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,13 +124,10 @@ func TestTargetsMissed(t *testing.T) {
 func TestTargetsNotMeasured(t *testing.T) {
 	for name, change := range map[string]func(map[string]*measured){
 		"trivial only, no isolation floor": func(f map[string]*measured) {
-			var rows []row
-			for _, r := range f["trivial"].rows {
-				if r.mode != isolationName {
-					rows = append(rows, r)
-				}
+			without := func(rows []row) []row {
+				return slices.DeleteFunc(rows, func(r row) bool { return r.mode == isolationName || r.mode == isolationAheadName })
 			}
-			f["trivial"].rows = rows
+			f["trivial"].rows, f["trivial"].paced = without(f["trivial"].rows), without(f["trivial"].paced)
 			delete(f, "labelizer")
 		},
 		"labelizer only, no peer, no paced": func(f map[string]*measured) {
@@ -173,6 +171,13 @@ func TestTargetsNotMeasured(t *testing.T) {
 				}
 				if v := byTarget["trivial, 4 clients: ≥ 300 calls/s"]; v.met != "yes" || v.estimate != "–" {
 					t.Errorf("%+v: want a verdict and no estimate without the isolation floor", v)
+				}
+				// The latencies fall back to what the peer alone adds.
+				if v := byTarget["trivial, 20 calls/s: p50 ≤ floor + 1 ms"]; v.estimate != "+0.80 ms or more (the peer, with no container)" || v.estimateMet != "yes" {
+					t.Errorf("%+v: want the peer's estimate without the isolation floor", v)
+				}
+				if v := byTarget["trivial, 1 client: p50 ≤ floor + 1.5 ms, p99 ≤ floor + 5 ms"]; v.estimate != "–" {
+					t.Errorf("%+v: want no estimate without the isolation floor", v)
 				}
 			case "labelizer only, no peer, no paced":
 				if v := byTarget["labelizer against the peer, 4 clients: p50 ≤ 1.1x, calls/s ≥ 90%"]; v.measured != "not measured" {

@@ -20,9 +20,9 @@
  * seconds or -n calls, and prints a line of counts (answered calls, errors,
  * and the time it ran in nanoseconds), then the latency of each answered
  * call in nanoseconds, one per line. The bench reads the CPU it used (its
- * reaped children's) and the machine's. With -p, each worker makes at most
- * RATE calls a second, on a fixed schedule (a call that overruns its slot
- * delays the next one only).
+ * reaped children's) and the machine's. With -p, each worker makes RATE
+ * calls a second on a fixed schedule, as ghz --rps does: a call that
+ * overruns its slot makes the next ones come sooner, not later.
  *
  * With -W N, each worker keeps N containers made ahead, as ocifn's warm
  * pool does: set up to the last step before the function's exec, seccomp
@@ -30,12 +30,17 @@
  * oldest, starts it and writes the request, reads the answer, and reaps the
  * process; the worker makes the next container after the answer, while the
  * ones made before finish their set-up in their own processes. Like ocifn,
- * the worker holds each container's mount namespace (opened once the
- * container is ready) and lets go of it after the answer, so that the
- * function's exit does not unmount the container's tree on the call's path.
- * A call's time runs from the start (or from the wait for a container
- * still setting up) to the reaped exit: what starting a ready container
- * costs the kernel, with nothing of a runtime.
+ * the worker holds each container's mount namespace, opened once the
+ * container is ready (after each answer, for every container that is by
+ * then), and lets go of it after the answer, so that the function's exit
+ * does not unmount the container's tree on the call's path. A worker
+ * starts calling once its first containers are all ready. A call's time
+ * runs from the start to the reaped exit, and includes any wait for a
+ * container still setting up (in a closed loop, one made after the last
+ * answer has only a call's time to finish): what starting a container made
+ * ahead costs the kernel, with nothing of a runtime. The CPU the loop
+ * reports includes the set-up of the containers still made ahead when it
+ * ends, which no call used.
  *
  * Usage: isolate -r ROOTFS -i REQUEST [-c N] [-t SECONDS] [-n CALLS]
  *        [-p RATE] [-W N] [-u CONTAINER:HOST:SIZE] [-g CONTAINER:HOST:SIZE]
@@ -383,10 +388,12 @@ struct ctr {
 	int mnt;	 /* made ahead and ready: its mount namespace, held */
 };
 
-/* close_all_but closes every descriptor from 3 up but keep[0..2], so that a
- * container holds no end of another container's pipes: one that held the
- * write end of another's stdin would keep that function from ever reading
- * to its end. */
+/* close_all_but closes every descriptor from 3 up but those in keep[0..2]
+ * (-1: none), as crun closes what ocifn does not pass: the function gets
+ * its standard streams and nothing else, neither what the loop inherited
+ * nor an end of another container's pipes (one that held the write end of
+ * another's stdin would keep that function from ever reading to its
+ * end). */
 static void close_all_but(int keep[3])
 {
 	for (int i = 0; i < 3; i++)
@@ -398,6 +405,8 @@ static void close_all_but(int keep[3])
 			}
 	unsigned int lo = 3;
 	for (int i = 0; i < 3; i++) {
+		if (keep[i] < (int) lo)
+			continue;
 		if ((unsigned int) keep[i] > lo && syscall(SYS_close_range, lo, keep[i] - 1, 0) < 0)
 			fail("close_range");
 		lo = keep[i] + 1;
@@ -422,12 +431,8 @@ static void make(struct ctr *c, int ahead)
 		char x;
 		if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0)
 			fail("dup2");
-		if (ahead) {
-			int keep[3] = { go[0], start[0], ready[1] };
-			close_all_but(keep);
-		} else {
-			close(go[1]);
-		}
+		int keep[3] = { go[0], start[0], ready[1] };
+		close_all_but(keep);
 		if (read(go[0], &x, 1) != 1)
 			_exit(127); /* the parent could not map the IDs */
 		close(go[0]);
@@ -637,6 +642,8 @@ int main(int argc, char **argv)
 			struct ctr pool[MAX_AHEAD];
 			for (int i = 0; i < ahead; i++)
 				make(&pool[i], 1);
+			for (int i = 0; i < ahead; i++)
+				ready(&pool[i], 1); /* one that failed fails its call */
 			int64_t due = now_ns();
 			for (int i = 0; i < share && now_ns() < deadline; i++) {
 				if (rate > 0) {
@@ -644,13 +651,19 @@ int main(int argc, char **argv)
 					if (wait > 0)
 						nanosleep(&(struct timespec) { .tv_sec = wait / 1000000000, .tv_nsec = wait % 1000000000 }, NULL);
 					due += (int64_t) (1e9 / rate);
+					if (now_ns() >= deadline)
+						break;
 				}
 				struct ctr *c = &pool[i % (ahead ? ahead : 1)];
 				int64_t d = ahead ? call_ahead(c) : call();
 				if (write(lat[1], &d, sizeof d) != sizeof d)
 					_exit(2);
-				if (ahead)
+				if (ahead) {
 					make(c, 1); /* after the answer, as ocifn refills its pool */
+					for (int j = 0; j < ahead; j++)
+						if (&pool[j] != c)
+							ready(&pool[j], 0);
+				}
 			}
 			for (int i = 0; i < ahead; i++) {
 				kill(pool[i].pid, SIGKILL);
