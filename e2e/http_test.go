@@ -131,8 +131,6 @@ func TestHTTPFunction(t *testing.T) {
 	})
 }
 
-// TestHTTPFuncTimeout: Kubeless' FUNC_TIMEOUT sets the timeout when
-// --timeout is not given.
 // TestHTTPFunctionMakesItsCacheDir: a --cache-dir that is not there yet is
 // made searchable by the containers' ids before anything goes into it, as
 // for the gRPC front; the results of asynchronous invocations, kept in it,
@@ -145,6 +143,8 @@ func TestHTTPFunctionMakesItsCacheDir(t *testing.T) {
 	}
 }
 
+// TestHTTPFuncTimeout: Kubeless' FUNC_TIMEOUT sets the timeout when
+// --timeout is not given.
 func TestHTTPFuncTimeout(t *testing.T) {
 	f := startCGI(t, nil, "FUNC_TIMEOUT=1")
 	code, body := f.get(t, "/sleep?30")

@@ -359,8 +359,6 @@ func TestOpenFunctionRejectsPackageWithoutFunction(t *testing.T) {
 	}
 }
 
-// TestIOModeFromImageLabel: an author can record the I/O mode on the
-// function image itself, with the same label a package carries.
 // A package built without --io from an image that records its own I/O mode
 // runs in that mode, and inspect says so.
 func TestInspectReportsTheImagesIOMode(t *testing.T) {
@@ -395,6 +393,8 @@ func TestInspectReportsTheImagesIOMode(t *testing.T) {
 	}
 }
 
+// TestIOModeFromImageLabel: an author can record the I/O mode on the
+// function image itself, with the same label a package carries.
 func TestIOModeFromImageLabel(t *testing.T) {
 	img := pkgTestImage(t, map[string]string{"fn": "x"}, v1.Config{Entrypoint: []string{"/fn"}, Labels: map[string]string{LabelIO: "functionio"}})
 	path := filepath.Join(t.TempDir(), "fn.tar")

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spf13/cobra"
 
 	"github.com/ocifn/ocifn/codec"
@@ -64,11 +65,7 @@ func inspect(ctx context.Context, what string, insecure bool) (*oci.PackageInfo,
 			return nil, err
 		}
 		defer img.Close()
-		info, err := oci.InspectPackage(img.Image(), "")
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		return info, nil
+		return inspectImage(what, img.Image())
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
@@ -83,6 +80,11 @@ func inspect(ctx context.Context, what string, insecure bool) (*oci.PackageInfo,
 	if err != nil {
 		return nil, insecureHint(err, what)
 	}
+	return inspectImage(what, img)
+}
+
+// inspectImage inspects the package image img, naming what in its errors.
+func inspectImage(what string, img v1.Image) (*oci.PackageInfo, error) {
 	info, err := oci.InspectPackage(img, "")
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
