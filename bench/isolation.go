@@ -242,6 +242,20 @@ func (f *isolationFloor) measure(clients int, d time.Duration, maxCalls int, l l
 	return r, err
 }
 
+// mode is the loop l as a mode of a row (see interleave): it measures a
+// round until one fails, then leaves that error in *failed and measures
+// nothing more, so that the row is left out rather than the run stopped.
+func (f *isolationFloor) mode(clients int, d time.Duration, maxCalls int, l loop, failed *error) func() (round, error) {
+	return func() (round, error) {
+		if *failed != nil {
+			return round{}, nil
+		}
+		r, err := f.measure(clients, d, maxCalls, l)
+		*failed = err
+		return r, nil
+	}
+}
+
 func (f *isolationFloor) measureLoop(clients int, d time.Duration, maxCalls int, l loop) (round, error) {
 	args := []string{"-c", fmt.Sprint(clients), "-t", fmt.Sprint(d.Seconds()), "-n", fmt.Sprint(maxCalls), "-W", fmt.Sprint(l.ahead), "-p", fmt.Sprint(l.rate)}
 	args = append(args, f.args...)

@@ -213,21 +213,16 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		}}
 		// The isolation floor, each container made on the call's path, then
 		// as many made ahead per client as the warm server keeps.
-		isoErr := map[string]error{}
+		isoErr := map[string]*error{}
 		if iso != nil {
 			for _, m := range []struct {
 				name string
 				l    loop
 			}{{isolationName, loop{}}, {isolationAheadName, loop{ahead: madeAhead(c.warm)}}} {
+				var failed error
+				isoErr[m.name] = &failed
 				names = append(names, m.name)
-				modes = append(modes, func() (round, error) {
-					if isoErr[m.name] != nil {
-						return round{}, nil
-					}
-					r, err := iso.measure(n, d, perRound, m.l)
-					isoErr[m.name] = err
-					return r, nil
-				})
+				modes = append(modes, iso.mode(n, d, perRound, m.l, &failed))
 			}
 		}
 		for _, t := range targets {
@@ -240,8 +235,8 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		}
 		floorCPU := cells[0].cpuPerCall()
 		for i, name := range names {
-			if err := isoErr[name]; err != nil {
-				fmt.Printf("%v\n\n", err)
+			if failed := isoErr[name]; failed != nil && *failed != nil {
+				fmt.Printf("%v\n\n", *failed)
 				continue
 			}
 			rows = append(rows, row{name, n, cells[i].result(), cells[i].split(floorCPU)})
@@ -288,14 +283,7 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 		var isoErr error
 		if iso != nil {
 			names = append(names, isolationAheadName)
-			modes = append(modes, func() (round, error) {
-				if isoErr != nil {
-					return round{}, nil
-				}
-				r, err := iso.measure(1, d, perRound, loop{ahead: madeAhead(c.warm), rate: c.paced})
-				isoErr = err
-				return r, nil
-			})
+			modes = append(modes, iso.mode(1, d, perRound, loop{ahead: madeAhead(c.warm), rate: c.paced}, &isoErr))
 		}
 		for _, t := range targets {
 			names = append(names, t.name)

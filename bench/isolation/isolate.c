@@ -654,14 +654,14 @@ int main(int argc, char **argv)
 					if (now_ns() >= deadline)
 						break;
 				}
-				struct ctr *c = &pool[i % (ahead ? ahead : 1)];
-				int64_t d = ahead ? call_ahead(c) : call();
+				int k = ahead ? i % ahead : -1; /* the oldest made ahead */
+				int64_t d = ahead ? call_ahead(&pool[k]) : call();
 				if (write(lat[1], &d, sizeof d) != sizeof d)
 					_exit(2);
 				if (ahead) {
-					make(c, 1); /* after the answer, as ocifn refills its pool */
+					make(&pool[k], 1); /* after the answer, as ocifn refills its pool */
 					for (int j = 0; j < ahead; j++)
-						if (&pool[j] != c)
+						if (j != k)
 							ready(&pool[j], 0);
 				}
 			}
