@@ -405,6 +405,7 @@ func (c *container) discard() {
 	_ = unix.Kill(c.pid, unix.SIGKILL)
 	awaitPid(c.pid, c.pidfd)
 	_, _ = reap(c.pid)
+	c.closeFifo()
 	c.closePidfd()
 	c.unmount()
 	c.log.wait()
