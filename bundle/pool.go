@@ -407,6 +407,6 @@ func (c *container) discard() {
 	_, _ = reap(c.pid)
 	c.closeFifo()
 	c.closePidfd()
-	c.unmount()
+	c.releaseNamespaces()
 	c.log.wait()
 }

@@ -217,9 +217,9 @@ type container struct {
 	// cgroup is the container's own cgroup directory, when calls run in
 	// cgroups of their own.
 	cgroup string
-	// mountNS holds the container's mount namespace (nil: not held); see
-	// holdMountNamespace.
-	mountNS *os.File
+	// namespaces holds the container's namespaces whose teardown would
+	// delay its answer; see holdNamespaces.
+	namespaces []*os.File
 	// fifo is the write end of the container's exec fifo, when fifoOpen:
 	// opened when it was created; see openExecFifo.
 	fifo     int
@@ -317,7 +317,7 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 		}
 		return nil, &RuntimeError{Op: "create", Message: msg}
 	}
-	c = &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log, cgroup: cgroupOf(pid), mountNS: holdMountNamespace(pid), pidfd: exitFD(pid), setupCPU: runtimeOf(pid)}
+	c = &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log, cgroup: cgroupOf(pid), namespaces: holdNamespaces(pid), pidfd: exitFD(pid), setupCPU: runtimeOf(pid)}
 	if fd, err := c.openExecFifo(); err == nil {
 		c.fifo, c.fifoOpen = fd, true
 	}
@@ -347,26 +347,41 @@ func runtimeOf(pid int) time.Duration {
 	return time.Duration(ns)
 }
 
-// holdMountNamespace returns a reference to the mount namespace of process
-// pid, or nil if it cannot be had.
+// heldNamespaces are the namespaces of a container that ocifn holds from
+// its creation to its release (holdNamespaces): those whose teardown, when
+// their last process exits, is slow enough to delay the call's answer.
+var heldNamespaces = []string{"mnt", "net", "ipc"}
+
+// holdNamespaces returns references to the namespaces of process pid that
+// heldNamespaces names, those it could open.
 //
 // Why: when the last process of a mount namespace exits, the kernel
 // unmounts the whole tree and waits for an expedited RCU grace period
 // (which interrupts every CPU) before that process becomes a zombie, so
 // all of it lay between the function's exit and its answer: 0.2-0.4 ms per
-// call, measured (docs/performance.md). While ocifn holds the namespace, the
-// exit leaves it standing, and the unmounting happens when release closes
-// the reference, off the call's path. The container is no less isolated: its
-// processes are gone, and nothing can enter the namespace through a
-// descriptor that only ocifn has (close-on-exec, so no container inherits
-// it).
-func holdMountNamespace(pid int) *os.File {
-	// unix.Open: os.Open would try the descriptor with the poller.
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil // the teardown stays on the call's path; nothing else changes
+// call, measured (docs/performance.md). A network namespace and an IPC
+// namespace are torn down by kernel workers right after the exit instead
+// (cleanup_net, which waits for RCU grace periods, expedited ones under
+// the rtnl lock, and free_ipc, which unmounts the namespace's mqueue), and
+// they ran on the other CPU, with their interrupts on both, while ocifn
+// read the function's output and answered: holding them too took 60 µs
+// off the server's own time of a call at 20 calls/s (docs/performance.md).
+// While ocifn holds them, the exit leaves them standing, and their
+// teardown happens when release closes the references, off the call's
+// path. The container is no less isolated: its processes are gone, and
+// nothing can enter a namespace through a descriptor that only ocifn has
+// (close-on-exec, so no container inherits it).
+func holdNamespaces(pid int) []*os.File {
+	held := make([]*os.File, 0, len(heldNamespaces))
+	for _, ns := range heldNamespaces {
+		// unix.Open: os.Open would try the descriptor with the poller.
+		fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/%s", pid, ns), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // its teardown stays on the call's path; nothing else changes
+		}
+		held = append(held, os.NewFile(uintptr(fd), ns))
 	}
-	return os.NewFile(uintptr(fd), "mnt")
+	return held
 }
 
 // closePidfd closes the container's pidfd, if it has one.
@@ -377,13 +392,13 @@ func (c *container) closePidfd() {
 	}
 }
 
-// unmount lets go of the container's mount namespace, if held: with its
-// processes gone, the kernel unmounts its tree now.
-func (c *container) unmount() {
-	if c.mountNS != nil {
-		c.mountNS.Close()
-		c.mountNS = nil
+// releaseNamespaces lets go of the container's namespaces that ocifn held:
+// with its processes gone, the kernel tears them down now.
+func (c *container) releaseNamespaces() {
+	for _, f := range c.namespaces {
+		f.Close()
 	}
+	c.namespaces = nil
 }
 
 // wait feeds the running container its input, copies its output, and waits
@@ -554,7 +569,7 @@ func (b *Bundle) release(c *container, pooled bool) {
 			b.pool.poke()
 			defer b.pool.poke()
 		}
-		defer c.unmount()
+		defer c.releaseNamespaces()
 		c.closeFifo()
 		c.closePidfd()
 		if c.exited && !c.reaped {

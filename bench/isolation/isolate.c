@@ -30,10 +30,11 @@
  * oldest, starts it and writes the request, reads the answer, and reaps the
  * process; the worker makes the next container after the answer, while the
  * ones made before finish their set-up in their own processes. Like ocifn,
- * the worker holds each container's mount namespace, opened once the
- * container is ready (after each answer, for every container that is by
- * then), and lets go of it after the answer, so that the function's exit
- * does not unmount the container's tree on the call's path. A worker
+ * the worker holds each container's mount, network and IPC namespaces,
+ * opened once the container is ready (after each answer, for every
+ * container that is by then), and lets go of them after the answer, so
+ * that their teardown does not follow the function's exit on the call's
+ * path. A worker
  * starts calling once its first containers are all ready. A call's time
  * runs from the start to the reaped exit, and includes any wait for a
  * container still setting up (in a closed loop, one made after the last
@@ -385,8 +386,16 @@ struct ctr {
 	int in, out;	 /* its stdin and stdout */
 	int start;	 /* made ahead: written to start it */
 	int ready;	 /* made ahead: readable once it waits for its start */
-	int mnt;	 /* made ahead and ready: its mount namespace, held */
+	int ns[3];	 /* made ahead and ready: its namespaces in held_ns, held */
 };
+
+/* held_ns are the namespaces a worker holds from a container's readiness
+ * to its answer, as ocifn does (bundle/runtime.go, heldNamespaces): those
+ * whose teardown would otherwise follow the function's exit on the call's
+ * path (the mount namespace's), or beside it in kernel workers (the network
+ * and IPC namespaces'). */
+static const char *const held_ns[] = { "mnt", "net", "ipc" };
+#define N_HELD (sizeof held_ns / sizeof held_ns[0])
 
 /* close_all_but closes every descriptor from 3 up but those in keep[0..2]
  * (-1: none), as crun closes what ocifn does not pass: the function gets
@@ -452,7 +461,7 @@ static void make(struct ctr *c, int ahead)
 	if (write(go[1], "x", 1) != 1)
 		die("starting the child");
 	close(go[1]);
-	*c = (struct ctr) { .pid = pid, .in = in[1], .out = out[0], .start = start[1], .ready = ready[0], .mnt = -1 };
+	*c = (struct ctr) { .pid = pid, .in = in[1], .out = out[0], .start = start[1], .ready = ready[0], .ns = { -1, -1, -1 } };
 }
 
 /* call runs one call in a container made for it and returns its latency,
@@ -466,11 +475,11 @@ static int64_t call(void)
 }
 
 /* ready waits, if wait, for a container made ahead to be ready, and then
- * opens its mount namespace. It returns 1 once the container is ready, 0
+ * opens its namespaces in held_ns. It returns 1 once the container is ready, 0
  * if it is not yet (without wait), and -1 if it failed to set up. */
 static int ready(struct ctr *c, int wait)
 {
-	if (c->mnt >= 0)
+	if (c->ns[0] >= 0)
 		return 1;
 	struct pollfd p = { .fd = c->ready, .events = POLLIN };
 	if (!wait && poll(&p, 1, 0) == 0)
@@ -478,16 +487,18 @@ static int ready(struct ctr *c, int wait)
 	char x, path[64];
 	if (read(c->ready, &x, 1) != 1)
 		return -1; /* it exited: its error is on stderr */
-	snprintf(path, sizeof path, "/proc/%d/ns/mnt", c->pid);
-	if ((c->mnt = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		die(path);
+	for (size_t i = 0; i < N_HELD; i++) {
+		snprintf(path, sizeof path, "/proc/%d/ns/%s", c->pid, held_ns[i]);
+		if ((c->ns[i] = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			die(path);
+	}
 	return 1;
 }
 
 /* call_ahead runs one call in a container made ahead and returns its
  * latency, or 0 if the function did not answer. The time runs from the
  * start, or from the wait for a container still setting up, to the reaped
- * exit; the container's mount namespace is let go of after that. */
+ * exit; the container's namespaces are let go of after that. */
 static int64_t call_ahead(struct ctr *c)
 {
 	int r = ready(c, 0);
@@ -507,8 +518,9 @@ static int64_t call_ahead(struct ctr *c)
 		ok = answer(c->pid, c->in, c->out);
 	}
 	int64_t d = now_ns() - t;
-	if (c->mnt >= 0)
-		close(c->mnt);
+	for (size_t i = 0; i < N_HELD; i++)
+		if (c->ns[i] >= 0)
+			close(c->ns[i]);
 	return ok ? d : 0;
 }
 
