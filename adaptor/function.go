@@ -222,7 +222,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 	defer cancel()
 
 	stdout := &front.Capped{Max: f.maxOutputBytes}
-	stderr := hook.NewStderrLog(f.log.With("tag", req.GetMeta().GetTag()), hook.StderrLogBytes, hook.StderrTailBytes)
+	stderr := hook.NewStderrLog(f.log, hook.StderrLogBytes, hook.StderrTailBytes, "tag", req.GetMeta().GetTag())
 	call.Ran = time.Now()
 	exit, runErr := f.runner.Run(callCtx, bytes.NewReader(in), stdout, stderr)
 	stderr.Flush()

@@ -25,7 +25,12 @@ const (
 // every line after the budget is spent. What is held of a line never
 // exceeds the budget, however long the line.
 type StderrLog struct {
-	log    *slog.Logger
+	log *slog.Logger
+	// attrs are added to every line, through a logger made at the first
+	// (logger): most calls write nothing on stderr, and slog's With
+	// formats its attributes at once.
+	attrs  []any
+	with   *slog.Logger
 	budget int
 	// line is the current line so far, while it fits the budget; over
 	// says it does not, and its bytes are being counted in dropped.
@@ -36,10 +41,19 @@ type StderrLog struct {
 	tailMax int
 }
 
-// NewStderrLog returns a StderrLog that logs to l at most budget bytes of
-// whole lines (newlines included) and keeps the last tailMax bytes.
-func NewStderrLog(l *slog.Logger, budget, tailMax int) *StderrLog {
-	return &StderrLog{log: l, budget: budget, tailMax: tailMax}
+// NewStderrLog returns a StderrLog that logs to l, with attrs, at most
+// budget bytes of whole lines (newlines included) and keeps the last
+// tailMax bytes.
+func NewStderrLog(l *slog.Logger, budget, tailMax int, attrs ...any) *StderrLog {
+	return &StderrLog{log: l, attrs: attrs, budget: budget, tailMax: tailMax}
+}
+
+// logger is l with the attributes, made once.
+func (s *StderrLog) logger() *slog.Logger {
+	if s.with == nil {
+		s.with = s.log.With(s.attrs...)
+	}
+	return s.with
 }
 
 func (s *StderrLog) Write(p []byte) (int, error) {
@@ -84,7 +98,7 @@ func (s *StderrLog) endLine() {
 		return
 	}
 	s.budget -= len(s.line) + 1
-	s.log.Info(StderrMessage, "line", string(s.line))
+	s.logger().Info(StderrMessage, "line", string(s.line))
 	s.line = s.line[:0]
 }
 
@@ -109,7 +123,7 @@ func (s *StderrLog) Flush() {
 		s.endLine()
 	}
 	if s.dropped > 0 {
-		s.log.Warn("function stderr not logged in full", "bytes_dropped", s.dropped)
+		s.logger().Warn("function stderr not logged in full", "bytes_dropped", s.dropped)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 
 func TestStderrLog(t *testing.T) {
 	var logged bytes.Buffer
-	s := NewStderrLog(slog.New(slog.NewTextHandler(&logged, nil)), 20, 8)
+	s := NewStderrLog(slog.New(slog.NewTextHandler(&logged, nil)), 20, 8, "tag", "t-1")
 	_, _ = s.Write([]byte("first\nsecond line that is long\nthird"))
 	s.Flush()
 	if string(s.Tail()) != "ng\nthird" {
@@ -25,6 +25,10 @@ func TestStderrLog(t *testing.T) {
 	// The line over the budget: 24 bytes and its newline.
 	if !strings.Contains(out, "bytes_dropped=25") {
 		t.Errorf("want 25 bytes counted as dropped:\n%s", out)
+	}
+	// Every line, the count of dropped bytes too, carries the attributes.
+	if n := strings.Count(out, "tag=t-1 "); n != 3 {
+		t.Errorf("want the tag on all 3 lines, got it on %d:\n%s", n, out)
 	}
 }
 

@@ -56,7 +56,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 	}
 	out := h.cfg.Exec(ctx, call, bundle.Call{Env: env}, body, 0)
-	stderr := hook.NewStderrLog(h.cfg.Log.With("tag", call.Tag), hook.StderrLogBytes, hook.StderrTailBytes)
+	stderr := hook.NewStderrLog(h.cfg.Log, hook.StderrLogBytes, hook.StderrTailBytes, "tag", call.Tag)
 	_, _ = stderr.Write(out.Stderr)
 	stderr.Flush()
 	tail := stderr.Tail()
