@@ -31,24 +31,40 @@ type Log struct{ Logger *slog.Logger }
 func (l Log) Before(ctx context.Context, _ *Call) (context.Context, error) { return ctx, nil }
 
 // After logs the call.
-func (l Log) After(_ context.Context, c *Call) error {
-	attrs := []any{"tag", c.Tag, "front", c.Front, "outcome", c.Outcome}
-	attrs = append(attrs, c.LogAttrs...)
-	if c.Cached != nil {
-		attrs = append(attrs, "cached", true)
-	}
-	if !c.Ran.IsZero() {
-		attrs = append(attrs, "exit_code", c.Exit.Code)
-	}
-	attrs = append(attrs, "duration", sinceReceived(c).Round(time.Microsecond))
+//
+// The record is made here and handed to the handler, as slog.Logger's
+// LogAttrs would, but without the caller's program counter: no ocifn
+// handler adds the source, and finding it walks the stack through tables
+// that a call at a low rate finds out of the CPU's caches. With typed
+// attributes (the outcome as a string, not a value of its own type) the
+// handler formats nothing through fmt either. Both were most of the line's
+// 56 µs of CPU per call at 20 calls/s (perf), on the call's path.
+func (l Log) After(ctx context.Context, c *Call) error {
+	level, msg := slog.LevelInfo, "call"
 	if c.Err != nil {
-		l.Logger.Warn("call failed", append(attrs, "error", c.Err)...)
+		level, msg = slog.LevelWarn, "call failed"
+	}
+	if !l.Logger.Enabled(ctx, level) {
 		return nil
 	}
-	if c.Reason != "" {
-		attrs = append(attrs, "reason", c.Reason)
+	r := slog.NewRecord(time.Now(), level, msg, 0)
+	r.AddAttrs(slog.String("tag", c.Tag), slog.String("front", c.Front), slog.String("outcome", string(c.Outcome)))
+	r.Add(c.LogAttrs...)
+	if c.Cached != nil {
+		r.AddAttrs(slog.Bool("cached", true))
 	}
-	l.Logger.Info("call", attrs...)
+	if !c.Ran.IsZero() {
+		r.AddAttrs(slog.Int("exit_code", c.Exit.Code))
+	}
+	r.AddAttrs(slog.Duration("duration", sinceReceived(c).Round(time.Microsecond)))
+	switch {
+	case c.Err != nil:
+		r.AddAttrs(slog.Any("error", c.Err))
+	case c.Reason != "":
+		r.AddAttrs(slog.String("reason", c.Reason))
+	}
+	// As Logger.Info: a line that cannot be written fails nothing.
+	_ = l.Logger.Handler().Handle(ctx, r)
 	return nil
 }
 
