@@ -145,7 +145,9 @@ const tracerName = "github.com/ocifn/ocifn/adaptor"
 // the function becomes a Fatal result instead.
 func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	tag := req.GetMeta().GetTag()
-	f.checkUnknown(req)
+	if !noUnknownFields(ctx) {
+		f.checkUnknown(req)
+	}
 	call := &hook.Call{Front: "crossplane", Method: "RunFunction", Tag: tag, Received: time.Now(), CacheKey: tag}
 	call.Carrier = incomingCarrier{ctx}
 	ctx = f.hooks.Before(ctx, call)

@@ -155,6 +155,7 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 			}
 			defer func() { b.resize(held, 0) }()
 			decoded := false
+			ctx, wire := withWireCount(ctx)
 			rsp, err := handler(srv, ctx, func(v any) error {
 				m, ok := v.(proto.Message)
 				if !ok {
@@ -181,6 +182,7 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 				if err := proto.Unmarshal(raw.bytes(), m); err != nil {
 					return unreadable(err)
 				}
+				wire.counted, wire.unknown = true, c.Unknown
 				decoded = true
 				return nil
 			}, ic)

@@ -3,7 +3,9 @@ package adaptor
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -124,5 +126,48 @@ func TestUnknownFieldsBounded(t *testing.T) {
 	}
 	if got, want := testutil.ToFloat64(m.UnknownFields.WithLabelValues(otherField, otherField)), float64(2*(sent-maxUnknownKinds)); got != want {
 		t.Errorf("fields counted as other: %v, want %v", got, want)
+	}
+}
+
+// wireCheckedRunner records, for each call, whether its request was
+// counted on the wire with no unknown field (noUnknownFields).
+type wireCheckedRunner struct {
+	scriptedRunner
+	none []bool
+}
+
+func (r *wireCheckedRunner) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
+	r.none = append(r.none, noUnknownFields(ctx))
+	return r.scriptedRunner.Run(ctx, stdin, stdout, stderr)
+}
+
+// TestUnknownFieldsOverGRPC: served over gRPC with the in-flight bound, a
+// request's unknown fields are found by counting its wire bytes, nested
+// ones too, and still warned about and counted; a request with none skips
+// the walk that looks for them.
+func TestUnknownFieldsOverGRPC(t *testing.T) {
+	const limit = 1 << 20
+	var logged bytes.Buffer
+	m := hook.NewMetrics(prometheus.NewRegistry())
+	r := &wireCheckedRunner{scriptedRunner: scriptedRunner{stdout: `{"desired": {}}`}}
+	srv := NewServer(nil, limit, WithMaxInflightBytes(largestCost(limit)))
+	srv.Ready(NewFunction(r, WithLogger(slog.New(slog.NewTextHandler(&logged, nil))), WithMetrics(m)))
+	client := fnv1.NewFunctionRunnerServiceClient(serveInMemory(t, srv))
+
+	unknown := request(t, `{"meta": {"tag": "t-unknown"}}`)
+	withUnknown(unknown.Meta, 99)
+	for _, req := range []*fnv1.RunFunctionRequest{unknown, request(t, `{"meta": {"tag": "t-known"}}`)} {
+		if _, err := client.RunFunction(context.Background(), req); err != nil {
+			t.Fatalf("%s: %v", req.GetMeta().GetTag(), err)
+		}
+	}
+	if want := []bool{false, true}; !slices.Equal(r.none, want) {
+		t.Errorf("counted with no unknown field: %v, want %v", r.none, want)
+	}
+	if got := testutil.ToFloat64(m.UnknownFields.WithLabelValues("RunFunctionRequest.meta", "99")); got != 1 {
+		t.Errorf("ocifn_unknown_fields_total{message=\"RunFunctionRequest.meta\",field=\"99\"} = %v, want 1", got)
+	}
+	if !strings.Contains(logged.String(), "message=RunFunctionRequest.meta field=99 tag=t-unknown") {
+		t.Errorf("no warning about the unknown field:\n%s", logged.String())
 	}
 }

@@ -40,6 +40,10 @@ type Counts struct {
 	// Indent is the sum of every message's depth, the top one at 0: what
 	// an indenting encoder such as YAML's writes grows with it.
 	Indent int64
+	// Unknown counts the fields that a decoder keeps as unknown bytes:
+	// those of a number the message does not have, and those of a known
+	// number with another wire type.
+	Unknown int64
 }
 
 // ErrTooDeep is returned for messages nested deeper than proto.Unmarshal
@@ -78,6 +82,7 @@ func (c *Counts) message(b []byte, md protoreflect.MessageDescriptor, depth int6
 		b = b[m:]
 		if fd == nil {
 			c.StringBytes += int64(n + m) // kept as unknown bytes
+			c.Unknown++
 			continue
 		}
 		if err := c.field(fd, typ, value, depth); err != nil {
@@ -95,6 +100,7 @@ func (c *Counts) field(fd protoreflect.FieldDescriptor, typ protowire.Type, v []
 		// A wire type the field does not have: a decoder keeps the bytes
 		// among the unknown fields.
 		c.StringBytes += int64(len(v))
+		c.Unknown++
 	case kind == protoreflect.MessageKind || kind == protoreflect.GroupKind:
 		body, _ := protowire.ConsumeBytes(v)
 		c.Messages++

@@ -56,7 +56,8 @@ func TestCount(t *testing.T) {
 
 // TestCountAgreesWithUnmarshal: input proto.Unmarshal takes is counted,
 // fields of a wire type they do not have included (it keeps those as
-// unknown fields); input it refuses for its framing is refused.
+// unknown fields, and Count counts them as such, nested ones too); input
+// it refuses for its framing is refused.
 func TestCountAgreesWithUnmarshal(t *testing.T) {
 	var wrongType []byte
 	wrongType = protowire.AppendTag(wrongType, 1, protowire.VarintType) // meta is a message
@@ -64,12 +65,19 @@ func TestCountAgreesWithUnmarshal(t *testing.T) {
 	var unknown []byte
 	unknown = protowire.AppendTag(unknown, 999, protowire.BytesType)
 	unknown = protowire.AppendBytes(unknown, []byte("kept"))
-	for name, b := range map[string][]byte{"wrong wire type": wrongType, "unknown field": unknown} {
-		if err := proto.Unmarshal(b, &fnv1.RunFunctionRequest{}); err != nil {
+	// The same unknown field, in the request's meta.
+	nested := protowire.AppendTag(nil, 1, protowire.BytesType)
+	nested = protowire.AppendBytes(nested, unknown)
+	for name, b := range map[string][]byte{"wrong wire type": wrongType, "unknown field": unknown, "unknown field in meta": nested} {
+		var req fnv1.RunFunctionRequest
+		if err := proto.Unmarshal(b, &req); err != nil {
 			t.Fatalf("%s: proto.Unmarshal: %v", name, err)
 		}
-		if c, err := Count(b, requestType); err != nil || c.StringBytes == 0 {
-			t.Errorf("%s: Count = %+v, %v; want the bytes counted as unknown", name, c, err)
+		if len(req.ProtoReflect().GetUnknown())+len(req.GetMeta().ProtoReflect().GetUnknown()) == 0 {
+			t.Fatalf("%s: proto.Unmarshal kept no unknown field", name)
+		}
+		if c, err := Count(b, requestType); err != nil || c.StringBytes == 0 || c.Unknown != 1 {
+			t.Errorf("%s: Count = %+v, %v; want the bytes counted as one unknown field", name, c, err)
 		}
 	}
 	truncated := protowire.AppendTag(nil, 1, protowire.BytesType)
