@@ -2,6 +2,8 @@ package bundle
 
 import (
 	"bufio"
+	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"testing"
@@ -102,5 +104,48 @@ func TestReapCountsCPU(t *testing.T) {
 	}
 	if got := runtimeOf(pid); got != -1 {
 		t.Errorf("runtimeOf(reaped process) = %s, want -1", got)
+	}
+}
+
+// TestHoldNamespaces: the namespaces a container's release lets go of are
+// the process's own, each of its kind, whether opened through the pidfd's
+// ioctls or, without a pidfd, from /proc.
+func TestHoldNamespaces(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	pidfd := exitFD(pid)
+	if pidfd == nil {
+		t.Fatal("no pidfd for the child")
+	}
+	defer pidfd.Close()
+	for _, via := range []struct {
+		name  string
+		pidfd *os.File
+	}{{"pidfd", pidfd}, {"/proc", nil}} {
+		held := holdNamespaces(pid, via.pidfd)
+		if len(held) != len(heldNamespaces) {
+			t.Fatalf("through %s: %d namespaces held, want %d", via.name, len(held), len(heldNamespaces))
+		}
+		for i, f := range held {
+			var got, want unix.Stat_t
+			if err := unix.Fstat(int(f.Fd()), &got); err != nil {
+				t.Fatal(err)
+			}
+			path := fmt.Sprintf("/proc/%d/ns/%s", pid, heldNamespaces[i].name)
+			if err := unix.Stat(path, &want); err != nil {
+				t.Fatal(err)
+			}
+			if got.Dev != want.Dev || got.Ino != want.Ino {
+				t.Errorf("through %s: held %s is namespace %d:%d, want %s's %d:%d", via.name, heldNamespaces[i].name, got.Dev, got.Ino, path, want.Dev, want.Ino)
+			}
+			if flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
+				t.Errorf("through %s: held %s is not close-on-exec (%v)", via.name, heldNamespaces[i].name, err)
+			}
+			f.Close()
+		}
 	}
 }
