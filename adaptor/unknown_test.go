@@ -10,10 +10,12 @@ import (
 	"testing"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	fnv1beta1 "github.com/crossplane/function-sdk-go/proto/v1beta1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/ocifn/ocifn/hook"
 )
@@ -169,5 +171,36 @@ func TestUnknownFieldsOverGRPC(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "message=RunFunctionRequest.meta field=99 tag=t-unknown") {
 		t.Errorf("no warning about the unknown field:\n%s", logged.String())
+	}
+}
+
+// TestV1beta1RequestIsV1OnTheWire: a v1beta1 request's unknown fields are
+// counted against v1beta1's descriptor (inflight.bounded) but the call
+// checks the v1 request converted from it (noUnknownFields), which holds
+// only while every v1beta1 field is the v1 field of the same number, kind
+// and cardinality, at every depth.
+func TestV1beta1RequestIsV1OnTheWire(t *testing.T) {
+	seen := map[protoreflect.FullName]bool{}
+	var same func(b, v protoreflect.MessageDescriptor)
+	same = func(b, v protoreflect.MessageDescriptor) {
+		if seen[b.FullName()] {
+			return
+		}
+		seen[b.FullName()] = true
+		for i := 0; i < b.Fields().Len(); i++ {
+			bf := b.Fields().Get(i)
+			vf := v.Fields().ByNumber(bf.Number())
+			if vf == nil || vf.Kind() != bf.Kind() || vf.Cardinality() != bf.Cardinality() || vf.IsMap() != bf.IsMap() || vf.IsPacked() != bf.IsPacked() {
+				t.Errorf("%s field %d (%s) is not %s's", b.FullName(), bf.Number(), bf.Name(), v.FullName())
+				continue
+			}
+			if bf.Message() != nil {
+				same(bf.Message(), vf.Message())
+			}
+		}
+	}
+	same((&fnv1beta1.RunFunctionRequest{}).ProtoReflect().Descriptor(), (&fnv1.RunFunctionRequest{}).ProtoReflect().Descriptor())
+	if len(seen) < 5 {
+		t.Errorf("only %d messages compared", len(seen))
 	}
 }

@@ -391,7 +391,12 @@ func holdNamespaces(pid int, pidfd *os.File) []*os.File {
 	for _, ns := range heldNamespaces {
 		fd := -1
 		if rc != nil {
-			_ = rc.Control(func(p uintptr) { fd, _ = unix.IoctlRetInt(int(p), ns.ioctl) })
+			_ = rc.Control(func(p uintptr) {
+				// IoctlRetInt returns 0, not -1, with its error.
+				if n, err := unix.IoctlRetInt(int(p), ns.ioctl); err == nil {
+					fd = n
+				}
+			})
 		}
 		if fd < 0 {
 			// An older kernel (ENOTTY): the path. unix.Open: os.Open would
@@ -555,8 +560,10 @@ func (c *container) execFifo() string {
 // openExecFifo opens the write end of the container's exec fifo, without
 // blocking: it fails (ENXIO) unless the container's process has the other
 // end open. Holding it open does not start the container, whose process
-// waits for a byte; closing it unwritten makes the process read the end of
-// the fifo and fail, which discard does only once it has been killed.
+// waits for a byte. Closing it unwritten would leave that process reading
+// the end of the fifo over and over (crun's wait loop retries a read of
+// nothing) until it is killed: discard closes it only once the process
+// has been killed and reaped, and release after its start.
 func (c *container) openExecFifo() (int, error) {
 	return unix.Open(c.execFifo(), unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 }

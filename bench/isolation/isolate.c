@@ -381,14 +381,6 @@ static int answer(pid_t pid, int in, int out)
 }
 
 /* A container and the worker's ends of its pipes. */
-struct ctr {
-	pid_t pid;
-	int in, out;	 /* its stdin and stdout */
-	int start;	 /* made ahead: written to start it */
-	int ready;	 /* made ahead: readable once it waits for its start */
-	int ns[3];	 /* made ahead and ready: its namespaces in held_ns, held */
-};
-
 /* held_ns are the namespaces a worker holds from a container's readiness
  * to its answer, as ocifn does (bundle/runtime.go, heldNamespaces): those
  * whose teardown would otherwise follow the function's exit on the call's
@@ -396,6 +388,14 @@ struct ctr {
  * and IPC namespaces'). */
 static const char *const held_ns[] = { "mnt", "net", "ipc" };
 #define N_HELD (sizeof held_ns / sizeof held_ns[0])
+
+struct ctr {
+	pid_t pid;
+	int in, out;	 /* its stdin and stdout */
+	int start;	 /* made ahead: written to start it */
+	int ready;	 /* made ahead: readable once it waits for its start */
+	int ns[N_HELD];	 /* made ahead and ready: its namespaces in held_ns, held */
+};
 
 /* close_all_but closes every descriptor from 3 up but those in keep[0..2]
  * (-1: none), as crun closes what ocifn does not pass: the function gets
@@ -461,7 +461,9 @@ static void make(struct ctr *c, int ahead)
 	if (write(go[1], "x", 1) != 1)
 		die("starting the child");
 	close(go[1]);
-	*c = (struct ctr) { .pid = pid, .in = in[1], .out = out[0], .start = start[1], .ready = ready[0], .ns = { -1, -1, -1 } };
+	*c = (struct ctr) { .pid = pid, .in = in[1], .out = out[0], .start = start[1], .ready = ready[0] };
+	for (size_t i = 0; i < N_HELD; i++)
+		c->ns[i] = -1;
 }
 
 /* call runs one call in a container made for it and returns its latency,
