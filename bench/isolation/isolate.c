@@ -34,14 +34,13 @@
  * opened once the container is ready (after each answer, for every
  * container that is by then), and lets go of them after the answer, so
  * that their teardown does not follow the function's exit on the call's
- * path. A worker
- * starts calling once its first containers are all ready. A call's time
- * runs from the start to the reaped exit, and includes any wait for a
- * container still setting up (in a closed loop, one made after the last
- * answer has only a call's time to finish): what starting a container made
- * ahead costs the kernel, with nothing of a runtime. The CPU the loop
- * reports includes the set-up of the containers still made ahead when it
- * ends, which no call used.
+ * path. A worker starts calling once its first containers are all ready.
+ * A call's time runs from the start to the reaped exit, and includes any
+ * wait for a container still setting up (in a closed loop, one made after
+ * the last answer has only a call's time to finish): what starting a
+ * container made ahead costs the kernel, with nothing of a runtime. The
+ * CPU the loop reports includes the set-up of the containers still made
+ * ahead when it ends, which no call used.
  *
  * Usage: isolate -r ROOTFS -i REQUEST [-c N] [-t SECONDS] [-n CALLS]
  *        [-p RATE] [-W N] [-u CONTAINER:HOST:SIZE] [-g CONTAINER:HOST:SIZE]
@@ -380,7 +379,6 @@ static int answer(pid_t pid, int in, int out)
 	return ! read_failed && WIFEXITED(status) && WEXITSTATUS(status) == 0 && got > 0;
 }
 
-/* A container and the worker's ends of its pipes. */
 /* held_ns are the namespaces a worker holds from a container's readiness
  * to its answer, as ocifn does (bundle/runtime.go, heldNamespaces): those
  * whose teardown would otherwise follow the function's exit on the call's
@@ -389,6 +387,7 @@ static int answer(pid_t pid, int in, int out)
 static const char *const held_ns[] = { "mnt", "net", "ipc" };
 #define N_HELD (sizeof held_ns / sizeof held_ns[0])
 
+/* A container and the worker's ends of its pipes. */
 struct ctr {
 	pid_t pid;
 	int in, out;	 /* its stdin and stdout */
@@ -466,6 +465,14 @@ static void make(struct ctr *c, int ahead)
 		c->ns[i] = -1;
 }
 
+/* kill_reap kills a container's process, started or not, and reaps it. */
+static void kill_reap(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+
 /* call runs one call in a container made for it and returns its latency,
  * or 0 if the function did not answer. */
 static int64_t call(void)
@@ -513,9 +520,7 @@ static int64_t call_ahead(struct ctr *c)
 	if (!ok) {
 		close(c->in);
 		close(c->out);
-		kill(c->pid, SIGKILL);
-		while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
-			;
+		kill_reap(c->pid);
 	} else {
 		ok = answer(c->pid, c->in, c->out);
 	}
@@ -679,11 +684,8 @@ int main(int argc, char **argv)
 							ready(&pool[j], 0);
 				}
 			}
-			for (int i = 0; i < ahead; i++) {
-				kill(pool[i].pid, SIGKILL);
-				while (waitpid(pool[i].pid, NULL, 0) < 0 && errno == EINTR)
-					;
-			}
+			for (int i = 0; i < ahead; i++)
+				kill_reap(pool[i].pid);
 			_exit(0);
 		}
 	}
