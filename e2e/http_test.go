@@ -53,6 +53,12 @@ func TestHTTPFunction(t *testing.T) {
 			t.Errorf("%d %q", code, body)
 		}
 	})
+	t.Run("body_that_looks_like_headers_is_all_body", func(t *testing.T) {
+		want := "apiVersion: v1\nkind: ConfigMap\n\ndata: {}\n"
+		if code, h, body := f.do(t, http.MethodGet, "/yaml", nil, nil); code != http.StatusOK || string(body) != want || h.Get("Kind") != "" {
+			t.Errorf("%d %v %q, want 200 and the whole output as the body", code, h, body)
+		}
+	})
 	t.Run("non_zero_exit_gives_500_with_stderr_tail", func(t *testing.T) {
 		code, body := f.get(t, "/fail")
 		if code != http.StatusInternalServerError {

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -148,22 +149,45 @@ var ErrHeaderBlock = errors.New("malformed CGI header block")
 // maxHeaderBlock bounds the header block.
 const maxHeaderBlock = 64 << 10
 
+// cgiFields are the header fields only a CGI response has (RFC 3875
+// section 6.3); a header block must hold at least one of them (section
+// 6.2).
+var cgiFields = []string{"Content-Type", "Location", "Status"}
+
 // ParseOutput turns a CGI program's stdout into the response: an optional
 // header block (Status:, Content-Type:, Location:, other headers, then an
-// empty line), then the body. Output whose first line is not a header is
-// all body, with status 200.
+// empty line), then the body, with status 200 unless the block says
+// otherwise.
+//
+// Output is a header block only if it holds one of the CGI fields, as RFC
+// 3875 requires: a body that merely looks like headers, such as YAML
+// ("apiVersion: v1"), is all body. Output whose first line is a CGI field
+// was meant as a header block, so a malformed one is an error rather than
+// a body.
 func ParseOutput(out []byte) (Response, error) {
-	if !startsWithHeader(out) {
-		return Response{Status: http.StatusOK, Header: http.Header{}, Body: out}, nil
+	body := Response{Status: http.StatusOK, Header: http.Header{}, Body: out}
+	first, ok := firstHeaderName(out)
+	if !ok {
+		return body, nil
 	}
+	meant := isCGIField(first)
 	end, sep := headerEnd(out)
 	if end < 0 {
+		if !meant {
+			return body, nil
+		}
 		return Response{}, fmt.Errorf("%w: no empty line ends the headers in the first %d bytes", ErrHeaderBlock, min(len(out), maxHeaderBlock))
 	}
 	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(out[:end+sep])))
 	mh, err := tp.ReadMIMEHeader()
 	if err != nil {
+		if !meant {
+			return body, nil
+		}
 		return Response{}, fmt.Errorf("%w: %v", ErrHeaderBlock, err)
+	}
+	if !slices.ContainsFunc(cgiFields, func(f string) bool { return len(mh[f]) > 0 }) {
+		return body, nil
 	}
 	rsp := Response{Status: http.StatusOK, Header: http.Header(mh), Body: out[end+sep:]}
 	if s := rsp.Header.Get("Status"); s != "" {
@@ -181,19 +205,24 @@ func ParseOutput(out []byte) (Response, error) {
 	return rsp, nil
 }
 
-// startsWithHeader reports whether out's first line is "Name: value".
-func startsWithHeader(out []byte) bool {
+// firstHeaderName returns the name of out's first line if that line is
+// "Name: value".
+func firstHeaderName(out []byte) (string, bool) {
 	line, _, _ := bytes.Cut(out, []byte("\n"))
 	name, _, ok := bytes.Cut(line, []byte(":"))
 	if !ok || len(name) == 0 {
-		return false
+		return "", false
 	}
 	for _, c := range name {
 		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
+			return "", false
 		}
 	}
-	return true
+	return string(name), true
+}
+
+func isCGIField(name string) bool {
+	return slices.ContainsFunc(cgiFields, func(f string) bool { return strings.EqualFold(f, name) })
 }
 
 // headerEnd finds the empty line that ends the header block: the offset of

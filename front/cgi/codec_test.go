@@ -77,11 +77,19 @@ func TestParseOutput(t *testing.T) {
 		{"status_and_headers", "Status: 404 Not Found\nContent-Type: application/json\nX-A: b\n\n{}", 404, map[string]string{"Content-Type": "application/json", "X-A": "b"}, "{}", false},
 		{"crlf", "Status: 201\r\nX-A: b\r\n\r\nbody\r\n", 201, map[string]string{"X-A": "b"}, "body\r\n", false},
 		{"location_redirects", "Location: https://example.org/\n\n", 302, map[string]string{"Location": "https://example.org/"}, "", false},
-		{"body_may_hold_blank_lines", "X-A: 1\n\na\n\nb", 200, map[string]string{"X-A": "1"}, "a\n\nb", false},
+		{"body_may_hold_blank_lines", "X-A: 1\nContent-Type: text/plain\n\na\n\nb", 200, map[string]string{"X-A": "1", "Content-Type": "text/plain"}, "a\n\nb", false},
+		{"cgi_field_in_any_case", "content-type: text/plain\n\nhi", 200, map[string]string{"Content-Type": "text/plain"}, "hi", false},
 		{"no_end_of_headers", "Content-Type: text/plain\nhello", 0, nil, "", true},
 		{"bad_status", "Status: abc\n\n", 0, nil, "", true},
 		{"status_out_of_range", "Status: 99\n\n", 0, nil, "", true},
-		{"line_without_colon", "X-A: 1\nnot a header\n\nbody", 0, nil, "", true},
+		{"bad_status_after_other_headers", "X-A: 1\nStatus: abc\n\n", 0, nil, "", true},
+		{"line_without_colon", "Status: 200\nnot a header\n\nbody", 0, nil, "", true},
+		// RFC 3875 6.2: a header block holds a CGI field. Output that only
+		// looks like headers is a body.
+		{"yaml_body", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n", 200, nil, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n", false},
+		{"yaml_body_with_blank_line", "apiVersion: v1\nkind: List\n\nitems: []\n", 200, nil, "apiVersion: v1\nkind: List\n\nitems: []\n", false},
+		{"text_body_with_colon", "note: hello\nnot a header\n\nend", 200, nil, "note: hello\nnot a header\n\nend", false},
+		{"other_headers_only", "X-A: 1\n\nbody", 200, nil, "X-A: 1\n\nbody", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rsp, err := ParseOutput([]byte(tc.out))
@@ -101,6 +109,9 @@ func TestParseOutput(t *testing.T) {
 				if rsp.Header.Get(k) != v {
 					t.Errorf("header %s = %q, want %q", k, rsp.Header.Get(k), v)
 				}
+			}
+			if tc.header == nil && len(rsp.Header) != 0 {
+				t.Errorf("headers %v, want none", rsp.Header)
 			}
 			if rsp.Header.Get("Status") != "" {
 				t.Error("Status left among the headers")

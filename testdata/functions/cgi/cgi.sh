@@ -14,6 +14,10 @@ case "$PATH_INFO" in
 /plain)
 	echo "no header block, just a body"
 	;;
+/yaml)
+	# Looks like headers, but holds no CGI field: all body.
+	printf 'apiVersion: v1\nkind: ConfigMap\n\ndata: {}\n'
+	;;
 /fail)
 	echo "about to fail" >&2
 	echo "oops: the thing broke" >&2
