@@ -224,6 +224,12 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 	defer cancel()
 
 	stdout := &front.Capped{Max: f.maxOutputBytes}
+	budget := answerBudgetOf(ctx)
+	if budget != nil {
+		stdout.Reserve = func(n int) error {
+			return budget.take(callCtx, int64(n), func() string { return "to hold what the function printed on stdout" })
+		}
+	}
 	stderr := hook.NewStderrLog(f.log, hook.StderrLogBytes, hook.StderrTailBytes, "tag", req.GetMeta().GetTag())
 	call.Ran = time.Now()
 	exit, runErr := f.runner.Run(callCtx, bytes.NewReader(in), stdout, stderr)
@@ -249,6 +255,10 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		return fail(OutcomeTimeout, fmt.Sprintf("the function ran longer than the limit of %s and was stopped", f.timeout))
 	case stdout.Overflow:
 		return fail(OutcomeFatal, fmt.Sprintf("the function printed more than the limit of %d bytes on stdout", f.maxOutputBytes))
+	case stdout.Refused != nil:
+		// The server's memory was full, not the function wrong: a status
+		// the caller retries, as for a request that does not fit.
+		return res, stdout.Refused
 	case runErr != nil:
 		return fail(OutcomeFatal, fmt.Sprintf("the function could not be run: %v", runErr))
 	case exit.RuntimeError != "":
@@ -260,6 +270,9 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		// function exits 1 when a result is an error and prints its
 		// ResourceList, whose results say why.
 		if fd, ok := f.codec.(codec.FailureDecoder); ok && len(stdout.Bytes()) > 0 {
+			if err := f.chargeDecoding(ctx, budget, stdout.Bytes()); err != nil {
+				return res, err
+			}
 			if rsp, err := fd.DecodeFailure(req, stdout.Bytes()); err == nil {
 				complete(req, rsp)
 				if msg := f.tooLarge(rsp, len(stdout.Bytes())); msg != "" {
@@ -278,6 +291,9 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		}
 		return fail(OutcomeFatal, fmt.Sprintf("the function exited with code %d", exit.Code))
 	}
+	if err := f.chargeDecoding(ctx, budget, stdout.Bytes()); err != nil {
+		return res, err
+	}
 	rsp, err := f.decode(ctx, req, stdout.Bytes())
 	if err != nil {
 		r, _ := fail(OutcomeFatal, err.Error())
@@ -290,6 +306,17 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 	}
 	res.Outcome, res.Response = OutcomeOK, rsp
 	return res, nil
+}
+
+// chargeDecoding charges budget what decoding out will take, before it is
+// decoded: output of a few megabytes can take hundreds decoded.
+func (f *Function) chargeDecoding(ctx context.Context, budget *answerBudget, out []byte) error {
+	if budget == nil {
+		return nil
+	}
+	return budget.take(ctx, f.codec.DecodeMemory(out), func() string {
+		return fmt.Sprintf("to decode the %d bytes the function printed in the %s I/O mode", len(out), f.codec.Name())
+	})
 }
 
 // tooLarge says why rsp, decoded from printed bytes of output, cannot be

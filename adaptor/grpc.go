@@ -43,9 +43,10 @@ type serverOptions struct {
 	recvTimeout      time.Duration
 }
 
-// WithMaxInflightBytes bounds the memory that requests being received or
-// run hold at once (default DefaultMaxInflightBytes); a request beyond it
-// is refused with RESOURCE_EXHAUSTED. It must hold what the largest
+// WithMaxInflightBytes bounds the memory that calls being received or run
+// hold at once, their requests and their functions' answers (default
+// DefaultMaxInflightBytes); a call beyond it is refused with
+// RESOURCE_EXHAUSTED. It must hold what the largest
 // request accepted takes when it is one string (see CheckInflightBytes).
 func WithMaxInflightBytes(n int64) ServerOption {
 	return func(o *serverOptions) { o.maxInflightBytes = n }

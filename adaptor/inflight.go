@@ -29,14 +29,16 @@ const DefaultMaxInflightBytes = 1 << 30
 // each reserve the largest size until they are read, which takes far less.
 const reserveWait = time.Second
 
-// inflight is the memory budget of the requests being received or run.
+// inflight is the memory budget of the calls being received or run.
 // gRPC reads a whole request into memory before it can be decoded, and its
 // length is known only then. So a request reserves what the bytes of the
 // largest request accepted take before it is read, which keeps the bound
 // true whatever arrives. Once its bytes are in, and before they are
 // decoded, they are counted (protocount) and the request takes what its
 // decoding and its encoding for the function will cost, or is refused;
-// it keeps that until its call returns.
+// it keeps that until its call returns. The function's answer charges the
+// same budget (answerBudget): its stdout as it is read, and what decoding
+// it takes before it is decoded.
 // Until a request is read, the bytes the client sent wait in HTTP/2 flow
 // control windows (at most 16 MiB per connection).
 type inflight struct {
@@ -81,9 +83,14 @@ func largestCost(n int64) int64 {
 	return requestCost(c, codec.JSON{}.EncodeMemory(c), false)
 }
 
-// reserve takes n bytes of the budget, waiting up to reserveWait for them;
-// why says what they are for.
+// reserve takes n bytes of the budget for a request, waiting up to
+// reserveWait for them; why says what they are for.
 func (b *inflight) reserve(ctx context.Context, n int64, why string) error {
+	return b.reserveFor(ctx, n, "this request", why)
+}
+
+// reserveFor is reserve for what (this request, or the function's answer).
+func (b *inflight) reserveFor(ctx context.Context, n int64, what, why string) error {
 	timer := time.NewTimer(reserveWait)
 	defer timer.Stop()
 	for {
@@ -100,8 +107,8 @@ func (b *inflight) reserve(ctx context.Context, n int64, why string) error {
 		case <-freed:
 		case <-timer.C:
 			return status.Errorf(codes.ResourceExhausted,
-				"ocifn holds %d bytes of requests in flight and this request needs %d more, %s, past --max-inflight-bytes %d; retry later or raise it",
-				used, n, why, b.limit)
+				"ocifn holds %d bytes of calls in flight and %s needs %d more, %s, past --max-inflight-bytes %d; retry later or raise it",
+				used, what, n, why, b.limit)
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}
@@ -156,6 +163,8 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 			defer func() { b.resize(held, 0) }()
 			decoded := false
 			ctx, wire := withWireCount(ctx)
+			ctx, answer := withAnswerBudget(ctx, b)
+			defer answer.release()
 			rsp, err := handler(srv, ctx, func(v any) error {
 				m, ok := v.(proto.Message)
 				if !ok {
@@ -193,6 +202,63 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 		}
 	}
 	return &d
+}
+
+// answerBudget is what a call's answer charges to the in-flight budget
+// beyond its request's share: the function's output as it is read, then
+// what decoding it takes. It is let go with the request's share, when the
+// call returns; gRPC encodes the response after that, into at most
+// --max-recv-msg-size bytes.
+type answerBudget struct {
+	b    *inflight
+	mu   sync.Mutex
+	held int64
+}
+
+type answerBudgetKey struct{}
+
+func withAnswerBudget(ctx context.Context, b *inflight) (context.Context, *answerBudget) {
+	a := &answerBudget{b: b}
+	return context.WithValue(ctx, answerBudgetKey{}, a), a
+}
+
+// answerBudgetOf returns the budget of the call in ctx, or nil when calls
+// are not bounded (ocifn test and render).
+func answerBudgetOf(ctx context.Context) *answerBudget {
+	a, _ := ctx.Value(answerBudgetKey{}).(*answerBudget)
+	return a
+}
+
+// take charges n more bytes, waiting as reserve does; why says what they
+// are for. More than the whole budget is refused at once. A nil budget
+// takes anything.
+func (a *answerBudget) take(ctx context.Context, n int64, why func() string) error {
+	if a == nil || n <= 0 {
+		return nil
+	}
+	a.mu.Lock()
+	total := a.held + n
+	a.mu.Unlock()
+	if total > a.b.limit {
+		return status.Errorf(codes.ResourceExhausted, "the function's answer needs %d bytes of memory, %s, past --max-inflight-bytes %d; raise it or have the function print less", total, why(), a.b.limit)
+	}
+	if err := a.b.reserveFor(ctx, n, "the function's answer", why()); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.held += n
+	a.mu.Unlock()
+	return nil
+}
+
+func (a *answerBudget) release() {
+	a.mu.Lock()
+	n := a.held
+	a.held = 0
+	a.mu.Unlock()
+	if n > 0 {
+		a.b.resize(n, 0)
+	}
 }
 
 // unreadable is the error of a request whose bytes are not the message,

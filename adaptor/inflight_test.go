@@ -116,3 +116,68 @@ func TestRequestCostIsKnownBeforeDecoding(t *testing.T) {
 		t.Errorf("the long string again: %v, want it served", err)
 	}
 }
+
+// TestAnswerCostIsChargedBeforeDecoding: what a function prints is charged
+// to the budget as it is read, and what decoding it takes before it is
+// decoded. An answer of 300,000 nulls (1.5 MB printed, some 75 MB decoded
+// by the model, 26 MB measured) is refused at once with
+// RESOURCE_EXHAUSTED naming the flag and the I/O mode, without being
+// decoded; answers that fit are served one after the other, each letting
+// go of what it took when its call returns.
+func TestAnswerCostIsChargedBeforeDecoding(t *testing.T) {
+	const limit = 4 << 20
+	nulls := func(n int) string {
+		return `{"desired":{"composite":{"resource":{"a":[` + strings.Repeat("null,", n-1) + `null]}}}}`
+	}
+	runner := &scriptedRunner{stdout: nulls(300000)}
+	srv := NewServer(nil, limit, WithMaxInflightBytes(largestCost(limit)))
+	srv.Ready(NewFunction(runner, WithLogger(slog.New(slog.DiscardHandler))))
+	client := fnv1.NewFunctionRunnerServiceClient(serveInMemory(t, srv))
+	req := &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "t"}}
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := client.RunFunction(context.Background(), req)
+	runtime.ReadMemStats(&after)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-inflight-bytes") || !strings.Contains(err.Error(), "json I/O mode") || !strings.Contains(err.Error(), "print less") {
+		t.Fatalf("an answer of 300,000 nulls: %v, want RESOURCE_EXHAUSTED at once, naming the flag and the I/O mode", err)
+	}
+	// The output and its buffer take about 4 MB; decoded, it would take 26.
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 15<<20 {
+		t.Errorf("%d bytes allocated while the answer was refused; was it decoded?", allocated)
+	}
+
+	// 100,000 nulls are charged some 26 MB of the 35: two calls in a row
+	// are served only if the first let go of its share.
+	runner.stdout = nulls(100000)
+	for i := range 2 {
+		rsp, err := client.RunFunction(context.Background(), req)
+		if err != nil {
+			t.Fatalf("call %d, an answer of 100,000 nulls: %v", i+1, err)
+		}
+		if n := len(rsp.GetDesired().GetComposite().GetResource().GetFields()["a"].GetListValue().GetValues()); n != 100000 {
+			t.Fatalf("call %d: %d nulls in the answer, want 100000", i+1, n)
+		}
+	}
+}
+
+// TestAnswerOutputIsChargedAsItIsRead: stdout is charged as its buffer
+// grows, so output larger than the whole budget stops being read at the
+// budget, and the call gets RESOURCE_EXHAUSTED; the server then serves
+// the next call.
+func TestAnswerOutputIsChargedAsItIsRead(t *testing.T) {
+	const limit = 1 << 20
+	runner := &scriptedRunner{stdout: "{}" + strings.Repeat(" ", 16<<20)}
+	srv := NewServer(nil, limit, WithMaxInflightBytes(10<<20))
+	srv.Ready(NewFunction(runner, WithLogger(slog.New(slog.DiscardHandler))))
+	client := fnv1.NewFunctionRunnerServiceClient(serveInMemory(t, srv))
+	req := &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "t"}}
+	_, err := client.RunFunction(context.Background(), req)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "printed on stdout") || !strings.Contains(err.Error(), "--max-inflight-bytes 10485760") {
+		t.Fatalf("16 MiB of output against a budget of 10: %v, want RESOURCE_EXHAUSTED naming the output and the flag", err)
+	}
+	runner.stdout = "{}"
+	if _, err := client.RunFunction(context.Background(), req); err != nil {
+		t.Fatalf("the next call: %v", err)
+	}
+}

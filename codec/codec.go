@@ -25,6 +25,11 @@ type Codec interface {
 	// requests within a memory bound charges it before the request is
 	// decoded.
 	EncodeMemory(c protocount.Counts) int64
+	// DecodeMemory is at most the memory Decode (and DecodeFailure, for a
+	// FailureDecoder) holds at once to read stdout, the response included:
+	// a server that holds calls within a memory bound charges it before it
+	// decodes.
+	DecodeMemory(stdout []byte) int64
 	// Decode turns what the function printed on stdout, having exited 0,
 	// into its response to req. An error says why the output is not a
 	// valid answer, naming the likely mode when the output is another

@@ -76,3 +76,32 @@ func TestFloodOfLargestRequests(t *testing.T) {
 	}
 	assertNoLeaks(t, s, cache, tmp)
 }
+
+// TestLargeAnswersAreBounded: what a function prints is charged to
+// --max-inflight-bytes too, before it is decoded. An answer of 200,000
+// nulls (1 MB printed, some 60 MB to decode by the model) is refused at
+// once with RESOURCE_EXHAUSTED naming the flag; one of 10,000 is served;
+// and the server serves calls as before.
+func TestLargeAnswersAreBounded(t *testing.T) {
+	cache, tmp := cacheDir(t), t.TempDir()
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache,
+		"--max-recv-msg-size", "1Mi", "--max-inflight-bytes", "20Mi", "--cache=false"}, privateTmp(tmp))
+	nulls := func(n int) string {
+		return fmt.Sprintf(`jq -nc '{desired: {composite: {resource: {a: [range(%d) | null]}}}}'`, n)
+	}
+	_, err := s.callErr(context.Background(), shRequest(t, "large", nulls(200000)))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-inflight-bytes") || !strings.Contains(err.Error(), "print less") {
+		t.Fatalf("an answer of 200,000 nulls: %v, want RESOURCE_EXHAUSTED naming the flag", err)
+	}
+	rsp := s.call(t, shRequest(t, "fits", nulls(10000)))
+	if n := len(rsp.GetDesired().GetComposite().GetResource().GetFields()["a"].GetListValue().GetValues()); n != 10000 || len(rsp.GetResults()) != 0 {
+		t.Fatalf("an answer of 10,000 nulls: %d of them, results %v", n, rsp.GetResults())
+	}
+	if rsp := s.call(t, shRequest(t, "after", okScript)); len(rsp.GetResults()) != 0 {
+		t.Errorf("a call after: %v", rsp.GetResults())
+	}
+	if log := s.stderr.String(); !strings.Contains(log, "outcome=rejected") {
+		t.Errorf("the refused call is not logged as rejected:\n%s", log)
+	}
+	assertNoLeaks(t, s, cache, tmp)
+}

@@ -101,18 +101,38 @@ var errOutputLimit = errors.New("output limit reached")
 // field, not embedded: an embedded bytes.Buffer would lend its ReadFrom and
 // WriteString to io.Copy and io.WriteString, which would bypass the cap.
 type Capped struct {
-	buf      bytes.Buffer
+	buf      []byte
 	Max      int
 	Overflow bool
+	// Reserve, when set, is asked for the bytes the buffer grows by before
+	// it grows, so that they are charged to a memory budget; if it fails,
+	// the write fails with its error, kept in Refused.
+	Reserve func(n int) error
+	Refused error
 }
 
 func (c *Capped) Write(p []byte) (int, error) {
-	if c.buf.Len()+len(p) > c.Max {
+	if len(c.buf)+len(p) > c.Max {
 		c.Overflow = true
 		return 0, errOutputLimit
 	}
-	return c.buf.Write(p)
+	if need := len(c.buf) + len(p); need > cap(c.buf) {
+		// Grown by doubling, as append would, but never past Max: the
+		// capacity is what is charged.
+		size := min(max(need, 2*cap(c.buf), 512), c.Max)
+		if c.Reserve != nil {
+			if err := c.Reserve(size - cap(c.buf)); err != nil {
+				c.Refused = err
+				return 0, err
+			}
+		}
+		buf := make([]byte, len(c.buf), size)
+		copy(buf, c.buf)
+		c.buf = buf
+	}
+	c.buf = append(c.buf, p...)
+	return len(p), nil
 }
 
 // Bytes returns what was collected.
-func (c *Capped) Bytes() []byte { return c.buf.Bytes() }
+func (c *Capped) Bytes() []byte { return c.buf }
