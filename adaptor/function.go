@@ -227,7 +227,9 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 	budget := answerBudgetOf(ctx)
 	if budget != nil {
 		stdout.Reserve = func(n int) error {
-			return budget.take(callCtx, int64(n), func() string { return "to hold what the function printed on stdout" })
+			return budget.take(callCtx, int64(n), func() string {
+				return fmt.Sprintf("to hold what the function printed on stdout (%d bytes so far)", len(stdout.Bytes()))
+			})
 		}
 	}
 	stderr := hook.NewStderrLog(f.log, hook.StderrLogBytes, hook.StderrTailBytes, "tag", req.GetMeta().GetTag())
@@ -309,14 +311,22 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 }
 
 // chargeDecoding charges budget what decoding out will take, before it is
-// decoded: output of a few megabytes can take hundreds decoded.
+// decoded: output of a few megabytes can take hundreds decoded. What YAML
+// aliases add is counted by a parse, once the parse is charged.
 func (f *Function) chargeDecoding(ctx context.Context, budget *answerBudget, out []byte) error {
 	if budget == nil {
 		return nil
 	}
-	return budget.take(ctx, f.codec.DecodeMemory(out), func() string {
+	why := func() string {
 		return fmt.Sprintf("to decode the %d bytes the function printed in the %s I/O mode", len(out), f.codec.Name())
-	})
+	}
+	if err := budget.take(ctx, f.codec.DecodeMemory(out), why); err != nil {
+		return err
+	}
+	if ac, ok := f.codec.(codec.AliasCounter); ok {
+		return budget.take(ctx, ac.AliasMemory(out), func() string { return why() + ", its YAML aliases expanded" })
+	}
+	return nil
 }
 
 // tooLarge says why rsp, decoded from printed bytes of output, cannot be

@@ -24,6 +24,9 @@ type scriptedRunner struct {
 	err            error
 	block          bool
 	stdin          []byte
+	// chunk, when not 0, writes stdout in pieces of that size, as a pipe
+	// is read.
+	chunk int
 }
 
 func (r *scriptedRunner) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
@@ -33,8 +36,16 @@ func (r *scriptedRunner) Run(ctx context.Context, stdin io.Reader, stdout, stder
 		return Exit{Code: 137}, ctx.Err()
 	}
 	_, _ = io.WriteString(stderr, r.stderr)
-	if _, err := io.WriteString(stdout, r.stdout); err != nil {
-		return Exit{}, err
+	out := r.stdout
+	for len(out) > 0 {
+		n := len(out)
+		if r.chunk > 0 {
+			n = min(n, r.chunk)
+		}
+		if _, err := io.WriteString(stdout, out[:n]); err != nil {
+			return Exit{}, err
+		}
+		out = out[n:]
 	}
 	return Exit{Code: r.code, OOMKilled: r.oom}, r.err
 }

@@ -188,6 +188,7 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 					return err
 				}
 				held = cost
+				answer.besides(cost)
 				if err := proto.Unmarshal(raw.bytes(), m); err != nil {
 					return unreadable(err)
 				}
@@ -210,9 +211,18 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 // call returns; gRPC encodes the response after that, into at most
 // --max-recv-msg-size bytes.
 type answerBudget struct {
-	b    *inflight
-	mu   sync.Mutex
-	held int64
+	b  *inflight
+	mu sync.Mutex
+	// request is what the call's request holds, held what its answer
+	// took.
+	request, held int64
+}
+
+// besides says what the call's request holds beside the answer.
+func (a *answerBudget) besides(request int64) {
+	a.mu.Lock()
+	a.request = request
+	a.mu.Unlock()
 }
 
 type answerBudgetKey struct{}
@@ -230,17 +240,17 @@ func answerBudgetOf(ctx context.Context) *answerBudget {
 }
 
 // take charges n more bytes, waiting as reserve does; why says what they
-// are for. More than the whole budget is refused at once. A nil budget
-// takes anything.
+// are for. What could never fit beside the call's request is refused at
+// once. A nil budget takes anything.
 func (a *answerBudget) take(ctx context.Context, n int64, why func() string) error {
 	if a == nil || n <= 0 {
 		return nil
 	}
 	a.mu.Lock()
-	total := a.held + n
+	request, total := a.request, a.held+n
 	a.mu.Unlock()
-	if total > a.b.limit {
-		return status.Errorf(codes.ResourceExhausted, "the function's answer needs %d bytes of memory, %s, past --max-inflight-bytes %d; raise it or have the function print less", total, why(), a.b.limit)
+	if request+total > a.b.limit {
+		return status.Errorf(codes.ResourceExhausted, "the function's answer needs %d bytes of memory, %s, and its request holds %d, past --max-inflight-bytes %d; raise it or have the function print less", total, why(), request, a.b.limit)
 	}
 	if err := a.b.reserveFor(ctx, n, "the function's answer", why()); err != nil {
 		return err

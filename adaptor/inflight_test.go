@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ocifn/ocifn/codec"
 )
 
 // TestInflightBudget: reservations fit in the limit, a request that does
@@ -119,11 +121,13 @@ func TestRequestCostIsKnownBeforeDecoding(t *testing.T) {
 
 // TestAnswerCostIsChargedBeforeDecoding: what a function prints is charged
 // to the budget as it is read, and what decoding it takes before it is
-// decoded. An answer of 300,000 nulls (1.5 MB printed, some 75 MB decoded
-// by the model, 26 MB measured) is refused at once with
+// decoded. An answer of 300,000 nulls (1.5 MB printed, over 100 MB to
+// decode by the model, 26 measured) is refused at once with
 // RESOURCE_EXHAUSTED naming the flag and the I/O mode, without being
-// decoded; answers that fit are served one after the other, each letting
-// go of what it took when its call returns.
+// decoded; answers that take some two thirds of the budget are served one
+// after the other, each letting go of what it took when its call returns,
+// over v1 and over v1beta1, whose conversion of the response is charged
+// too.
 func TestAnswerCostIsChargedBeforeDecoding(t *testing.T) {
 	const limit = 4 << 20
 	nulls := func(n int) string {
@@ -132,7 +136,8 @@ func TestAnswerCostIsChargedBeforeDecoding(t *testing.T) {
 	runner := &scriptedRunner{stdout: nulls(300000)}
 	srv := NewServer(nil, limit, WithMaxInflightBytes(largestCost(limit)))
 	srv.Ready(NewFunction(runner, WithLogger(slog.New(slog.DiscardHandler))))
-	client := fnv1.NewFunctionRunnerServiceClient(serveInMemory(t, srv))
+	conn := serveInMemory(t, srv)
+	client := fnv1.NewFunctionRunnerServiceClient(conn)
 	req := &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "t"}}
 
 	var before, after runtime.MemStats
@@ -147,34 +152,47 @@ func TestAnswerCostIsChargedBeforeDecoding(t *testing.T) {
 		t.Errorf("%d bytes allocated while the answer was refused; was it decoded?", allocated)
 	}
 
-	// 100,000 nulls are charged some 26 MB of the 35: two calls in a row
-	// are served only if the first let go of its share.
-	runner.stdout = nulls(100000)
+	const n = 60000
+	runner.stdout = nulls(n)
+	charged, budget := (codec.JSON{}).DecodeMemory([]byte(runner.stdout)), largestCost(limit)
+	if charged < budget/2 || charged > budget*3/4 {
+		t.Fatalf("%d nulls are charged %d bytes to decode, want between a half and three quarters of the budget of %d", n, charged, budget)
+	}
 	for i := range 2 {
 		rsp, err := client.RunFunction(context.Background(), req)
 		if err != nil {
-			t.Fatalf("call %d, an answer of 100,000 nulls: %v", i+1, err)
+			t.Fatalf("call %d, an answer of %d nulls: %v", i+1, n, err)
 		}
-		if n := len(rsp.GetDesired().GetComposite().GetResource().GetFields()["a"].GetListValue().GetValues()); n != 100000 {
-			t.Fatalf("call %d: %d nulls in the answer, want 100000", i+1, n)
+		if got := len(rsp.GetDesired().GetComposite().GetResource().GetFields()["a"].GetListValue().GetValues()); got != n {
+			t.Fatalf("call %d: %d nulls in the answer, want %d", i+1, got, n)
+		}
+	}
+	beta := fnv1beta1.NewFunctionRunnerServiceClient(conn)
+	for i := range 2 {
+		rsp, err := beta.RunFunction(context.Background(), &fnv1beta1.RunFunctionRequest{Meta: &fnv1beta1.RequestMeta{Tag: "t"}})
+		if err != nil {
+			t.Fatalf("v1beta1 call %d, an answer of %d nulls: %v", i+1, n, err)
+		}
+		if got := len(rsp.GetDesired().GetComposite().GetResource().GetFields()["a"].GetListValue().GetValues()); got != n {
+			t.Fatalf("v1beta1 call %d: %d nulls in the answer, want %d", i+1, got, n)
 		}
 	}
 }
 
 // TestAnswerOutputIsChargedAsItIsRead: stdout is charged as its buffer
-// grows, so output larger than the whole budget stops being read at the
-// budget, and the call gets RESOURCE_EXHAUSTED; the server then serves
-// the next call.
+// grows, step by step as a pipe is read, so output larger than the budget
+// stops being read there, and the call gets RESOURCE_EXHAUSTED naming what
+// it printed so far; the server then serves the next call.
 func TestAnswerOutputIsChargedAsItIsRead(t *testing.T) {
 	const limit = 1 << 20
-	runner := &scriptedRunner{stdout: "{}" + strings.Repeat(" ", 16<<20)}
+	runner := &scriptedRunner{stdout: "{}" + strings.Repeat(" ", 16<<20), chunk: 64 << 10}
 	srv := NewServer(nil, limit, WithMaxInflightBytes(10<<20))
 	srv.Ready(NewFunction(runner, WithLogger(slog.New(slog.DiscardHandler))))
 	client := fnv1.NewFunctionRunnerServiceClient(serveInMemory(t, srv))
 	req := &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "t"}}
 	_, err := client.RunFunction(context.Background(), req)
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "printed on stdout") || !strings.Contains(err.Error(), "--max-inflight-bytes 10485760") {
-		t.Fatalf("16 MiB of output against a budget of 10: %v, want RESOURCE_EXHAUSTED naming the output and the flag", err)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "printed on stdout (8388608 bytes so far)") || !strings.Contains(err.Error(), "--max-inflight-bytes 10485760") {
+		t.Fatalf("16 MiB of output against a budget of 10: %v, want RESOURCE_EXHAUSTED once 8 MiB are in, naming the output and the flag", err)
 	}
 	runner.stdout = "{}"
 	if _, err := client.RunFunction(context.Background(), req); err != nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ocifn/ocifn/codec"
+	"github.com/ocifn/ocifn/internal/protocount"
 )
 
 // registerBounded adds the v1 and v1beta1 FunctionRunnerService, both
@@ -81,8 +82,28 @@ func (s *v1beta1Server) RunFunction(ctx context.Context, req *fnv1beta1.RunFunct
 	if err != nil {
 		return nil, err
 	}
+	// The conversion holds the response's bytes and a second decoded
+	// response: both are charged to the in-flight budget, as a v1beta1
+	// request's conversion is.
+	budget := answerBudgetOf(ctx)
+	if err := budget.take(ctx, int64(proto.Size(rsp)), func() string { return "to convert the response to v1beta1" }); err != nil {
+		return nil, err
+	}
+	b, err := proto.Marshal(rsp)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "cannot write the response as v1beta1: %v", err)
+	}
 	out := &fnv1beta1.RunFunctionResponse{}
-	if err := convert(rsp, out); err != nil {
+	if budget != nil {
+		c, err := protocount.Count(b, out.ProtoReflect().Descriptor())
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "cannot write the response as v1beta1: %v", err)
+		}
+		if err := budget.take(ctx, c.Decoded(), func() string { return "to convert the response to v1beta1" }); err != nil {
+			return nil, err
+		}
+	}
+	if err := proto.Unmarshal(b, out); err != nil {
 		return nil, status.Errorf(codes.Internal, "cannot write the response as v1beta1: %v", err)
 	}
 	return out, nil

@@ -47,35 +47,81 @@ func responseOutputs(t *testing.T, n int) map[string]map[string][]byte {
 	return out
 }
 
-func marks(cd Codec, c outCounts) int64 {
-	if cd.Name() == "json" {
-		return c.jsonMarks
+// decodeBound is what a server charges before it decodes out with cd.
+func decodeBound(cd Codec, out []byte) int64 {
+	n := cd.DecodeMemory(out)
+	if ac, ok := cd.(AliasCounter); ok {
+		n += ac.AliasMemory(out)
 	}
-	return c.yamlMarks
+	return n
 }
 
-// TestDecodeMemoryBoundsDecode: each codec's DecodeMemory is at least
-// what its Decode holds at once for outputs of every costly shape.
+// breaks are YAML's line breaks, each of which a YAML 1.1 decoder takes.
+var breaks = map[string]string{"LF": "\n", "CRLF": "\r\n", "CR": "\r", "NEL": "\u0085", "LS": "\u2028"}
+
+// TestDecodeMemoryBoundsDecode: each codec's DecodeMemory (with
+// AliasMemory) is at least what its Decode holds at once for outputs of
+// every costly shape; for the same outputs made invalid at their end, so
+// that Decode reads them again to say why; for output in another mode's
+// format; and for YAML lists of nulls whose lines end in each of YAML's
+// line breaks.
 func TestDecodeMemoryBoundsDecode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures the heap of large responses")
 	}
 	req := &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{}}, Desired: &fnv1.State{Composite: &fnv1.Resource{}}}
+	type tc struct {
+		cd        Codec
+		name, out string
+	}
+	var cases []tc
 	for name, outs := range responseOutputs(t, 30000) {
-		for _, cd := range []Codec{JSON{}, FunctionIO{}, KRM{}} {
-			out := outs[cd.Name()]
-			var rsp *fnv1.RunFunctionResponse
-			var err error
-			used := memtest.Peak(func() { rsp, err = cd.Decode(req, out) })
-			if err != nil {
-				t.Fatalf("%s, %s: %v", cd.Name(), name, err)
-			}
-			runtime.KeepAlive(rsp)
+		j := outs["json"]
+		cases = append(cases,
+			tc{JSON{}, name, string(j)},
+			tc{JSON{}, name + ", invalid", string(j[:len(j)-1]) + `,"bogus":1}`},
+			tc{JSON{}, name + ", as YAML", string(outs["functionio"])})
+		for _, cd := range []Codec{FunctionIO{}, KRM{}} {
+			y := outs[cd.Name()]
+			cases = append(cases,
+				tc{cd, name, string(y)},
+				tc{cd, name + ", invalid", string(y) + "bogus: 1\n"})
+		}
+	}
+	for bname, br := range breaks {
+		items := strings.Repeat("      -"+br, 100000)
+		fio := strings.Join([]string{"apiVersion: apiextensions.crossplane.io/v1alpha1", "kind: FunctionIO", "desired:", "  composite:", "    resource:", "      a:", ""}, br) + items
+		krm := strings.Join([]string{"apiVersion: config.kubernetes.io/v1", "kind: ResourceList", "items:", "- apiVersion: v1", "  kind: X", "  a:", ""}, br) + strings.ReplaceAll(items, "      -", "  -")
+		cases = append(cases, tc{FunctionIO{}, "nulls, lines ending in " + bname, fio}, tc{KRM{}, "nulls, lines ending in " + bname, krm}, tc{JSON{}, "nulls, lines ending in " + bname, fio})
+	}
+	for _, c := range cases {
+		out := []byte(c.out)
+		var rsp *fnv1.RunFunctionResponse
+		used := memtest.Peak(func() { rsp, _ = c.cd.Decode(req, out) })
+		runtime.KeepAlive(rsp)
+		bound := decodeBound(c.cd, out)
+		t.Logf("%-10s %-34s %9d bytes: decoding held %10d (%5.1f/byte), bound %10d (%.1fx)", c.cd.Name(), c.name, len(out), used, float64(used)/float64(len(out)), bound, float64(bound)/float64(used))
+		if used > bound {
+			t.Errorf("%s, %s: decoding held %d bytes, past the bound of %d", c.cd.Name(), c.name, used, bound)
+		}
+	}
+}
+
+// TestAliasParseMemory: the parse that counts aliases holds no more than
+// DecodeMemory charges for it, for output of every costly shape.
+func TestAliasParseMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures the heap of large responses")
+	}
+	for name, outs := range responseOutputs(t, 30000) {
+		for _, mode := range []string{"functionio", "krm"} {
+			out := outs[mode]
 			c := countOutput(out)
-			bound := cd.DecodeMemory(out)
-			t.Logf("%-10s %-18s %9d bytes, %8d marks: decoding held %10d (%5.1f/byte, %6.1f/mark), bound %10d (%.1fx)", cd.Name(), name, len(out), marks(cd, c), used, float64(used)/float64(len(out)), float64(used)/float64(marks(cd, c)+1), bound, float64(bound)/float64(used))
+			used := memtest.Peak(func() { _ = aliasValues(out) })
+			bound := aliasParseByte*c.bytes + aliasParseValue*(c.yamlMarks+1)
+			t.Logf("%-10s %-18s %9d bytes: the parse held %10d, bound %10d (%.1fx)", mode, name, len(out), used, bound, float64(bound)/float64(used))
 			if used > bound {
-				t.Errorf("%s, %s: decoding held %d bytes, past the bound of %d", cd.Name(), name, used, bound)
+				t.Errorf("%s, %s: the parse held %d bytes, past the bound of %d", mode, name, used, bound)
 			}
 		}
 	}
@@ -107,7 +153,7 @@ func TestDecodeMemoryBoundsAliases(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", cd.Name(), err)
 		}
-		bound := cd.DecodeMemory([]byte(out))
+		bound := decodeBound(cd, []byte(out))
 		t.Logf("%-10s %d bytes: decoding held %d, bound %d (%.1fx)", cd.Name(), len(out), used, bound, float64(bound)/float64(used))
 		if used > bound {
 			t.Errorf("%s: decoding held %d bytes, past the bound of %d", cd.Name(), used, bound)

@@ -59,7 +59,13 @@ func encodeDecode(t *testing.T, c Codec, data []byte) (e encoded, ok bool) {
 // or errs, and an answer carries the request's tag and a desired resources
 // map. req's tag is "fuzz".
 func fuzzDecode(f *testing.F, c Codec, req *fnv1.RunFunctionRequest) {
+	f.Add([]byte("a: &x [1, {b: *x}]\nc: *x\nd: *y\n"))
 	f.Fuzz(func(t *testing.T, out []byte) {
+		// What a server charges before decoding: counted for any output
+		// without fail.
+		if n := decodeBound(c, out); n < decodeBase {
+			t.Fatalf("decoding %q charged %d bytes", out, n)
+		}
 		rsp, err := c.Decode(req, out)
 		if err != nil {
 			return

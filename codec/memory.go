@@ -1,8 +1,6 @@
 package codec
 
 import (
-	"bytes"
-
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ocifn/ocifn/internal/protocount"
@@ -56,39 +54,74 @@ type outCounts struct {
 	// jsonMarks+1 values (a key counted as one).
 	jsonMarks int64
 	// yamlMarks counts what a YAML value may follow: those bytes, line
-	// feeds, and a '-' before a space, a line feed or the end (a block
-	// sequence's entry).
+	// breaks (LF, CR, and NEL, LS and PS, which YAML 1.1 decoders take
+	// for line breaks too) and a '-' before a space, a tab, a line break
+	// or the end (a block sequence's entry).
 	yamlMarks int64
-	// aliases counts '*', which may begin a YAML alias.
-	aliases int64
+	// opens counts '[', '{' and, in YAML, a sequence's entry that starts
+	// another ("- - x"): each nesting level costs the decoders more than a
+	// value beside others.
+	opens int64
 }
 
 func countOutput(out []byte) outCounts {
 	c := outCounts{bytes: int64(len(out))}
 	for i, b := range out {
 		switch b {
-		case ',', ':', '[', '{':
+		case '[', '{':
+			c.opens++
 			c.jsonMarks++
 			c.yamlMarks++
-		case '\n':
+		case ',', ':':
+			c.jsonMarks++
 			c.yamlMarks++
-		case '-':
-			if i+1 == len(out) || out[i+1] == ' ' || out[i+1] == '\n' || out[i+1] == '\r' || out[i+1] == '\t' {
+		case '\n', '\r':
+			c.yamlMarks++
+		case 0xC2, 0xE2:
+			if n := lineBreakAt(out, i); n > 1 {
 				c.yamlMarks++
 			}
-		case '*':
-			c.aliases++
+		case '-':
+			if i+1 == len(out) || out[i+1] == ' ' || out[i+1] == '\t' || lineBreakAt(out, i+1) > 0 {
+				c.yamlMarks++
+				if i >= 2 && out[i-1] == ' ' && out[i-2] == '-' {
+					c.opens++ // "- - x": a sequence in a sequence
+				}
+			}
 		}
 	}
 	return c
 }
 
+// lineBreakAt returns the length of the YAML line break at out[i] (LF, CR,
+// NEL, LS or PS), or 0.
+func lineBreakAt(out []byte, i int) int {
+	rest := out[i:]
+	switch {
+	case len(rest) == 0:
+		return 0
+	case rest[0] == '\n' || rest[0] == '\r':
+		return 1
+	case len(rest) >= 2 && rest[0] == 0xC2 && rest[1] == 0x85:
+		return 2
+	case len(rest) >= 3 && rest[0] == 0xE2 && rest[1] == 0x80 && (rest[2] == 0xA8 || rest[2] == 0xA9):
+		return 3
+	}
+	return 0
+}
+
 // DecodeMemory of JSON: protojson decodes into messages and, for the
-// resources, structpb values, each of which costs some hundred bytes
-// more than the bytes it was read from; strings are copied.
+// resources, structpb values, each of which costs a few hundred bytes
+// more than the bytes it was read from; strings are copied. Output that is
+// invalid is read again into generic values, to say why, which costs no
+// more. Output that is not a JSON object is read as YAML, to say which
+// mode it looks like (Sniff): it costs what the YAML modes' output does.
 func (JSON) DecodeMemory(out []byte) int64 {
+	if !isJSON(out) {
+		return yamlDecodeMemory(out)
+	}
 	c := countOutput(out)
-	return decodeBase + jsonDecodeByte*c.bytes + jsonDecodeValue*(c.jsonMarks+1)
+	return decodeBase + jsonDecodeByte*c.bytes + jsonDecodeValue*(c.jsonMarks+1) + nestValue*c.opens
 }
 
 // DecodeMemory of FunctionIO: see yamlDecodeMemory.
@@ -100,63 +133,86 @@ func (KRM) DecodeMemory(out []byte) int64 { return yamlDecodeMemory(out) }
 // yamlDecodeMemory is at most what sigs.k8s.io/yaml takes to read an
 // output and the codec to build the response from it: YAML nodes, generic
 // values, their JSON, and that decoded again, some hundreds of bytes a
-// value. An alias repeats all that its anchor names, each time: output
-// that may hold one is charged for the values its aliases add.
+// value. Output that may hold aliases is charged too for the parse that
+// counts what they add (AliasMemory).
 func yamlDecodeMemory(out []byte) int64 {
 	c := countOutput(out)
-	n := decodeBase + yamlDecodeByte*c.bytes + yamlDecodeValue*(c.yamlMarks+1)
-	if c.aliases > 0 && bytes.IndexByte(out, '&') >= 0 {
-		n += yamlDecodeValue * aliasValues(out)
+	n := decodeBase + yamlDecodeByte*c.bytes + yamlDecodeValue*(c.yamlMarks+1) + nestValue*c.opens
+	if mayHoldAliases(out) {
+		n += aliasParseByte*c.bytes + aliasParseValue*(c.yamlMarks+1)
 	}
 	return n
 }
 
-// yamlAliasCap is how many values aliases may add before the YAML decoder
-// stops a document: go.yaml.in/yaml/v2 allows a share of the values it
-// decodes to come from aliases that falls from 99% at 400,000 values to
-// 10% at 4,000,000, at most about 1.2 million of them.
-const yamlAliasCap = 1_250_000
+// AliasCounter is a Codec whose decoding may expand YAML aliases. An alias
+// repeats all that its anchor names, each time it is decoded, which only
+// a parse can count: AliasMemory is what the values they add take, once
+// the parse, which DecodeMemory covers, has been charged.
+type AliasCounter interface {
+	AliasMemory(stdout []byte) int64
+}
+
+// AliasMemory of JSON: output that is not a JSON object is read as YAML.
+func (JSON) AliasMemory(out []byte) int64 {
+	if isJSON(out) {
+		return 0
+	}
+	return yamlAliasMemory(out)
+}
+
+// AliasMemory of FunctionIO: see yamlAliasMemory.
+func (FunctionIO) AliasMemory(out []byte) int64 { return yamlAliasMemory(out) }
+
+// AliasMemory of KRM: see yamlAliasMemory.
+func (KRM) AliasMemory(out []byte) int64 { return yamlAliasMemory(out) }
+
+func yamlAliasMemory(out []byte) int64 {
+	if !mayHoldAliases(out) {
+		return 0
+	}
+	return yamlDecodeValue * aliasValues(out)
+}
+
+// mayHoldAliases says whether out may be YAML with an anchor and an alias:
+// an '&' and a '*' where a node may begin (at the start, or after a space,
+// a tab, a line break, '[', '{' or ','). It errs towards yes: quoted
+// strings are not told apart.
+func mayHoldAliases(out []byte) bool {
+	anchor, alias := false, false
+	for i, b := range out {
+		if b != '&' && b != '*' {
+			continue
+		}
+		if i > 0 {
+			switch out[i-1] {
+			case ' ', '\t', '\n', '\r', '[', '{', ',', 0x85, 0xA8, 0xA9:
+			default:
+				continue
+			}
+		}
+		if b == '&' {
+			anchor = true
+		} else {
+			alias = true
+		}
+		if anchor && alias {
+			return true
+		}
+	}
+	return false
+}
 
 // aliasValues is how many values out's aliases add to it, expanded, as a
-// YAML decoder counts them; yamlAliasCap if it cannot tell. It parses out
-// into nodes, which take no more than decoding it without aliases does.
+// YAML decoder counts them: each alias as many as the node it names holds,
+// its own aliases expanded. 0 if out does not parse, or an alias names an
+// unknown anchor or one of its own ancestors: the decoders then refuse it
+// before they expand anything.
 func aliasValues(out []byte) int64 {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(out, &doc); err != nil {
-		return yamlAliasCap
+		return 0
 	}
-	var plain, expanded int64
-	seen := map[*yaml.Node]int64{}
-	var walk func(n *yaml.Node, depth int) (int64, bool)
-	walk = func(n *yaml.Node, depth int) (int64, bool) {
-		if n.Kind == yaml.AliasNode {
-			if n.Alias == nil {
-				return 0, false
-			}
-			return walk(n.Alias, depth)
-		}
-		if v, ok := seen[n]; ok {
-			// -1 marks a node being walked: an alias inside what it names.
-			return v, v >= 0
-		}
-		if depth > 10000 {
-			return 0, false
-		}
-		seen[n] = -1
-		total := int64(1)
-		for _, child := range n.Content {
-			v, ok := walk(child, depth+1)
-			if !ok {
-				return 0, false
-			}
-			total += v
-			if total > yamlAliasCap*2 {
-				return 0, false
-			}
-		}
-		seen[n] = total
-		return total, true
-	}
+	var plain int64
 	var count func(n *yaml.Node)
 	count = func(n *yaml.Node) {
 		plain++
@@ -165,9 +221,37 @@ func aliasValues(out []byte) int64 {
 		}
 	}
 	count(&doc)
-	expanded, ok := walk(&doc, 0)
-	if !ok || expanded-plain > yamlAliasCap {
-		return yamlAliasCap
+	// size is the values under n, aliases expanded, memoized by node; -1
+	// marks a node being walked. The walk follows the document's own
+	// nesting, which the parse has already been through.
+	size := map[*yaml.Node]int64{}
+	var walk func(n *yaml.Node) (int64, bool)
+	walk = func(n *yaml.Node) (int64, bool) {
+		if n.Kind == yaml.AliasNode {
+			if n.Alias == nil {
+				return 0, false
+			}
+			n = n.Alias
+		}
+		if v, ok := size[n]; ok {
+			return v, v >= 0
+		}
+		size[n] = -1
+		total := int64(1)
+		for _, child := range n.Content {
+			v, ok := walk(child)
+			if !ok {
+				return 0, false
+			}
+			// Saturated: past this no budget holds it anyway.
+			total = min(total+v, maxAliasValues)
+		}
+		size[n] = total
+		return total, true
+	}
+	expanded, ok := walk(&doc)
+	if !ok {
+		return 0
 	}
 	return expanded - plain
 }
@@ -178,10 +262,16 @@ func aliasValues(out []byte) int64 {
 // string's bytes cost more or less by where its buffers' doublings fall
 // (7 to 10 a byte in YAML for strings of 0.3 to 1 MB), so the cost per
 // byte has more margin; the base covers what a first decode initializes.
+// The parse that counts aliases builds a yaml.Node of some 200 bytes per
+// value, and some 500 per level of nesting (TestAliasParseMemory).
 const (
 	decodeBase      = 128 << 10
-	jsonDecodeByte  = 4
-	jsonDecodeValue = 300
+	jsonDecodeByte  = 6
+	jsonDecodeValue = 350
 	yamlDecodeByte  = 16
-	yamlDecodeValue = 700
+	yamlDecodeValue = 850
+	nestValue       = 600
+	aliasParseByte  = 4
+	aliasParseValue = 700
+	maxAliasValues  = 1 << 40
 )

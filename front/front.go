@@ -106,7 +106,9 @@ type Capped struct {
 	Overflow bool
 	// Reserve, when set, is asked for the bytes the buffer grows by before
 	// it grows, so that they are charged to a memory budget; if it fails,
-	// the write fails with its error, kept in Refused.
+	// the write fails with its error, kept in Refused. What is charged is
+	// the buffer's capacity: the one it replaces, at most half its size,
+	// is garbage once copied.
 	Reserve func(n int) error
 	Refused error
 }

@@ -12,9 +12,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"mime"
 	"net"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -163,7 +165,8 @@ var cgiFields = []string{"Content-Type", "Location", "Status"}
 // 3875 requires: a body that merely looks like headers, such as YAML
 // ("apiVersion: v1"), is all body. Output whose first line is a CGI field
 // was meant as a header block, so a malformed one is an error rather than
-// a body.
+// a body. Otherwise the block must be plain (see plainBlock), or it is
+// body: YAML may have a top-level status, location or content-type key.
 func ParseOutput(out []byte) (Response, error) {
 	body := Response{Status: http.StatusOK, Header: http.Header{}, Body: out}
 	first, ok := firstHeaderName(out)
@@ -189,6 +192,9 @@ func ParseOutput(out []byte) (Response, error) {
 	if !slices.ContainsFunc(cgiFields, func(f string) bool { return len(mh[f]) > 0 }) {
 		return body, nil
 	}
+	if !meant && !plainBlock(out[:end], mh) {
+		return body, nil
+	}
 	rsp := Response{Status: http.StatusOK, Header: http.Header(mh), Body: out[end+sep:]}
 	if s := rsp.Header.Get("Status"); s != "" {
 		code, _, _ := strings.Cut(strings.TrimSpace(s), " ")
@@ -203,6 +209,35 @@ func ParseOutput(out []byte) (Response, error) {
 		rsp.Status = http.StatusFound
 	}
 	return rsp, nil
+}
+
+// plainBlock reports whether a header block whose first line is not a CGI
+// field is one beyond doubt: no line continues another (as nested YAML
+// does), Status is a 3-digit code, Location an absolute URI or a path, and
+// Content-Type a media type (type/subtype).
+func plainBlock(block []byte, h textproto.MIMEHeader) bool {
+	for line := range bytes.Lines(block) {
+		if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+			return false
+		}
+	}
+	if s := h.Get("Status"); s != "" {
+		code, _, _ := strings.Cut(strings.TrimSpace(s), " ")
+		if n, err := strconv.Atoi(code); err != nil || len(code) != 3 || n < 100 || n > 599 {
+			return false
+		}
+	}
+	if l := h.Get("Location"); l != "" {
+		if u, err := url.Parse(l); err != nil || !(u.IsAbs() || strings.HasPrefix(l, "/")) {
+			return false
+		}
+	}
+	if ct := h.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || !strings.Contains(mt, "/") {
+			return false
+		}
+	}
+	return true
 }
 
 // firstHeaderName returns the name of out's first line if that line is

@@ -82,7 +82,11 @@ func TestParseOutput(t *testing.T) {
 		{"no_end_of_headers", "Content-Type: text/plain\nhello", 0, nil, "", true},
 		{"bad_status", "Status: abc\n\n", 0, nil, "", true},
 		{"status_out_of_range", "Status: 99\n\n", 0, nil, "", true},
-		{"bad_status_after_other_headers", "X-A: 1\nStatus: abc\n\n", 0, nil, "", true},
+		{"bad_status_after_other_headers_is_body", "X-A: 1\nStatus: abc\n\n", 200, nil, "X-A: 1\nStatus: abc\n\n", false},
+		{"location_after_other_headers", "X-A: 1\nLocation: /next\n\n", 302, map[string]string{"X-A": "1", "Location": "/next"}, "", false},
+		{"yaml_with_a_status_key", "apiVersion: v1\nkind: Pod\nstatus:\n  phase: Running\n\nrest", 200, nil, "apiVersion: v1\nkind: Pod\nstatus:\n  phase: Running\n\nrest", false},
+		{"yaml_with_a_location_key", "kind: X\nspec:\n  x: 1\nlocation: westeurope\n\nrest", 200, nil, "kind: X\nspec:\n  x: 1\nlocation: westeurope\n\nrest", false},
+		{"yaml_with_a_content_type_key", "kind: X\ncontent-type: yaml\n\nrest", 200, nil, "kind: X\ncontent-type: yaml\n\nrest", false},
 		{"line_without_colon", "Status: 200\nnot a header\n\nbody", 0, nil, "", true},
 		// RFC 3875 6.2: a header block holds a CGI field. Output that only
 		// looks like headers is a body.
