@@ -261,6 +261,18 @@ func (a *answerBudget) take(ctx context.Context, n int64, why func() string) err
 	return nil
 }
 
+// force charges n more bytes at once, past the limit if need be: for
+// memory an answered call cannot do without.
+func (a *answerBudget) force(n int64) {
+	if a == nil || n <= 0 {
+		return
+	}
+	a.b.resize(0, n)
+	a.mu.Lock()
+	a.held += n
+	a.mu.Unlock()
+}
+
 func (a *answerBudget) release() {
 	a.mu.Lock()
 	n := a.held

@@ -152,7 +152,7 @@ func TestAnswerCostIsChargedBeforeDecoding(t *testing.T) {
 		t.Errorf("%d bytes allocated while the answer was refused; was it decoded?", allocated)
 	}
 
-	const n = 60000
+	const n = 50000
 	runner.stdout = nulls(n)
 	charged, budget := (codec.JSON{}).DecodeMemory([]byte(runner.stdout)), largestCost(limit)
 	if charged < budget/2 || charged > budget*3/4 {

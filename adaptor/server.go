@@ -84,11 +84,11 @@ func (s *v1beta1Server) RunFunction(ctx context.Context, req *fnv1beta1.RunFunct
 	}
 	// The conversion holds the response's bytes and a second decoded
 	// response: both are charged to the in-flight budget, as a v1beta1
-	// request's conversion is.
+	// request's conversion is, but not refused: the call has been
+	// answered, logged and perhaps cached, and a retry would find the same
+	// answer.
 	budget := answerBudgetOf(ctx)
-	if err := budget.take(ctx, int64(proto.Size(rsp)), func() string { return "to convert the response to v1beta1" }); err != nil {
-		return nil, err
-	}
+	budget.force(int64(proto.Size(rsp)))
 	b, err := proto.Marshal(rsp)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "cannot write the response as v1beta1: %v", err)
@@ -99,9 +99,7 @@ func (s *v1beta1Server) RunFunction(ctx context.Context, req *fnv1beta1.RunFunct
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "cannot write the response as v1beta1: %v", err)
 		}
-		if err := budget.take(ctx, c.Decoded(), func() string { return "to convert the response to v1beta1" }); err != nil {
-			return nil, err
-		}
+		budget.force(c.Decoded())
 	}
 	if err := proto.Unmarshal(b, out); err != nil {
 		return nil, status.Errorf(codes.Internal, "cannot write the response as v1beta1: %v", err)

@@ -117,8 +117,8 @@ func TestAliasParseMemory(t *testing.T) {
 		for _, mode := range []string{"functionio", "krm"} {
 			out := outs[mode]
 			c := countOutput(out)
-			used := memtest.Peak(func() { _ = aliasValues(out) })
-			bound := aliasParseByte*c.bytes + aliasParseValue*(c.yamlMarks+1)
+			used := memtest.Peak(func() { _, _ = aliasAdds(out) })
+			bound := aliasParseMemory(c)
 			t.Logf("%-10s %-18s %9d bytes: the parse held %10d, bound %10d (%.1fx)", mode, name, len(out), used, bound, float64(bound)/float64(used))
 			if used > bound {
 				t.Errorf("%s, %s: the parse held %d bytes, past the bound of %d", mode, name, used, bound)
@@ -133,30 +133,47 @@ func TestDecodeMemoryBoundsAliases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures the heap of large responses")
 	}
-	var b strings.Builder
+	list := func(item string, n int) string { return strings.TrimSuffix(strings.Repeat(item+", ", n), ", ") }
 	// The YAML decoder refuses a document of which more than 99% comes
 	// from aliases: a plain list makes up the rest.
-	fmt.Fprintf(&b, "plain: [%s]\n", strings.TrimSuffix(strings.Repeat("0, ", 10000), ", "))
-	b.WriteString("l0: &l0 [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]\n")
-	for i := 1; i <= 4; i++ {
-		fmt.Fprintf(&b, "l%d: &l%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d, ", i-1), 10), ", "))
+	plain := fmt.Sprintf("plain: [%s]\n", list("0", 10000))
+	bomb := func(key func(i int) string) string {
+		var b strings.Builder
+		b.WriteString(plain)
+		fmt.Fprintf(&b, "%s&l0 [%s]\n", key(0), list("0", 10))
+		for i := 1; i <= 4; i++ {
+			fmt.Fprintf(&b, "%s&l%d [%s]\n", key(i), i, list(fmt.Sprintf("*l%d", i-1), 10))
+		}
+		return b.String()
 	}
-	resource := "    resource:\n      apiVersion: example.org/v1\n      kind: XR\n      spec:\n" + indent(b.String(), "        ")
-	outs := map[Codec]string{
-		FunctionIO{}: "apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\ndesired:\n  composite:\n" + resource,
-		KRM{}:        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: example.org/v1\n  kind: XR\n  metadata:\n    name: x\n  spec:\n" + indent(b.String(), "    "),
+	specs := map[string]string{
+		"lists of lists": bomb(func(i int) string { return fmt.Sprintf("l%d: ", i) }),
+		// A quoted key's value may follow its colon at once.
+		"quoted keys": "{" + strings.ReplaceAll(strings.TrimSuffix(bomb(func(i int) string { return fmt.Sprintf("\"l%d\":", i) }), "\n"), "\n", ", ") + "}\n",
+		// An alias repeats a scalar's bytes.
+		"a long string": fmt.Sprintf("s: &s %s\nl: [%s]\n", strings.Repeat("x", 100000), list("*s", 50)),
+		// The decoder stops at the alias inside its anchor, once the
+		// aliases before it are expanded.
+		"lists, then a cycle": bomb(func(i int) string { return fmt.Sprintf("l%d: ", i) }) + "z: &z [*z]\n",
 	}
 	req := &fnv1.RunFunctionRequest{Observed: &fnv1.State{Composite: &fnv1.Resource{}}, Desired: &fnv1.State{Composite: &fnv1.Resource{}}}
-	for cd, out := range outs {
-		var err error
-		used := memtest.Peak(func() { _, err = cd.Decode(req, []byte(out)) })
-		if err != nil {
-			t.Fatalf("%s: %v", cd.Name(), err)
+	for name, spec := range specs {
+		outs := map[Codec]string{
+			FunctionIO{}: "apiVersion: apiextensions.crossplane.io/v1alpha1\nkind: FunctionIO\ndesired:\n  composite:\n    resource:\n      apiVersion: example.org/v1\n      kind: XR\n      spec:\n" + indent(spec, "        "),
+			KRM{}:        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: example.org/v1\n  kind: XR\n  metadata:\n    name: x\n  spec:\n" + indent(spec, "    "),
 		}
-		bound := decodeBound(cd, []byte(out))
-		t.Logf("%-10s %d bytes: decoding held %d, bound %d (%.1fx)", cd.Name(), len(out), used, bound, float64(bound)/float64(used))
-		if used > bound {
-			t.Errorf("%s: decoding held %d bytes, past the bound of %d", cd.Name(), used, bound)
+		outs[JSON{}] = outs[FunctionIO{}] // read as YAML to say which mode it is
+		for cd, out := range outs {
+			var err error
+			used := memtest.Peak(func() { _, err = cd.Decode(req, []byte(out)) })
+			if err != nil && cd.Name() != "json" && name != "lists, then a cycle" {
+				t.Fatalf("%s, %s: %v", cd.Name(), name, err)
+			}
+			bound := decodeBound(cd, []byte(out))
+			t.Logf("%-10s %-20s %7d bytes: decoding held %10d, bound %10d (%.1fx)", cd.Name(), name, len(out), used, bound, float64(bound)/float64(used))
+			if used > bound {
+				t.Errorf("%s, %s: decoding held %d bytes, past the bound of %d", cd.Name(), name, used, bound)
+			}
 		}
 	}
 }

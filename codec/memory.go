@@ -1,6 +1,8 @@
 package codec
 
 import (
+	"bytes"
+
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ocifn/ocifn/internal/protocount"
@@ -139,9 +141,16 @@ func yamlDecodeMemory(out []byte) int64 {
 	c := countOutput(out)
 	n := decodeBase + yamlDecodeByte*c.bytes + yamlDecodeValue*(c.yamlMarks+1) + nestValue*c.opens
 	if mayHoldAliases(out) {
-		n += aliasParseByte*c.bytes + aliasParseValue*(c.yamlMarks+1)
+		n += aliasParseMemory(c)
 	}
 	return n
+}
+
+// aliasParseMemory is at most what the parse that counts aliases holds:
+// a yaml.Node of some 200 bytes per value, and 500 to 1,000 more per level
+// of nesting (TestAliasParseMemory).
+func aliasParseMemory(c outCounts) int64 {
+	return aliasParseByte*c.bytes + aliasParseValue*(c.yamlMarks+1) + aliasParseNest*c.opens
 }
 
 // AliasCounter is a Codec whose decoding may expand YAML aliases. An alias
@@ -170,108 +179,91 @@ func yamlAliasMemory(out []byte) int64 {
 	if !mayHoldAliases(out) {
 		return 0
 	}
-	return yamlDecodeValue * aliasValues(out)
+	values, bytes := aliasAdds(out)
+	return yamlDecodeValue*values + yamlDecodeByte*bytes
 }
 
-// mayHoldAliases says whether out may be YAML with an anchor and an alias:
-// an '&' and a '*' where a node may begin (at the start, or after a space,
-// a tab, a line break, '[', '{' or ','). It errs towards yes: quoted
-// strings are not told apart.
+// mayHoldAliases says whether out may be YAML with an anchor and an alias.
+// An anchor may follow nearly anything (a quoted key's colon, a tag, a
+// byte order mark), so any '&' and '*' will do: what a false yes costs is
+// a parse.
 func mayHoldAliases(out []byte) bool {
-	anchor, alias := false, false
-	for i, b := range out {
-		if b != '&' && b != '*' {
-			continue
-		}
-		if i > 0 {
-			switch out[i-1] {
-			case ' ', '\t', '\n', '\r', '[', '{', ',', 0x85, 0xA8, 0xA9:
-			default:
-				continue
-			}
-		}
-		if b == '&' {
-			anchor = true
-		} else {
-			alias = true
-		}
-		if anchor && alias {
-			return true
-		}
-	}
-	return false
+	return bytes.IndexByte(out, '&') >= 0 && bytes.IndexByte(out, '*') >= 0
 }
 
-// aliasValues is how many values out's aliases add to it, expanded, as a
-// YAML decoder counts them: each alias as many as the node it names holds,
-// its own aliases expanded. 0 if out does not parse, or an alias names an
-// unknown anchor or one of its own ancestors: the decoders then refuse it
-// before they expand anything.
-func aliasValues(out []byte) int64 {
+// aliasAdds is what out's aliases add to it, expanded, as a YAML decoder
+// that turns the document into JSON writes it out: each alias as many
+// values, and as many bytes of scalars (keys included), as the node it
+// names holds, its own aliases expanded. An alias inside the node it
+// names adds nothing: the decoder stops there. Nothing if out does not
+// parse (an unknown anchor, say): the decoders then refuse it before they
+// expand anything.
+func aliasAdds(out []byte) (values, scalarBytes int64) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(out, &doc); err != nil {
-		return 0
+		return 0, 0
 	}
-	var plain int64
+	type size struct{ values, bytes int64 }
+	var plain size
 	var count func(n *yaml.Node)
 	count = func(n *yaml.Node) {
-		plain++
+		plain.values++
+		plain.bytes += int64(len(n.Value))
 		for _, child := range n.Content {
 			count(child)
 		}
 	}
 	count(&doc)
-	// size is the values under n, aliases expanded, memoized by node; -1
-	// marks a node being walked. The walk follows the document's own
-	// nesting, which the parse has already been through.
-	size := map[*yaml.Node]int64{}
-	var walk func(n *yaml.Node) (int64, bool)
-	walk = func(n *yaml.Node) (int64, bool) {
+	// sizes memoizes what is under each node, aliases expanded; walking
+	// marks a node whose walk has not ended. The walk follows the
+	// document's own nesting, which the parse has already been through.
+	sizes := map[*yaml.Node]size{}
+	walking := map[*yaml.Node]bool{}
+	var walk func(n *yaml.Node) size
+	walk = func(n *yaml.Node) size {
 		if n.Kind == yaml.AliasNode {
-			if n.Alias == nil {
-				return 0, false
+			if n.Alias == nil || walking[n.Alias] {
+				return size{}
 			}
 			n = n.Alias
 		}
-		if v, ok := size[n]; ok {
-			return v, v >= 0
+		if v, ok := sizes[n]; ok {
+			return v
 		}
-		size[n] = -1
-		total := int64(1)
+		walking[n] = true
+		total := size{1, int64(len(n.Value))}
 		for _, child := range n.Content {
-			v, ok := walk(child)
-			if !ok {
-				return 0, false
-			}
+			v := walk(child)
 			// Saturated: past this no budget holds it anyway.
-			total = min(total+v, maxAliasValues)
+			total.values = min(total.values+v.values, maxAliasAdds)
+			total.bytes = min(total.bytes+v.bytes, maxAliasAdds)
 		}
-		size[n] = total
-		return total, true
+		delete(walking, n)
+		sizes[n] = total
+		return total
 	}
-	expanded, ok := walk(&doc)
-	if !ok {
-		return 0
-	}
-	return expanded - plain
+	expanded := walk(&doc)
+	return max(0, expanded.values-plain.values), max(0, expanded.bytes-plain.bytes)
 }
 
 // The decoding models' constants: upper bounds fitted to what Decode was
 // measured to hold for outputs of the costly shapes
-// (TestDecodeMemoryBoundsDecode), with a margin of a quarter or more. A
+// (TestDecodeMemoryBoundsDecode), with a margin of a half or more. A
 // string's bytes cost more or less by where its buffers' doublings fall
-// (7 to 10 a byte in YAML for strings of 0.3 to 1 MB), so the cost per
-// byte has more margin; the base covers what a first decode initializes.
-// The parse that counts aliases builds a yaml.Node of some 200 bytes per
-// value, and some 500 per level of nesting (TestAliasParseMemory).
+// and by how much garbage a collection finds still in use when the
+// machine is busy (in YAML, 7 to 10 a byte for strings of 0.3 to 1 MB on
+// a quiet machine, 17 to 22 under `go test ./...`; in JSON, 1 to 3.6 and
+// 8), so the cost per byte has more margin; the base covers what a first
+// decode initializes.
 const (
 	decodeBase      = 128 << 10
-	jsonDecodeByte  = 6
+	jsonDecodeByte  = 16
 	jsonDecodeValue = 350
-	yamlDecodeByte  = 16
+	yamlDecodeByte  = 40
 	yamlDecodeValue = 850
 	nestValue       = 600
 	aliasParseByte  = 4
 	aliasParseValue = 700
-	maxAliasValues  = 1 << 40
+	aliasParseNest  = 1500
+	maxAliasAdds    = 1 << 40
 )

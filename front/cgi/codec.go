@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"mime"
 	"net"
 	"net/http"
 	"net/textproto"
@@ -212,12 +211,13 @@ func ParseOutput(out []byte) (Response, error) {
 }
 
 // plainBlock reports whether a header block whose first line is not a CGI
-// field is one beyond doubt: no line continues another (as nested YAML
-// does), Status is a 3-digit code, Location an absolute URI or a path, and
-// Content-Type a media type (type/subtype).
+// field is one beyond doubt, as a program writes headers and YAML is not:
+// every name starts with a capital letter (YAML's keys rarely do), no line
+// continues another (as nested YAML does), Status is a 3-digit code,
+// Location a URI, and Content-Type has a type/subtype.
 func plainBlock(block []byte, h textproto.MIMEHeader) bool {
 	for line := range bytes.Lines(block) {
-		if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+		if len(line) > 0 && !(line[0] >= 'A' && line[0] <= 'Z') && line[0] != '\r' && line[0] != '\n' {
 			return false
 		}
 	}
@@ -228,12 +228,14 @@ func plainBlock(block []byte, h textproto.MIMEHeader) bool {
 		}
 	}
 	if l := h.Get("Location"); l != "" {
-		if u, err := url.Parse(l); err != nil || !(u.IsAbs() || strings.HasPrefix(l, "/")) {
+		if _, err := url.Parse(l); err != nil || strings.ContainsAny(l, " \t") {
 			return false
 		}
 	}
 	if ct := h.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || !strings.Contains(mt, "/") {
+		mt, _, _ := strings.Cut(ct, ";")
+		typ, sub, ok := strings.Cut(strings.TrimSpace(mt), "/")
+		if !ok || typ == "" || sub == "" || strings.ContainsAny(mt, " \t") {
 			return false
 		}
 	}

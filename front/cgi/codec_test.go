@@ -87,6 +87,10 @@ func TestParseOutput(t *testing.T) {
 		{"yaml_with_a_status_key", "apiVersion: v1\nkind: Pod\nstatus:\n  phase: Running\n\nrest", 200, nil, "apiVersion: v1\nkind: Pod\nstatus:\n  phase: Running\n\nrest", false},
 		{"yaml_with_a_location_key", "kind: X\nspec:\n  x: 1\nlocation: westeurope\n\nrest", 200, nil, "kind: X\nspec:\n  x: 1\nlocation: westeurope\n\nrest", false},
 		{"yaml_with_a_content_type_key", "kind: X\ncontent-type: yaml\n\nrest", 200, nil, "kind: X\ncontent-type: yaml\n\nrest", false},
+		{"flat_yaml_with_a_blank_line", "name: backup\nlocation: /var/backups\n\nretention: 7\n", 200, nil, "name: backup\nlocation: /var/backups\n\nretention: 7\n", false},
+		{"flat_yaml_with_a_status", "name: x\nstatus: 200\n\nitems: []", 200, nil, "name: x\nstatus: 200\n\nitems: []", false},
+		{"relative_location_after_other_headers", "X-Powered-By: PHP/8.2\r\nLocation: login.php\r\n\r\n", 302, map[string]string{"Location": "login.php", "X-Powered-By": "PHP/8.2"}, "", false},
+		{"content_type_with_a_bad_parameter", "X-A: 1\nContent-Type: text/html; charset\n\n<p>", 200, map[string]string{"Content-Type": "text/html; charset"}, "<p>", false},
 		{"line_without_colon", "Status: 200\nnot a header\n\nbody", 0, nil, "", true},
 		// RFC 3875 6.2: a header block holds a CGI field. Output that only
 		// looks like headers is a body.
