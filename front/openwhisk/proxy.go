@@ -93,6 +93,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			front.WriteJSONError(w, err.Status, err.Error())
 			return
 		}
+		if unwrapped(msg) {
+			// The other way round from POST /'s init: taken as it is,
+			// this init would install no code and run the image's stub.
+			writeRaw(w, http.StatusBadRequest, errorBody(`the body of /init holds the init's fields in "value", {"value": {"code": ..., "main": ...}}; this one has them at the top level`))
+			return
+		}
 		status, answer := p.init(msg["value"])
 		writeRaw(w, status, answer)
 		return
@@ -289,6 +295,20 @@ func wrapped(init json.RawMessage) bool {
 	_, value := fields["value"]
 	_, code := fields["code"]
 	return value && !code
+}
+
+// unwrapped says whether /init's body has an init's fields at its top
+// level and no "value": POST /'s init given where /init's body belongs.
+func unwrapped(msg map[string]json.RawMessage) bool {
+	if _, ok := msg["value"]; ok {
+		return false
+	}
+	for _, k := range []string{"code", "main", "binary"} {
+		if _, ok := msg[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // single serves the single-entrypoint form: {"init": ...} initializes,

@@ -112,3 +112,23 @@ func TestActivationsNotRun(t *testing.T) {
 		leave()
 	}
 }
+
+// TestInitFieldsOutsideValue: an /init whose body has the init's fields
+// at its top level, as POST /'s init has them, is refused with 400 saying
+// where they belong, and installs nothing: a later /init with them in
+// "value" is taken.
+func TestInitFieldsOutsideValue(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	p := New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 10, WorkDir: t.TempDir()}, "", io.Discard, io.Discard)
+	w := httptest.NewRecorder()
+	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/init", strings.NewReader(`{"code": "#!/bin/sh\necho {}", "main": "main"}`)))
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `in \"value\"`) {
+		t.Fatalf("/init with its fields at the top level: %d %s, want 400 naming value", w.Code, w.Body.String())
+	}
+	w = httptest.NewRecorder()
+	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/init", strings.NewReader(`{"value": {"code": "#!/bin/sh\necho {}", "main": "main"}}`)))
+	if w.Code != http.StatusOK {
+		t.Errorf("/init with its fields in value, after the refusal: %d %s, want 200", w.Code, w.Body.String())
+	}
+}
