@@ -196,9 +196,8 @@ func ParseOutput(out []byte) (Response, error) {
 	}
 	rsp := Response{Status: http.StatusOK, Header: http.Header(mh), Body: out[end+sep:]}
 	if s := rsp.Header.Get("Status"); s != "" {
-		code, _, _ := strings.Cut(strings.TrimSpace(s), " ")
-		n, err := strconv.Atoi(code)
-		if err != nil || n < 100 || n > 599 {
+		_, n, ok := statusCode(s)
+		if !ok {
 			return Response{}, fmt.Errorf("%w: Status %q is not a 3-digit HTTP status", ErrHeaderBlock, s)
 		}
 		rsp.Status = n
@@ -222,8 +221,7 @@ func plainBlock(block []byte, h textproto.MIMEHeader) bool {
 		}
 	}
 	if s := h.Get("Status"); s != "" {
-		code, _, _ := strings.Cut(strings.TrimSpace(s), " ")
-		if n, err := strconv.Atoi(code); err != nil || len(code) != 3 || n < 100 || n > 599 {
+		if code, _, ok := statusCode(s); !ok || len(code) != 3 {
 			return false
 		}
 	}
@@ -240,6 +238,14 @@ func plainBlock(block []byte, h textproto.MIMEHeader) bool {
 		}
 	}
 	return true
+}
+
+// statusCode reads a Status field's value ("404 Not Found"): its code as
+// written, its number, and whether that is an HTTP status.
+func statusCode(s string) (code string, n int, ok bool) {
+	code, _, _ = strings.Cut(strings.TrimSpace(s), " ")
+	n, err := strconv.Atoi(code)
+	return code, n, err == nil && n >= 100 && n <= 599
 }
 
 // firstHeaderName returns the name of out's first line if that line is
