@@ -75,7 +75,7 @@ type v1beta1Server struct {
 
 func (s *v1beta1Server) RunFunction(ctx context.Context, req *fnv1beta1.RunFunctionRequest) (*fnv1beta1.RunFunctionResponse, error) {
 	in := &fnv1.RunFunctionRequest{}
-	if err := convert(req, in); err != nil {
+	if err := convert(req, in, nil); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "cannot read the v1beta1 request as v1: %v", err)
 	}
 	rsp, err := s.fn.run(ctx, in)
@@ -87,30 +87,35 @@ func (s *v1beta1Server) RunFunction(ctx context.Context, req *fnv1beta1.RunFunct
 	// request's conversion is, but not refused: the call has been
 	// answered, logged and perhaps cached, and a retry would find the same
 	// answer.
-	budget := answerBudgetOf(ctx)
-	budget.force(int64(proto.Size(rsp)))
-	b, err := proto.Marshal(rsp)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "cannot write the response as v1beta1: %v", err)
-	}
 	out := &fnv1beta1.RunFunctionResponse{}
-	if budget != nil {
-		c, err := protocount.Count(b, out.ProtoReflect().Descriptor())
-		if err != nil {
-			return nil, status.Errorf(codes.Internal, "cannot write the response as v1beta1: %v", err)
+	var charge func(wire []byte) error
+	if budget := answerBudgetOf(ctx); budget != nil {
+		charge = func(wire []byte) error {
+			c, err := protocount.Count(wire, out.ProtoReflect().Descriptor())
+			if err != nil {
+				return err
+			}
+			budget.force(int64(len(wire)) + c.Decoded())
+			return nil
 		}
-		budget.force(c.Decoded())
 	}
-	if err := proto.Unmarshal(b, out); err != nil {
+	if err := convert(rsp, out, charge); err != nil {
 		return nil, status.Errorf(codes.Internal, "cannot write the response as v1beta1: %v", err)
 	}
 	return out, nil
 }
 
-func convert(from, to proto.Message) error {
+// convert makes to from from through the wire format; charge, when not
+// nil, is told the wire bytes before they are decoded.
+func convert(from, to proto.Message, charge func(wire []byte) error) error {
 	b, err := proto.Marshal(from)
 	if err != nil {
 		return err
+	}
+	if charge != nil {
+		if err := charge(b); err != nil {
+			return err
+		}
 	}
 	return proto.Unmarshal(b, to)
 }
