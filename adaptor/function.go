@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sync"
 	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
@@ -57,6 +58,10 @@ type Function struct {
 	// hooks, when set, replaces the chain built from the options above.
 	hooks *hook.Chain
 	gate  *admit.Gate
+	// hooksAfterAnswer: see WithHooksAfterAnswer. afterHooks counts the
+	// calls whose hooks are still to run, for Drain.
+	hooksAfterAnswer bool
+	afterHooks       sync.WaitGroup
 }
 
 // Option configures a Function.
@@ -106,6 +111,12 @@ func WithHooks(chain *hook.Chain, forceTTL time.Duration) Option {
 	return func(f *Function) { f.hooks, f.cacheTTL = chain, forceTTL }
 }
 
+// WithHooksAfterAnswer runs the hooks after each call that ran the function
+// (its log line, its metrics) once its answer is handed back, not before;
+// the cache's store still comes first (see after). For a server, whose
+// callers wait for their answers; Drain waits for the hooks too.
+func WithHooksAfterAnswer() Option { return func(f *Function) { f.hooksAfterAnswer = true } }
+
 // NewCache returns the store of RunFunction responses that a hook.Cache in
 // a chain given to WithHooks keeps, bounded to maxBytes.
 func NewCache(maxBytes int) hook.Store { return newResponseCache(maxBytes) }
@@ -151,14 +162,15 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 	call := &hook.Call{Front: "crossplane", Method: "RunFunction", Tag: tag, Received: time.Now(), CacheKey: tag}
 	call.Carrier = incomingCarrier{ctx}
 	ctx = f.hooks.Before(ctx, call)
-	defer func() { f.hooks.After(ctx, call) }()
+	var later bool // the hooks run after the answer: see admitAndRun
+	defer func() { f.after(ctx, call, later) }()
 	if rsp, ok := call.Cached.(*fnv1.RunFunctionResponse); ok {
 		call.Outcome = OutcomeOK
 		return rsp, nil
 	}
 	call.Cached = nil
 
-	res, err := f.admitAndRun(ctx, req, call)
+	res, err := f.admitAndRun(ctx, req, call, &later)
 	call.Outcome, call.Reason, call.Err = res.Outcome, res.Reason, err
 	if err != nil {
 		call.Outcome = refusalOutcome(err)
@@ -171,6 +183,29 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 		}
 	}
 	return res.Response, nil
+}
+
+// after runs the hooks after a call: the cache's store at once (a call
+// that comes as soon as the answer must find it), then the others, at once
+// or, if later, in a goroutine of their own that yields before it runs
+// them, so that the answer is written first. The handler returns the
+// answer; gRPC's writer, which it readies, then writes it on the CPU the
+// handler ran on before the hooks run there. On the call's path they took
+// about 75 µs between the function's exit and the answer's write at 20
+// calls/s (perf trace), where the caches are cold. They measure the call
+// up to its answer, not to when they run.
+func (f *Function) after(ctx context.Context, call *hook.Call, later bool) {
+	call.Answered = time.Now()
+	f.hooks.AfterPrompt(ctx, call)
+	if !later {
+		f.hooks.After(ctx, call)
+		return
+	}
+	go func() {
+		defer f.afterHooks.Done()
+		runtime.Gosched()
+		f.hooks.After(ctx, call)
+	}()
 }
 
 // Refused runs the hooks for a call refused before Run could see it (the
@@ -196,11 +231,18 @@ func refusalOutcome(err error) Outcome {
 }
 
 // Drain refuses new calls and waits until every admitted call has been
-// answered.
-func (f *Function) Drain() { f.gate.Drain() }
+// answered and its hooks have run.
+func (f *Function) Drain() {
+	f.gate.Drain()
+	f.afterHooks.Wait()
+}
 
 // admitAndRun waits for a free slot, unless too many calls already wait.
-func (f *Function) admitAndRun(ctx context.Context, req *fnv1.RunFunctionRequest, call *hook.Call) (Result, error) {
+// With WithHooksAfterAnswer, a call admitted sets later and counts its
+// hooks in afterHooks while it holds its slot, so that Drain, which waits
+// for the slots first, then waits for the hooks too. The other calls (from
+// the cache, refused) run their hooks before they answer.
+func (f *Function) admitAndRun(ctx context.Context, req *fnv1.RunFunctionRequest, call *hook.Call, later *bool) (Result, error) {
 	leave, err := f.gate.Enter(ctx)
 	var full *admit.FullError
 	switch {
@@ -212,6 +254,10 @@ func (f *Function) admitAndRun(ctx context.Context, req *fnv1.RunFunctionRequest
 		return Result{}, status.FromContextError(err).Err()
 	}
 	defer leave()
+	if f.hooksAfterAnswer {
+		f.afterHooks.Add(1)
+		*later = true
+	}
 	return f.run(ctx, req, call)
 }
 

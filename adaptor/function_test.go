@@ -1,10 +1,12 @@
 package adaptor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/ocifn/ocifn/hook"
 )
 
 // scriptedRunner stands in for a container in unit tests of the contract:
@@ -135,5 +139,64 @@ func TestRunCallerDeadlineIsAStatus(t *testing.T) {
 	_, err := NewFunction(&scriptedRunner{block: true}, quiet()).Run(ctx, request(t, req1))
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("got %v, want DeadlineExceeded", err)
+	}
+}
+
+// heldHook's After waits until held is closed.
+type heldHook struct{ held chan struct{} }
+
+func (h heldHook) Before(ctx context.Context, _ *hook.Call) (context.Context, error) { return ctx, nil }
+func (h heldHook) After(context.Context, *hook.Call) error                           { <-h.held; return nil }
+
+// TestHooksAfterAnswer: with WithHooksAfterAnswer, Run answers before the
+// call's hooks run, the log line measures the call up to its answer and
+// not to when the hooks ran, and Drain waits for them; without it, Run
+// returns once they have run.
+func TestHooksAfterAnswer(t *testing.T) {
+	const holdFor = 200 * time.Millisecond
+	for _, after := range []bool{true, false} {
+		// Read once Drain has returned, after the hooks wrote it.
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		h := heldHook{held: make(chan struct{})}
+		time.AfterFunc(holdFor, func() { close(h.held) })
+		cache := hook.Cache{Store: NewCache(1 << 20)}
+		opts := []Option{WithLogger(log), WithHooks(hook.NewChain(log, cache, hook.Log{Logger: log}, h), 0)}
+		if after {
+			opts = append(opts, WithHooksAfterAnswer())
+		}
+		r := &scriptedRunner{stdout: `{"meta": {"ttl": "60s"}}`}
+		f := NewFunction(r, opts...)
+		start := time.Now()
+		if _, err := f.Run(context.Background(), request(t, req1)); err != nil {
+			t.Fatal(err)
+		}
+		answered := time.Since(start)
+		// The cache kept the answer before Run returned it: the same call
+		// at once is answered from it, while the other hooks still wait.
+		r.stdin = nil
+		if _, err := f.Run(context.Background(), request(t, req1)); err != nil || r.stdin != nil {
+			t.Errorf("the same call right after the answer ran the function (error %v)", err)
+		}
+		f.Drain()
+		drained := time.Since(start)
+		if after && answered >= holdFor {
+			t.Errorf("answered after %s, when the hooks were held for %s", answered, holdFor)
+		}
+		if !after && answered < holdFor {
+			t.Errorf("without WithHooksAfterAnswer, answered after %s, before the hooks ran", answered)
+		}
+		if drained < holdFor {
+			t.Errorf("Drain returned after %s, before the hooks ran", drained)
+		}
+		lines := regexp.MustCompile(`tag=t1 .*outcome=ok .*duration=(\S+)`).FindAllStringSubmatch(logs.String(), -1)
+		if len(lines) != 2 {
+			t.Fatalf("%d log lines of the two calls: %q", len(lines), logs.String())
+		}
+		for _, m := range lines {
+			if d, err := time.ParseDuration(m[1]); err != nil || d >= holdFor {
+				t.Errorf("a log line says duration=%s: it counts the hooks, held %s", m[1], holdFor)
+			}
+		}
 	}
 }

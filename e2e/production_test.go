@@ -372,7 +372,17 @@ func TestMetrics(t *testing.T) {
 	}
 	wg.Wait()
 
-	text := scrape(t, url)
+	// A call is counted by the hooks that run once its answer is on its
+	// way, a moment after the caller has it.
+	var text string
+	eventually(t, 5*time.Second, "all 12 calls counted", func() bool {
+		text = scrape(t, url)
+		n := 0.0
+		for _, outcome := range []string{"ok", "fatal", "timeout", "rejected", "error"} {
+			n += metricValue(t, text, `ocifn_calls_total{outcome="`+outcome+`"}`)
+		}
+		return n == 12
+	})
 	for series, want := range map[string]float64{
 		`ocifn_calls_total{outcome="ok"}`:       float64(2 + 8 - rejected),
 		`ocifn_calls_total{outcome="fatal"}`:    1,

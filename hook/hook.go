@@ -47,6 +47,10 @@ type Call struct {
 	Carrier propagation.TextMapCarrier
 	// Received is when the call arrived.
 	Received time.Time
+	// Answered, when set, is when the front had the call's answer; the
+	// hooks after the call may run later (a server runs them after the
+	// answer is on its way) and measure the call up to it.
+	Answered time.Time
 	// CacheKey, when set, lets the cache answer the call.
 	CacheKey string
 	// LogAttrs are added to the call's log line.
@@ -69,6 +73,9 @@ type Call struct {
 	// Answer, with TTL above zero, is what the cache keeps for CacheKey.
 	Answer any
 	TTL    time.Duration
+
+	// promptDone: AfterPrompt has run.
+	promptDone bool
 }
 
 // Exit is how a call's container ended, as hooks see it.
@@ -118,13 +125,50 @@ func (ch *Chain) Before(ctx context.Context, c *Call) context.Context {
 	return ctx
 }
 
-// After runs every hook's After, last hook first.
+// Prompt is a hook whose After must have run by the time the caller has
+// the call's answer: the cache's, so that a call that comes as soon as the
+// answer finds it kept. A front that answers before it runs the chain's
+// After runs AfterPrompt first.
+type Prompt interface {
+	Hook
+	prompt()
+}
+
+// AfterPrompt runs the After of the hooks that are Prompt, last hook
+// first; After then leaves them out for c.
+func (ch *Chain) AfterPrompt(ctx context.Context, c *Call) {
+	if ch == nil {
+		return
+	}
+	ch.after(ctx, c, isPrompt)
+	c.promptDone = true
+}
+
+// After runs every hook's After, last hook first, but those AfterPrompt
+// has run for c.
 func (ch *Chain) After(ctx context.Context, c *Call) {
 	if ch == nil {
 		return
 	}
+	if c.promptDone {
+		ch.after(ctx, c, func(h Hook) bool { return !isPrompt(h) })
+		return
+	}
+	ch.after(ctx, c, func(Hook) bool { return true })
+}
+
+func isPrompt(h Hook) bool {
+	_, ok := h.(Prompt)
+	return ok
+}
+
+// after runs the After of the hooks that runs says, last hook first.
+func (ch *Chain) after(ctx context.Context, c *Call, runs func(Hook) bool) {
 	for i := len(ch.hooks) - 1; i >= 0; i-- {
 		h := ch.hooks[i]
+		if !runs(h) {
+			continue
+		}
 		if _, err := guard(func() (context.Context, error) { return nil, h.After(ctx, c) }); err != nil {
 			ch.log.Warn("a call hook failed; the call goes on", "hook", fmt.Sprintf("%T", h), "stage", "after", "tag", c.Tag, "error", err)
 		}

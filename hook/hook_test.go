@@ -65,11 +65,44 @@ func TestChain(t *testing.T) {
 	}
 }
 
+// promptRecorder is a recorder that is a Prompt hook.
+type promptRecorder struct{ recorder }
+
+func (promptRecorder) prompt() {}
+
+// TestAfterPrompt: AfterPrompt runs the After of the Prompt hooks alone,
+// last first, and After then runs the others; without AfterPrompt, After
+// runs them all.
+func TestAfterPrompt(t *testing.T) {
+	var seen []string
+	ch := NewChain(slog.New(slog.DiscardHandler),
+		recorder{name: "a", seen: &seen},
+		promptRecorder{recorder{name: "p1", seen: &seen}},
+		recorder{name: "b", seen: &seen},
+		promptRecorder{recorder{name: "p2", seen: &seen}},
+	)
+	c := &Call{}
+	ch.AfterPrompt(context.Background(), c)
+	ch.After(context.Background(), c)
+	if got, want := strings.Join(seen, ","), "after p2,after p1,after b,after a"; got != want {
+		t.Errorf("with AfterPrompt first:\n got %s\nwant %s", got, want)
+	}
+	seen = nil
+	ch.After(context.Background(), &Call{})
+	if got, want := strings.Join(seen, ","), "after p2,after b,after p1,after a"; got != want {
+		t.Errorf("After alone:\n got %s\nwant %s", got, want)
+	}
+	if !isPrompt(Cache{}) {
+		t.Error("the cache is not a Prompt hook: a call right after an answer would not find it kept")
+	}
+}
+
 func TestNilChainIsNoOp(t *testing.T) {
 	var ch *Chain
 	ctx := context.Background()
 	if ch.Before(ctx, &Call{}) != ctx {
 		t.Error("a nil chain changed the context")
 	}
+	ch.AfterPrompt(ctx, &Call{})
 	ch.After(ctx, &Call{})
 }

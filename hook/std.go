@@ -12,8 +12,11 @@ import (
 )
 
 func sinceReceived(c *Call) time.Duration {
-	if c.Received.IsZero() {
+	switch {
+	case c.Received.IsZero():
 		return 0
+	case !c.Answered.IsZero():
+		return c.Answered.Sub(c.Received)
 	}
 	return time.Since(c.Received)
 }
@@ -140,6 +143,10 @@ func (c Cache) Before(ctx context.Context, call *Call) (context.Context, error) 
 	}
 	return ctx, nil
 }
+
+// prompt makes the cache a Prompt hook: a call that comes as soon as the
+// answer must find it kept.
+func (Cache) prompt() {}
 
 // After keeps the call's answer.
 func (c Cache) After(_ context.Context, call *Call) error {

@@ -332,7 +332,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	registerPoolMetrics(reg, b)
 	registerFunctionCPU(reg, b)
 	fn := o.function(log, b, adaptor.WithGate(gate), adaptor.WithHooks(chain, o.cacheTTL), adaptor.WithMetrics(metrics),
-		adaptor.WithMaxResponseBytes(int(o.maxRecvMsgSize)))
+		adaptor.WithMaxResponseBytes(int(o.maxRecvMsgSize)), adaptor.WithHooksAfterAnswer())
 	// However serving ends, no call may still run when the bundle goes:
 	// stop the server (it waits for its handlers), refuse and wait out
 	// calls, then remove the containers and the unpacked image. Deferred
