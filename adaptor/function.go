@@ -201,6 +201,9 @@ func (f *Function) after(ctx context.Context, call *hook.Call, later bool) {
 		f.hooks.After(ctx, call)
 		return
 	}
+	// The cache has kept the answer; the other hooks do not read it, and
+	// it would stay alive here after the in-flight budget let go of it.
+	call.Answer = nil
 	go func() {
 		defer f.afterHooks.Done()
 		runtime.Gosched()

@@ -269,8 +269,8 @@ func TestLogs(t *testing.T) {
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--log-format", "json"})
 	s.call(t, shRequest(t, "t-log-ok", `echo "hello from the function" >&2; `+okScript))
 	s.call(t, shRequest(t, "t-log-fail", `echo "about to fail" >&2; exit 7`))
-	// The server logs a call before it answers, but its stderr reaches
-	// this test through a pipe that may not be read yet.
+	// The server logs a call a moment after it answers, and its stderr
+	// reaches this test through a pipe that may not be read yet.
 	eventually(t, 5*time.Second, "both call lines logged", func() bool {
 		return strings.Count(s.stderr.String(), `"msg":"call"`) >= 2
 	})
@@ -381,7 +381,7 @@ func TestMetrics(t *testing.T) {
 		for _, outcome := range []string{"ok", "fatal", "timeout", "rejected", "error"} {
 			n += metricValue(t, text, `ocifn_calls_total{outcome="`+outcome+`"}`)
 		}
-		return n == 12
+		return n == 12 && metricValue(t, text, `ocifn_call_duration_seconds_count{outcome="ok"}`) == metricValue(t, text, `ocifn_calls_total{outcome="ok"}`)
 	})
 	for series, want := range map[string]float64{
 		`ocifn_calls_total{outcome="ok"}`:       float64(2 + 8 - rejected),
@@ -459,6 +459,8 @@ func TestShutdown(t *testing.T) {
 	if !s.cmd.ProcessState.Success() {
 		t.Errorf("exit: %v\n%s", s.cmd.ProcessState, s.stderr)
 	}
+	// Its log line, written after its answer, is not lost to the exit.
+	mustContain(t, "server log", s.stderr.String(), "msg=call tag=t-drain front=crossplane outcome=ok")
 	if left, _ := os.ReadDir(cache); len(left) != 0 {
 		t.Errorf("left in the cache directory: %v", left)
 	}

@@ -7,6 +7,10 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 type ctxKey struct{}
@@ -105,4 +109,28 @@ func TestNilChainIsNoOp(t *testing.T) {
 	}
 	ch.AfterPrompt(ctx, &Call{})
 	ch.After(ctx, &Call{})
+}
+
+// TestTracingEndsAtTheAnswer: the call's span ends when the call was
+// answered, as its duration does, not when the hooks after it ran.
+func TestTracingEndsAtTheAnswer(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tr := Tracing{Tracer: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")}
+	c := &Call{Method: "RunFunction", Received: time.Now()}
+	ctx, err := tr.Before(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Answered = time.Now()
+	time.Sleep(50 * time.Millisecond)
+	if err := tr.After(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	spans := rec.Ended()
+	if len(spans) != 1 || spans[0].Name() != "RunFunction" {
+		t.Fatalf("ended spans %v, want the call's", spans)
+	}
+	if end := spans[0].EndTime(); !end.Equal(c.Answered) {
+		t.Errorf("the span ended at %s, %s after the answer", end, end.Sub(c.Answered))
+	}
 }

@@ -90,7 +90,13 @@ func (t Tracing) Before(ctx context.Context, c *Call) (context.Context, error) {
 // reports how long each took), and ends the call's span.
 func (t Tracing) After(ctx context.Context, c *Call) error {
 	span := trace.SpanFromContext(ctx)
-	defer span.End()
+	// The span ends with the call's answer, as its duration does, not
+	// when the hooks run (a server runs them after the answer).
+	var end []trace.SpanEndOption
+	if !c.Answered.IsZero() {
+		end = append(end, trace.WithTimestamp(c.Answered))
+	}
+	defer span.End(end...)
 	if !c.Ran.IsZero() && c.Exit.Duration > 0 {
 		ran := c.Ran.Add(c.Exit.Start)
 		_, s := t.Tracer.Start(ctx, "container.start", trace.WithTimestamp(c.Ran))
