@@ -150,11 +150,7 @@ func (ch *Chain) After(ctx context.Context, c *Call) {
 	if ch == nil {
 		return
 	}
-	if c.promptDone {
-		ch.after(ctx, c, func(h Hook) bool { return !isPrompt(h) })
-		return
-	}
-	ch.after(ctx, c, func(Hook) bool { return true })
+	ch.after(ctx, c, func(h Hook) bool { return !c.promptDone || !isPrompt(h) })
 }
 
 func isPrompt(h Hook) bool {
