@@ -203,18 +203,17 @@ func (b *Bundle) leave() {
 }
 
 // settleDelay is how long, at most, settle holds back the clean-up of a
-// call's container (and, with enough containers ready, the refill).
+// call's container (and, with a container ready, the refill).
 const settleDelay = 3 * time.Millisecond
 
 // settle holds back the clean-up of a container whose call, one served by
 // the pool, has ended, while the server has nothing else to do (no other
 // such call in flight, no container being made for the pool): until the
 // next call takes a container, or for settleDelay, whichever is first.
-// The refill that follows the clean-up is held back with it only while
-// the pool holds as many warm containers as calls came at once lately (at
-// least one); when it is short, settle lets the refill start at once,
-// since the next calls may need it. Under load, or once the pool stops,
-// it returns at once.
+// The refill that follows the clean-up is held back with it while the
+// pool holds a warm container for the next call; when it holds none,
+// settle lets the refill start at once. Under load, or once the pool
+// stops, it returns at once.
 //
 // The clean-up and the refill cost about 3 ms of CPU across every CPU
 // (the kernel tearing down the last container's namespaces, crun creating
@@ -225,13 +224,22 @@ const settleDelay = 3 * time.Millisecond
 // the next call. A client calling again at once (a closed loop) lets it
 // go with its next call, a turnaround of the client later than before;
 // with calls in flight, it starts as before.
+//
+// One warm container is enough to hold the refill back, even when calls
+// came many at once lately: the refill is late by settleDelay at most,
+// and the first call of the next burst lets it go. Requiring as many
+// containers as that burst's calls (the pool's target after it, up to
+// --max-concurrency) kept every refill at a low rate unheld for a window
+// or two after a burst: the load tool's median at 20 calls/s was
+// 0.14-0.19 ms higher after 16 clients for 2 s than without them
+// (docs/performance.md).
 func (p *warmPool) settle() {
 	p.mu.Lock()
 	if p.inFlight > 0 || p.creating > 0 || p.stopped {
 		p.mu.Unlock()
 		return
 	}
-	short := len(p.ready) < max(1, p.peak, p.lastPeak)
+	short := len(p.ready) == 0
 	if p.next == nil {
 		p.next = make(chan struct{})
 	}

@@ -135,8 +135,8 @@ func TestSettleDoesNotWait(t *testing.T) {
 }
 
 // TestSettleRefillsAShortPoolAtOnce: while the clean-up waits, the refill
-// waits with it only if the pool holds as many containers as calls came
-// at once lately; a pool short of that is refilled at once.
+// waits with it if the pool holds a container for the next call, however
+// many calls came at once lately; an empty pool is refilled at once.
 func TestSettleRefillsAShortPoolAtOnce(t *testing.T) {
 	poked := func(p *warmPool) bool {
 		select {
@@ -153,9 +153,10 @@ func TestSettleRefillsAShortPoolAtOnce(t *testing.T) {
 	}{
 		{"with a container ready for the one call at a time", func(*warmPool) {}, false},
 		{"with no container ready", func(p *warmPool) { p.ready = nil }, true},
-		// Two calls came at once lately: one warm container is not
-		// enough for the next two.
-		{"with fewer containers ready than calls came at once", func(p *warmPool) { p.lastPeak = 2 }, true},
+		// Two calls came at once lately: the next burst's first take lets
+		// the refill go.
+		{"with fewer containers ready than calls came at once", func(p *warmPool) { p.lastPeak, p.peak = 2, 2 }, false},
+		{"with none ready after calls came at once", func(p *warmPool) { p.lastPeak, p.ready = 2, nil }, true},
 	} {
 		_, p := idlePool(time.Hour)
 		c.set(p)
