@@ -163,16 +163,21 @@ var cgiFields = []string{"Content-Type", "Location", "Status"}
 // Output is a header block only if it holds one of the CGI fields, as RFC
 // 3875 requires: a body that merely looks like headers, such as YAML
 // ("apiVersion: v1"), is all body. Output whose first line is a CGI field
+// written as a program writes it, with a capital letter ("Status: 404"),
 // was meant as a header block, so a malformed one is an error rather than
-// a body. Otherwise the block must be plain (see plainBlock), or it is
-// body: YAML may have a top-level status, location or content-type key.
+// a body. In lower case it may as well be YAML's top-level key ("status:
+// ok"), so the block must then end, parse and hold valid CGI values
+// (validValues), or it is body. Otherwise the block must be plain (see
+// plainBlock), or it is body: YAML may have a status, location or
+// content-type key further down.
 func ParseOutput(out []byte) (Response, error) {
 	body := Response{Status: http.StatusOK, Header: http.Header{}, Body: out}
 	first, ok := firstHeaderName(out)
 	if !ok {
 		return body, nil
 	}
-	meant := isCGIField(first)
+	cgiFirst := isCGIField(first)
+	meant := cgiFirst && first[0] >= 'A' && first[0] <= 'Z'
 	end, sep := headerEnd(out)
 	if end < 0 {
 		if !meant {
@@ -191,7 +196,13 @@ func ParseOutput(out []byte) (Response, error) {
 	if !slices.ContainsFunc(cgiFields, func(f string) bool { return len(mh[f]) > 0 }) {
 		return body, nil
 	}
-	if !meant && !plainBlock(out[:end], mh) {
+	switch {
+	case meant:
+	case cgiFirst:
+		if !validValues(mh) {
+			return body, nil
+		}
+	case !plainBlock(out[:end], mh):
 		return body, nil
 	}
 	rsp := Response{Status: http.StatusOK, Header: http.Header(mh), Body: out[end+sep:]}
@@ -212,14 +223,21 @@ func ParseOutput(out []byte) (Response, error) {
 // plainBlock reports whether a header block whose first line is not a CGI
 // field is one beyond doubt, as a program writes headers and YAML is not:
 // every name starts with a capital letter (YAML's keys rarely do), no line
-// continues another (as nested YAML does), Status is a 3-digit code,
-// Location a URI, and Content-Type has a type/subtype.
+// continues another (as nested YAML does), and its CGI fields' values are
+// valid (validValues).
 func plainBlock(block []byte, h textproto.MIMEHeader) bool {
 	for line := range bytes.Lines(block) {
 		if len(line) > 0 && !(line[0] >= 'A' && line[0] <= 'Z') && line[0] != '\r' && line[0] != '\n' {
 			return false
 		}
 	}
+	return validValues(h)
+}
+
+// validValues reports whether a header block's CGI fields hold what a CGI
+// program writes there: Status a 3-digit code, Location a URI, and
+// Content-Type a type/subtype.
+func validValues(h textproto.MIMEHeader) bool {
 	if s := h.Get("Status"); s != "" {
 		if code, _, ok := statusCode(s); !ok || len(code) != 3 {
 			return false

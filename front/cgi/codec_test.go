@@ -98,6 +98,16 @@ func TestParseOutput(t *testing.T) {
 		{"yaml_body_with_blank_line", "apiVersion: v1\nkind: List\n\nitems: []\n", 200, nil, "apiVersion: v1\nkind: List\n\nitems: []\n", false},
 		{"text_body_with_colon", "note: hello\nnot a header\n\nend", 200, nil, "note: hello\nnot a header\n\nend", false},
 		{"other_headers_only", "X-A: 1\n\nbody", 200, nil, "X-A: 1\n\nbody", false},
+		// A CGI field in lower case on the first line may be YAML's key:
+		// a header block only if it ends, parses and its values are a CGI
+		// program's.
+		{"yaml_starting_with_a_status", "status: ok\nitems: []\n", 200, nil, "status: ok\nitems: []\n", false},
+		{"yaml_starting_with_a_status_and_a_blank_line", "status: ok\n\nitems: []\n", 200, nil, "status: ok\n\nitems: []\n", false},
+		{"yaml_starting_with_a_location", "location: westeurope\nname: x\n", 200, nil, "location: westeurope\nname: x\n", false},
+		{"yaml_starting_with_a_content_type", "content-type: yaml\nkind: X\n\nrest", 200, nil, "content-type: yaml\nkind: X\n\nrest", false},
+		{"yaml_starting_with_a_nested_status", "status:\n  phase: Running\n", 200, nil, "status:\n  phase: Running\n", false},
+		{"lower_case_status", "status: 404\n\nnot found", 404, map[string]string{}, "not found", false},
+		{"bad_status_in_lower_case_is_body", "status: abc\n\n", 200, nil, "status: abc\n\n", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rsp, err := ParseOutput([]byte(tc.out))
