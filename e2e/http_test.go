@@ -59,6 +59,12 @@ func TestHTTPFunction(t *testing.T) {
 			t.Errorf("%d %v %q, want 200 and the whole output as the body", code, h, body)
 		}
 	})
+	t.Run("yaml_starting_with_a_status_key_is_all_body", func(t *testing.T) {
+		want := "status: ok\nitems: []\n"
+		if code, body := f.get(t, "/status-yaml"); code != http.StatusOK || body != want {
+			t.Errorf("%d %q, want 200 and the whole output as the body", code, body)
+		}
+	})
 	t.Run("non_zero_exit_gives_500_with_stderr_tail", func(t *testing.T) {
 		code, body := f.get(t, "/fail")
 		if code != http.StatusInternalServerError {

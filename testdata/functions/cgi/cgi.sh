@@ -18,6 +18,11 @@ case "$PATH_INFO" in
 	# Looks like headers, but holds no CGI field: all body.
 	printf 'apiVersion: v1\nkind: ConfigMap\n\ndata: {}\n'
 	;;
+/status-yaml)
+	# YAML whose first key is a CGI field's name in lower case, with a
+	# value no CGI program writes: all body.
+	printf 'status: ok\nitems: []\n'
+	;;
 /fail)
 	echo "about to fail" >&2
 	echo "oops: the thing broke" >&2
