@@ -166,8 +166,8 @@ var cgiFields = []string{"Content-Type", "Location", "Status"}
 // written as a program writes it, with a capital letter ("Status: 404"),
 // was meant as a header block, so a malformed one is an error rather than
 // a body. In lower case it may as well be YAML's top-level key ("status:
-// ok"), so the block must then end, parse and hold valid CGI values
-// (validValues), or it is body. Otherwise the block must be plain (see
+// ok", "location: westeurope"), so the block must then end, parse and
+// hold valid CGI values (validValues, strict), or it is body. Otherwise the block must be plain (see
 // plainBlock), or it is body: YAML may have a status, location or
 // content-type key further down.
 func ParseOutput(out []byte) (Response, error) {
@@ -199,14 +199,23 @@ func ParseOutput(out []byte) (Response, error) {
 	switch {
 	case meant:
 	case cgiFirst:
-		if !validValues(mh) {
+		if !validValues(mh, true) {
 			return body, nil
 		}
 	case !plainBlock(out[:end], mh):
 		return body, nil
 	}
 	rsp := Response{Status: http.StatusOK, Header: http.Header(mh), Body: out[end+sep:]}
-	if s := rsp.Header.Get("Status"); s != "" {
+	// Only a block that was meant can get here with an empty CGI field:
+	// an empty Location or Content-Type says nothing and is not sent; an
+	// empty Status is not a status.
+	for _, f := range []string{"Location", "Content-Type"} {
+		if rsp.Header.Get(f) == "" {
+			rsp.Header.Del(f)
+		}
+	}
+	if _, ok := rsp.Header["Status"]; ok {
+		s := rsp.Header.Get("Status")
 		_, n, ok := statusCode(s)
 		if !ok {
 			return Response{}, fmt.Errorf("%w: Status %q is not a 3-digit HTTP status", ErrHeaderBlock, s)
@@ -231,20 +240,31 @@ func plainBlock(block []byte, h textproto.MIMEHeader) bool {
 			return false
 		}
 	}
-	return validValues(h)
+	return validValues(h, false)
 }
 
-// validValues reports whether a header block's CGI fields hold what a CGI
-// program writes there: Status a 3-digit code, Location a URI, and
-// Content-Type a type/subtype.
-func validValues(h textproto.MIMEHeader) bool {
+// validValues reports whether a header block's CGI fields, those it has,
+// hold what a CGI program writes there: Status a 3-digit code, Location a
+// URI, and Content-Type a type/subtype; none of them empty. strict asks
+// for the Location of RFC 3875 (6.2.2, 6.2.3): an absolute URI or a path
+// from the root, where YAML's location keys ("westeurope") are words.
+func validValues(h textproto.MIMEHeader, strict bool) bool {
+	for _, f := range cgiFields {
+		if vs, ok := h[f]; ok && strings.TrimSpace(vs[0]) == "" {
+			return false
+		}
+	}
 	if s := h.Get("Status"); s != "" {
 		if code, _, ok := statusCode(s); !ok || len(code) != 3 {
 			return false
 		}
 	}
 	if l := h.Get("Location"); l != "" {
-		if _, err := url.Parse(l); err != nil || strings.ContainsAny(l, " \t") {
+		u, err := url.Parse(l)
+		if err != nil || strings.ContainsAny(l, " \t") {
+			return false
+		}
+		if strict && !strings.HasPrefix(l, "/") && (u.Scheme == "" || u.Host == "" && u.Opaque == "") {
 			return false
 		}
 	}
