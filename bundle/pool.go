@@ -227,7 +227,12 @@ const settleDelay = 3 * time.Millisecond
 //
 // One warm container is enough to hold the refill back, even when calls
 // came many at once lately: the refill is late by settleDelay at most,
-// and the first call of the next burst lets it go. Requiring as many
+// and the first call of the next burst lets it go. A burst larger than
+// the containers ready that comes within that delay and a creation after
+// the last call may find the pool one short where the refill, started at
+// once, would have been done: that call makes its own container on its
+// path (and, below the pool's most, adds one of headroom for a window,
+// as any call that finds the pool empty does). Requiring as many
 // containers as that burst's calls (the pool's target after it, up to
 // --max-concurrency) kept every refill at a low rate unheld for a window
 // or two after a burst: the load tool's median at 20 calls/s was

@@ -580,7 +580,7 @@ func (c *container) closeFifo() {
 // for every release. For a call the pool served (pooled), it waits first
 // while the server has nothing else to do, for the next call or a few
 // milliseconds at most, and holds back the refill with it while the pool
-// has containers enough (settle). After that, it reaps the container's
+// has a container ready (settle). After that, it reaps the container's
 // process, if the call left it a zombie (exitCode). Once it has been
 // reaped, with no hooks and no cgroup of its own, `crun delete` would only
 // remove its state directory, so that is done here; otherwise (a cgroup to
