@@ -38,9 +38,11 @@ type config struct {
 	startup   bool
 	bigMB     int
 	paced     int
-	ghz       string
-	peer      string
-	scaleIdle time.Duration
+	// pacedDuration is how long the paced cell runs for each mode.
+	pacedDuration time.Duration
+	ghz           string
+	peer          string
+	scaleIdle     time.Duration
 }
 
 func main() {
@@ -66,10 +68,14 @@ func main() {
 	flag.BoolVar(&c.startup, "startup", true, "also measure startup time")
 	flag.IntVar(&c.bigMB, "big-mb", 100, "size of the large image for the startup measurement, in MB")
 	flag.IntVar(&c.paced, "paced", 20, "also measure one client making this many calls per second (0: off)")
+	flag.DurationVar(&c.pacedDuration, "paced-duration", 9*time.Second, "how long the paced measurement runs for each mode, in -rounds rounds (at 20 calls/s, 9s gives about 180 calls: the median of 60 moved by 0.1 ms from run to run)")
 	flag.Parse()
 	c.functions = strings.Split(functions, ",")
 	if c.rounds < 1 {
 		fatalf("-rounds %d: want at least 1", c.rounds)
+	}
+	if c.paced > 0 && c.pacedDuration < time.Duration(c.rounds)*time.Second/time.Duration(c.paced) {
+		fatalf("-paced-duration %s: too short for a call in each of %d rounds at %d calls/s", c.pacedDuration, c.rounds, c.paced)
 	}
 	for _, s := range strings.Split(clients, ",") {
 		n, err := strconv.Atoi(s)
@@ -108,7 +114,7 @@ func run(ctx context.Context, c config) error {
 	c.ocifn = ocifn
 
 	fmt.Printf("# ocifn benchmark\n\n`%s`\n\n", strings.Join(os.Args, " "))
-	fmt.Printf("%s, %d CPUs, %s; %s; each cell: %s or %d calls, in %d rounds taken in turn with the other modes of its row.\n\n", hostDescription(), runtime.NumCPU(), crunVersion(), time.Now().UTC().Format(time.RFC3339), c.duration, c.maxCalls, c.rounds)
+	fmt.Printf("%s, %d CPUs, %s; %s; each cell: %s or %d calls (the paced cells %s), in %d rounds taken in turn with the other modes of its row.\n\n", hostDescription(), runtime.NumCPU(), crunVersion(), time.Now().UTC().Format(time.RFC3339), c.duration, c.maxCalls, c.pacedDuration, c.rounds)
 
 	// What a wake-up on another CPU costs here, next to one on the same CPU.
 	if across, same, err := wakeupCosts(work, 10000); err != nil {

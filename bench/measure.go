@@ -274,6 +274,9 @@ func benchFunction(ctx context.Context, c config, work, fn string, pod *podman, 
 	fmt.Println()
 	if c.paced > 0 {
 		pace := time.Second / time.Duration(c.paced)
+		// Longer rounds than the closed loops': a paced round's calls are
+		// few, and its median is the target's.
+		d := c.pacedDuration / time.Duration(c.rounds)
 		fmt.Printf("One client, %d calls/s (ghz --rps; as calls come from reconciles rather than a closed loop):\n\n", c.paced)
 		fmt.Printf("| mode | calls | p50 | p90 | p99 | p50 − floor p50 | CPU/call: server | crun & co. | function | ghz | elsewhere |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		names := []string{"floor"}
