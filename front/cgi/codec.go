@@ -167,9 +167,9 @@ var cgiFields = []string{"Content-Type", "Location", "Status"}
 // was meant as a header block, so a malformed one is an error rather than
 // a body. In lower case it may as well be YAML's top-level key ("status:
 // ok", "location: westeurope"), so the block must then end, parse and
-// hold valid CGI values (validValues, strict), or it is body. Otherwise the block must be plain (see
-// plainBlock), or it is body: YAML may have a status, location or
-// content-type key further down.
+// hold valid CGI values (validValues, strict), or it is body. Otherwise
+// the block must be plain (see plainBlock), or it is body: YAML may have
+// a status, location or content-type key further down.
 func ParseOutput(out []byte) (Response, error) {
 	body := Response{Status: http.StatusOK, Header: http.Header{}, Body: out}
 	first, ok := firstHeaderName(out)
