@@ -69,6 +69,9 @@ type Options struct {
 	// WarmIdle lets the pool shrink to no container after that long
 	// without a call (0: never).
 	WarmIdle time.Duration
+	// OnIdle, if set, is called each time the pool lets every container
+	// go after WarmIdle without a call.
+	OnIdle func()
 	// Warn, if set, hears of each image entry neutralised rather than
 	// refused while unpacking (see oci.Warning).
 	Warn func(oci.Warning)
@@ -236,7 +239,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 		// A server: where compileSeccomp could not, having crun compile
 		// seccomp once pays from the second call.
 		b.precompileSeccomp()
-		b.startPool(PoolOptions{Min: o.Warm, Max: o.WarmMax, Idle: o.WarmIdle})
+		b.startPool(PoolOptions{Min: o.Warm, Max: o.WarmMax, Idle: o.WarmIdle, OnIdle: o.OnIdle})
 	}
 	return b, nil
 }

@@ -28,6 +28,7 @@ import (
 type warmPool struct {
 	min, max int
 	idle     time.Duration
+	onIdle   func()
 	window   time.Duration
 	// settleDelay bounds settle's wait (the const of that name; tests
 	// change it).
@@ -52,7 +53,10 @@ type warmPool struct {
 	outrun   bool
 	// made counts the containers made since the pool started filling (at
 	// start, or after idle let every container go), up to its target.
-	made     int
+	made int
+	// idled says that the pool let every container go for idle, and no
+	// call came since.
+	idled    bool
 	lastCall time.Time
 	stopped  bool
 	// next is closed by the next call's take, which ends the wait of the
@@ -75,6 +79,9 @@ type PoolOptions struct {
 	// Idle is how long the pool waits without a call before it lets
 	// every container go, Min included (0: never).
 	Idle time.Duration
+	// OnIdle, if set, is called after the pool let every container go
+	// for Idle (once each time it does, not at each of its checks).
+	OnIdle func()
 }
 
 // refillBackoff is how long a pool worker waits after crun failed to
@@ -96,7 +103,7 @@ func (b *Bundle) startPool(o PoolOptions) {
 		return
 	}
 	p := &warmPool{
-		min: o.Min, max: o.Max, idle: o.Idle, window: poolWindow,
+		min: o.Min, max: o.Max, idle: o.Idle, onIdle: o.OnIdle, window: poolWindow,
 		settleDelay: settleDelay,
 		target:      o.Min,
 		lastCall:    time.Now(),
@@ -149,7 +156,7 @@ func (b *Bundle) take() *container {
 	p.mu.Lock()
 	p.inFlight++
 	p.peak = max(p.peak, p.inFlight)
-	p.lastCall = time.Now()
+	p.lastCall, p.idled = time.Now(), false
 	if p.next != nil {
 		close(p.next)
 		p.next = nil
@@ -338,7 +345,9 @@ func (p *warmPool) housekeep() {
 				windowEnd = now.Add(p.window)
 				p.target = p.want()
 			}
+			wentIdle := false
 			if p.idle > 0 && p.inFlight == 0 && now.Sub(p.lastCall) >= p.idle {
+				wentIdle, p.idled = !p.idled, true
 				p.target, p.peak, p.lastPeak, p.headroom, p.made = 0, 0, 0, 0, 0
 			}
 			var excess []*container
@@ -350,6 +359,9 @@ func (p *warmPool) housekeep() {
 			p.mu.Unlock()
 			for _, c := range excess {
 				c.discard()
+			}
+			if wentIdle && p.onIdle != nil {
+				p.onIdle()
 			}
 		}
 	}

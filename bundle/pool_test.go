@@ -242,3 +242,40 @@ func TestSpareWorkerClaimsWhileCPUsAreFree(t *testing.T) {
 		t.Error("a worker claimed a creation beyond the pool's target")
 	}
 }
+
+// TestOnIdleOncePerIdlePeriod: the pool calls OnIdle when it lets every
+// container go after Idle without a call, once, not at each of its checks
+// while it stays idle; and again after the next call and idle period.
+func TestOnIdleOncePerIdlePeriod(t *testing.T) {
+	idled := make(chan struct{}, 10)
+	p := &warmPool{
+		min: 1, max: 2, target: 1, made: 1, idle: 20 * time.Millisecond, window: 20 * time.Millisecond,
+		onIdle:   func() { idled <- struct{}{} },
+		lastCall: time.Now(),
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+	}
+	p.wg.Add(1)
+	go p.housekeep()
+	defer func() { close(p.stop); p.wg.Wait() }()
+
+	calls := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); len(idled) < want && time.Now().Before(deadline); {
+			time.Sleep(p.window)
+		}
+		// Ten more checks at least (one per window).
+		time.Sleep(10 * p.window)
+		if got := len(idled); got != want {
+			t.Fatalf("OnIdle called %d times; want %d", got, want)
+		}
+	}
+	calls(1)
+	// A call, as take counts it.
+	b := &Bundle{pool: p}
+	if c := b.take(); c != nil {
+		t.Fatal("an idle pool had a container")
+	}
+	b.done()
+	calls(2)
+}

@@ -157,7 +157,7 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		log.Info("removed what an earlier run left in the cache directory", "directories", removed)
 	}
 	b, err := bundle.Create(ctx, rt, img.Image(), o.cacheDir, bundle.Options{
-		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network, StateDir: o.stateDir, Warm: o.warm, WarmMax: o.warmMax, WarmIdle: o.warmIdle,
+		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network, StateDir: o.stateDir, Warm: o.warm, WarmMax: o.warmMax, WarmIdle: o.warmIdle, OnIdle: returnHeap,
 		MaxRootfsBytes: int64(o.maxRootfsBytes), Limits: o.limits(log), OwnMountNamespace: host.ReexecParent() != 0,
 		Warn: func(w oci.Warning) {
 			log.Warn("image entry neutralised", "layer", w.Layer, "entry", w.Entry, "reason", w.Reason)

@@ -25,6 +25,23 @@ import (
 // millisecond instead of ~10 ms, for two idle processes' worth of memory.
 const defaultWarm = 2
 
+// returnHeap gives the free pages of Go's heap back to the kernel: once
+// the bundle is ready, before serving, and each time the warm pool lets
+// every container go after --warm-idle without a call. Go keeps them
+// until the heap has grown to its next collection's goal, which an idle
+// server does not reach, so the garbage of its start (the image's
+// config, the bundle, the seccomp program) and of its last calls stayed
+// resident: about 2 MB of the serving process's idle PSS (7.1 against
+// 5.0 MB of anonymous memory after the start, trivial function).
+// FreeOSMemory collects first, even when GOGC=off asked for no
+// collection; that is left alone.
+func returnHeap() {
+	if gc := debug.SetGCPercent(-1); gc >= 0 {
+		debug.SetGCPercent(gc)
+		debug.FreeOSMemory()
+	}
+}
+
 // defaultWarmIdle frees an unused function's containers after a while, as
 // serverless platforms scale an unused function to zero.
 const defaultWarmIdle = 5 * time.Minute
@@ -344,6 +361,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 			log.Error("cleanup failed", "error", err)
 		}
 	}()
+	returnHeap()
 	srv.Ready(fn)
 	log.Info("serving", "address", lis.Addr().String(), "tls", creds != nil, "max_concurrency", o.maxConcurrency, "max_queue", o.maxQueue, "tracing", tracer != nil)
 

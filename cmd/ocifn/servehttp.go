@@ -105,6 +105,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 			log.Error("cleanup failed", "error", err)
 		}
 	}()
+	returnHeap()
 	srv.Ready(inv.Wrap(h))
 	log.Info("serving", "address", lis.Addr().String(), "api", o.api, "max_concurrency", o.maxConcurrency, "max_queue", o.maxQueue, "timeout", o.timeout)
 

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"testing"
+)
+
+// heapFree is the heap's free memory that Go still holds from the kernel.
+func heapFree() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+var sink [][]byte
+
+// garbage allocates n MB and drops it.
+func garbage(n int) {
+	for range n {
+		sink = append(sink, make([]byte, 1<<20))
+	}
+	sink = nil
+}
+
+// TestReturnHeap: returnHeap collects and gives the free heap back to the
+// kernel, unless collections are off (GOGC=off), when it collects nothing.
+func TestReturnHeap(t *testing.T) {
+	garbage(32)
+	// Collected, the garbage is free heap that Go keeps (its scavenger
+	// gives it back slowly, in the background).
+	runtime.GC()
+	before := heapFree()
+	if before < 16<<20 {
+		t.Fatalf("after a collection of 32 MB of garbage Go holds %d bytes of free heap; the test needs more", before)
+	}
+	returnHeap()
+	// Not all: what the collection in returnHeap frees is swept, and
+	// given back, partly after it.
+	if after := heapFree(); after > before/4 {
+		t.Errorf("after returnHeap Go holds %d bytes of free heap, want under a quarter of the %d before", after, before)
+	}
+
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	garbage(32)
+	var stats0, stats1 runtime.MemStats
+	runtime.ReadMemStats(&stats0)
+	returnHeap()
+	runtime.ReadMemStats(&stats1)
+	if stats1.NumGC != stats0.NumGC {
+		t.Errorf("returnHeap collected %d times with collections off, want none", stats1.NumGC-stats0.NumGC)
+	}
+	if gc := debug.SetGCPercent(-1); gc != -1 {
+		t.Errorf("returnHeap left GOGC at %d, want it off", gc)
+	}
+}
