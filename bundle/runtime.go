@@ -560,10 +560,12 @@ func (c *container) execFifo() string {
 // openExecFifo opens the write end of the container's exec fifo, without
 // blocking: it fails (ENXIO) unless the container's process has the other
 // end open. Holding it open does not start the container, whose process
-// waits for a byte. Closing it unwritten would leave that process reading
-// the end of the fifo over and over (crun's wait loop retries a read of
-// nothing) until it is killed: discard closes it only once the process
-// has been killed and reaped, and release after its start.
+// waits for a byte. Closed unwritten, by ocifn or by the kernel when ocifn
+// dies, it ends that process with ocifn's crun
+// (hack/crun-patches/unwritten-exec-fifo-ends-the-wait.patch); crun 1.8.1
+// itself retries a read of nothing over and over until the process is
+// killed. So discard closes it only once the process has been killed and
+// reaped, and release after its start.
 func (c *container) openExecFifo() (int, error) {
 	return unix.Open(c.execFifo(), unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 }

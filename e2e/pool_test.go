@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -205,4 +206,61 @@ func TestWarmAtMostMaxConcurrency(t *testing.T) {
 		t.Errorf("%v warm containers, target %v; want 2, --max-concurrency", n, target)
 	}
 	mustContain(t, "log", s.stderr.String(), "--warm is more than --max-concurrency")
+}
+
+// TestWarmContainersEndWithTheServer: when ocifn dies without cleaning up
+// (SIGKILL), the processes of its warm containers, which wait for their
+// start on an exec fifo whose write end ocifn held, end as well, rather
+// than spinning on the fifo that the kernel closed unwritten
+// (hack/crun-patches/unwritten-exec-fifo-ends-the-wait.patch).
+func TestWarmContainersEndWithTheServer(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("trivial.tar"), "--warm", "2", "--metrics-address", "127.0.0.1:0"})
+	eventually(t, 10*time.Second, "two warm containers", func() bool { return s.warmContainers(t) == 2 })
+	serving := servingPID(t, s)
+	fork := forkServerOf(t, serving)
+	var warm []int
+	for _, pid := range childrenOf(t, serving) {
+		if pid != fork {
+			warm = append(warm, pid)
+		}
+	}
+	if len(warm) != 2 {
+		t.Fatalf("the serving process's children but its fork server are %v, want its two warm containers", warm)
+	}
+	t.Cleanup(func() {
+		// Should they have outlived the server, they spin until killed.
+		if t.Failed() {
+			for _, pid := range warm {
+				if st := processState(pid); st != "" && st != "Z" {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+	})
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	awaitExit(t, s.exited, "ocifn serve after SIGKILL", s.stderr)
+	eventually(t, 10*time.Second, fmt.Sprintf("the warm containers' processes %v ended", warm), func() bool {
+		for _, pid := range warm {
+			if st := processState(pid); st != "" && st != "Z" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// processState is the state letter of a process (R, S, Z, ...), or "" if
+// there is none with that pid.
+func processState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 0 {
+		return f[0]
+	}
+	return ""
 }
