@@ -266,6 +266,43 @@ func killTree(pidfd, pid int) {
 	}
 }
 
+// killLogHolders kills, with what they started, and reaps the children of
+// this process (the subreaper, to which a container's first process comes
+// when crun create exits) that hold the pipe with inode ino open: what
+// crun left of a container it failed to create and whose pid ocifn never
+// learnt, waiting on its exec fifo with crun's log pipe open.
+func killLogHolders(ino uint64) {
+	if ino == 0 {
+		return
+	}
+	want := fmt.Sprintf("pipe:[%d]", ino)
+	for _, pid := range childrenOf(os.Getpid()) {
+		if !holds(pid, want) {
+			continue
+		}
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			killTree(fd, pid)
+			unix.Close(fd)
+		}
+	}
+}
+
+// holds says whether process pid has a descriptor open on what readlink
+// of /proc/PID/fd/N names target.
+func holds(pid int, target string) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && l == target {
+			return true
+		}
+	}
+	return false
+}
+
 // childrenOf lists the children of every thread of pid.
 func childrenOf(pid int) []int {
 	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -305,11 +306,26 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 		// Kill first: a process of the container holds the log pipe open
 		// until it is gone.
 		b.runtime.forceDelete(id)
-		if pid > 0 {
+		if pid > 0 && slices.Contains(childrenOf(os.Getpid()), pid) {
+			// Ours, not reaped: the pid still names it. crun delete
+			// kills it unless crun had already removed its state.
+			_ = unix.Kill(pid, unix.SIGKILL)
 			_, _, _ = waitPid(pid, nil)
 		}
-		msg := log.wait()
+		msg, closed := log.waitFor(logGrace)
+		if !closed {
+			// A process that neither crun delete nor ocifn knows of
+			// holds it: a container's first process whose pid crun
+			// could not write (its state directory full, say).
+			killLogHolders(log.ino)
+			msg, closed = log.waitFor(logGrace)
+		}
 		switch {
+		case !closed:
+			msg = "crun's log pipe stayed open after crun create failed"
+			if runErr != nil {
+				msg += ": " + runErr.Error()
+			}
 		case msg != "":
 		case runErr != nil:
 			msg = runErr.Error()
@@ -645,10 +661,16 @@ func (e *RuntimeError) Error() string { return "crun " + e.Op + ": " + e.Message
 type runtimeLog struct {
 	buf  bytes.Buffer
 	done chan struct{}
+	// ino is the pipe's inode number (0: unknown), to find who holds it.
+	ino uint64
 }
 
 func readLog(r *os.File) *runtimeLog {
 	l := &runtimeLog{done: make(chan struct{})}
+	var st unix.Stat_t
+	if unix.Fstat(int(r.Fd()), &st) == nil {
+		l.ino = st.Ino
+	}
 	go func() {
 		defer close(l.done)
 		defer r.Close()
@@ -663,6 +685,29 @@ func readLog(r *os.File) *runtimeLog {
 // seccomp profile, say), which must not fail a call.
 func (l *runtimeLog) wait() string {
 	<-l.done
+	return l.errors()
+}
+
+// logGrace is how long a failed crun create's log may stay open after
+// crun has deleted what it made, before ocifn looks for who holds it.
+const logGrace = time.Second
+
+// waitFor waits as wait does, for d at most, and says whether every writer
+// closed the log by then (the messages are "" otherwise).
+func (l *runtimeLog) waitFor(d time.Duration) (string, bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-l.done:
+		return l.errors(), true
+	case <-t.C:
+		return "", false
+	}
+}
+
+// errors returns the messages of the log's error entries; the log has
+// been read to its end.
+func (l *runtimeLog) errors() string {
 	var msgs []string
 	for _, line := range strings.Split(l.buf.String(), "\n") {
 		line = strings.TrimSpace(line)
