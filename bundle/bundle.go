@@ -72,6 +72,9 @@ type Options struct {
 	// OnIdle, if set, is called each time the pool lets every container
 	// go after WarmIdle without a call.
 	OnIdle func()
+	// OnRefill, if set, hears when the warm pool's creations start
+	// failing (the first error) and when they succeed again (nil).
+	OnRefill func(error)
 	// Warn, if set, hears of each image entry neutralised rather than
 	// refused while unpacking (see oci.Warning).
 	Warn func(oci.Warning)
@@ -239,7 +242,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 		// A server: where compileSeccomp could not, having crun compile
 		// seccomp once pays from the second call.
 		b.precompileSeccomp()
-		b.startPool(PoolOptions{Min: o.Warm, Max: o.WarmMax, Idle: o.WarmIdle, OnIdle: o.OnIdle})
+		b.startPool(PoolOptions{Min: o.Warm, Max: o.WarmMax, Idle: o.WarmIdle, OnIdle: o.OnIdle, OnRefill: o.OnRefill})
 	}
 	return b, nil
 }

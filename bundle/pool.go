@@ -21,14 +21,15 @@ import (
 // was as large as the calls running (the refill was outrun, not the size)
 // adds one container of headroom, and each window without such a miss
 // takes one back. A call that comes before the pool has made its first
-// fill's worth of containers, at start or after idle, says nothing about
-// the refill and adds none. At each window's end the size falls back to
+// fill's worth of containers, at start or after idle, or while its
+// creations fail, says nothing about the refill and adds none. At each window's end the size falls back to
 // what that window needed. After idle without a call it holds none at
 // all, and the next call refills it.
 type warmPool struct {
 	min, max int
 	idle     time.Duration
 	onIdle   func()
+	onRefill func(error)
 	window   time.Duration
 	// settleDelay bounds settle's wait (the const of that name; tests
 	// change it).
@@ -51,6 +52,10 @@ type warmPool struct {
 	// although it was as large as the calls running.
 	headroom int
 	outrun   bool
+	// failing says that the last container the pool's workers tried to
+	// create failed: a call that finds the pool empty meanwhile says
+	// nothing about its size, and adds no headroom.
+	failing bool
 	// made counts the containers made since the pool started filling (at
 	// start, or after idle let every container go), up to its target.
 	made int
@@ -82,6 +87,9 @@ type PoolOptions struct {
 	// OnIdle, if set, is called after the pool let every container go
 	// for Idle (once each time it does, not at each of its checks).
 	OnIdle func()
+	// OnRefill, if set, hears when the pool's creations start failing,
+	// with the first error, and when one succeeds again, with nil.
+	OnRefill func(error)
 }
 
 // refillBackoff is how long a pool worker waits after crun failed to
@@ -103,7 +111,7 @@ func (b *Bundle) startPool(o PoolOptions) {
 		return
 	}
 	p := &warmPool{
-		min: o.Min, max: o.Max, idle: o.Idle, onIdle: o.OnIdle, window: poolWindow,
+		min: o.Min, max: o.Max, idle: o.Idle, onIdle: o.OnIdle, onRefill: o.OnRefill, window: poolWindow,
 		settleDelay: settleDelay,
 		target:      o.Min,
 		lastCall:    time.Now(),
@@ -166,7 +174,7 @@ func (b *Bundle) take() *container {
 		c = p.ready[0]
 		p.ready[0] = nil
 		p.ready = p.ready[1:]
-	} else if p.made >= p.target && p.inFlight <= p.target {
+	} else if !p.failing && p.made >= p.target && p.inFlight <= p.target {
 		// Outrun: noted even at max, so that the headroom is kept there.
 		p.outrun = true
 		if p.want() < p.max {
@@ -299,6 +307,8 @@ func (p *warmPool) worker(b *Bundle, spare bool) {
 			c, err := b.create()
 			p.mu.Lock()
 			p.creating--
+			changed := (err != nil) != p.failing
+			p.failing = err != nil
 			keep := err == nil && !p.stopped && len(p.ready) < p.target
 			if keep {
 				p.ready = append(p.ready, c)
@@ -307,6 +317,9 @@ func (p *warmPool) worker(b *Bundle, spare bool) {
 				p.made = min(p.made+1, p.target)
 			}
 			p.mu.Unlock()
+			if changed && p.onRefill != nil {
+				p.onRefill(err)
+			}
 			if err != nil {
 				select {
 				case <-p.stop:

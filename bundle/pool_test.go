@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,4 +279,48 @@ func TestOnIdleOncePerIdlePeriod(t *testing.T) {
 	}
 	b.done()
 	calls(2)
+}
+
+// TestFailingRefillsAddNoHeadroom: while the pool's creations fail, a call
+// that finds it empty says nothing about its size, and adds no headroom;
+// the pool reports the failure once, not at each retry.
+func TestFailingRefillsAddNoHeadroom(t *testing.T) {
+	dir := t.TempDir()
+	crun := filepath.Join(dir, "crun")
+	if err := os.WriteFile(crun, []byte("#!/bin/sh\necho '{\"msg\":\"cannot create\",\"level\":\"error\"}' >&3\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 10)
+	b := &Bundle{dir: dir, runtime: &Runtime{path: crun, sealed: &sealedBinary{}, fork: &forkServer{}, stateDir: t.TempDir()}}
+	b.startPool(PoolOptions{Min: 2, Max: 8, OnRefill: func(err error) { errs <- err }})
+	defer b.stopPool()
+	select {
+	case err := <-errs:
+		if err == nil || !strings.Contains(err.Error(), "cannot create") {
+			t.Errorf("OnRefill(%v), want crun's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnRefill not called while every creation fails")
+	}
+	p := b.pool
+	p.mu.Lock()
+	p.made = p.target // as after a pool that had filled once
+	p.mu.Unlock()
+	for range 5 {
+		if c := b.take(); c != nil {
+			t.Fatal("a failing pool gave a container")
+		}
+		b.done()
+	}
+	// The workers retry every second (refillBackoff), and fail again.
+	time.Sleep(refillBackoff + refillBackoff/2)
+	p.mu.Lock()
+	target, headroom := p.target, p.headroom
+	p.mu.Unlock()
+	if headroom != 0 || target != 2 {
+		t.Errorf("after 5 calls that found a failing pool empty: target %d, headroom %d; want 2 and 0", target, headroom)
+	}
+	if n := len(errs); n != 0 {
+		t.Errorf("OnRefill called %d more times while the creations kept failing, want once in all", n)
+	}
 }

@@ -158,6 +158,13 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 	}
 	b, err := bundle.Create(ctx, rt, img.Image(), o.cacheDir, bundle.Options{
 		Mode: mode, RangeStart: o.idMapStart, RangeSize: o.idMapSize, Network: o.network, StateDir: o.stateDir, Warm: o.warm, WarmMax: o.warmMax, WarmIdle: o.warmIdle, OnIdle: returnHeap,
+		OnRefill: func(err error) {
+			if err != nil {
+				log.Warn("the warm pool cannot create containers: calls create their own meanwhile, and the pool tries again every second", "error", err)
+			} else {
+				log.Info("the warm pool creates containers again")
+			}
+		},
 		MaxRootfsBytes: int64(o.maxRootfsBytes), Limits: o.limits(log), OwnMountNamespace: host.ReexecParent() != 0,
 		Warn: func(w oci.Warning) {
 			log.Warn("image entry neutralised", "layer", w.Layer, "entry", w.Entry, "reason", w.Reason)
