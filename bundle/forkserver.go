@@ -141,7 +141,11 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNotSent, err)
 	}
-	defer r.Close()
+	defer func() {
+		if r != nil {
+			r.Close()
+		}
+	}()
 	n := 0
 	for _, a := range args {
 		n += len(a) + 1
@@ -160,7 +164,16 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 		s.broken(fmt.Sprintf("sending to it failed: %v", err))
 		return fmt.Errorf("%w: %v", errNotSent, err)
 	}
+	// Until the child names itself, ctx's end stops the wait; what the
+	// server does with the command then is seen to in the background.
+	stopWait := context.AfterFunc(ctx, func() { _ = r.SetReadDeadline(time.Now()) })
 	kind, value, err := readRecord(r)
+	if !stopWait() && errors.Is(err, os.ErrDeadlineExceeded) {
+		_ = r.SetReadDeadline(time.Time{})
+		go s.abandon(conn, r)
+		r = nil // abandon closes it
+		return fmt.Errorf("crun fork server did not run crun before %w", ctx.Err())
+	}
 	switch {
 	case err != nil:
 		// No child named itself, and a forked one does so before it
@@ -191,6 +204,9 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 		stop := context.AfterFunc(ctx, func() {
 			defer close(killed)
 			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+			// A server that does not reply for the killed child within
+			// replyGrace is stuck: the wait ends there.
+			_ = r.SetReadDeadline(time.Now().Add(replyGrace))
 		})
 		defer func() {
 			if !stop() {
@@ -200,6 +216,9 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 		}()
 	}
 	kind, value, err = readRecord(r)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("crun fork server did not reply within %s of the kill of its child %d, after %w", replyGrace, pid, ctx.Err())
+	}
 	if err != nil || kind != recordStatus {
 		// The server died while its child ran crun. That child, an
 		// orphan now, must not go on to make a container nobody knows
@@ -213,6 +232,43 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 		return fmt.Errorf("crun fork server ended while crun ran: %s", s.stderrLine())
 	}
 	return exitError(unix.WaitStatus(value))
+}
+
+// replyGrace is how long the server has to reply for a child killed
+// because its command's context ended.
+const replyGrace = 5 * time.Second
+
+// abandon sees to a command whose caller stopped waiting before its child
+// named itself: the child, once named, is killed, as the command's context
+// has ended, and the server reaps it. It reads the command's replies on r
+// to their end (the server closes r once it has replied for the child) and
+// closes r. Should the server never fork, r stays open until ocifn exits,
+// and so does this goroutine; the command's descriptors, in the server's
+// socket, as long.
+func (s *forkServer) abandon(conn *net.UnixConn, r *os.File) {
+	defer r.Close()
+	_ = r.SetReadDeadline(time.Now().Add(replyGrace))
+	kind, value, err := readRecord(r)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// A server that forks for no command for that long is stuck
+		// (stopped, or in the kernel): crun is executed from now on,
+		// and the server killed, which lets go of the commands' files
+		// in its socket, crun's log pipe among them.
+		s.kill(conn, fmt.Sprintf("it ran no crun for a command within %s", replyGrace))
+		return
+	}
+	if err != nil || kind != recordPID {
+		return
+	}
+	// Unless its status is there already (it has been reaped, and its
+	// pid may name another process by now), the child still runs.
+	_ = r.SetReadDeadline(time.Now())
+	if _, _, err := readRecord(r); !errors.Is(err, os.ErrDeadlineExceeded) {
+		return
+	}
+	_ = unix.Kill(int(value), unix.SIGKILL)
+	_ = r.SetReadDeadline(time.Time{})
+	_, _, _ = readRecord(r)
 }
 
 // exitError says how a command ended as exec.Cmd.Run would: nil, or an
@@ -343,6 +399,20 @@ func (s *forkServer) broken(why string) {
 	s.conn.Close()
 	s.conn = nil
 	s.why = "the fork server failed: " + why
+}
+
+// kill stops using a server that is stuck, as broken does, and kills it,
+// if it is still the server conn is the socket of.
+func (s *forkServer) kill(conn *net.UnixConn, why string) {
+	s.mu.Lock()
+	if s.conn != conn || s.cmd == nil {
+		s.mu.Unlock()
+		return
+	}
+	cmd := s.cmd
+	s.mu.Unlock()
+	s.broken(why)
+	_ = cmd.Process.Kill()
 }
 
 // stderrLine is the first line the server wrote on its stderr, if any.

@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"context"
 	"runtime"
 	"sync"
 	"time"
@@ -70,7 +71,10 @@ type warmPool struct {
 
 	wake chan struct{}
 	stop chan struct{}
-	wg   sync.WaitGroup
+	// stopping ends with stop: the creations under way end with it.
+	stopping context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // PoolOptions sizes the warm pool.
@@ -122,6 +126,7 @@ func (b *Bundle) startPool(o PoolOptions) {
 	if p.idle > 0 && p.idle < p.window {
 		p.window = p.idle
 	}
+	p.stopping, p.cancel = context.WithCancel(context.Background())
 	b.pool = p
 	for i := range cap(p.wake) {
 		p.wg.Add(1)
@@ -304,7 +309,7 @@ func (p *warmPool) worker(b *Bundle, spare bool) {
 		case <-p.wake:
 		}
 		for p.claim(spare) {
-			c, err := b.create()
+			c, err := b.createIn(p.stopping)
 			p.mu.Lock()
 			p.creating--
 			changed := (err != nil) != p.failing
@@ -391,6 +396,7 @@ func (b *Bundle) stopPool() {
 	p.stopped = true
 	p.mu.Unlock()
 	close(p.stop)
+	p.cancel()
 	p.wg.Wait()
 	p.mu.Lock()
 	ready := p.ready

@@ -126,9 +126,9 @@ func (b *Bundle) Call(ctx context.Context, call Call) (Exit, error) {
 	var err error
 	pooled := !call.custom()
 	if pooled {
-		c, err = b.started()
+		c, err = b.started(ctx)
 	} else {
-		c, err = b.startedWith(&call)
+		c, err = b.startedWith(ctx, &call)
 	}
 	if err != nil {
 		if pooled {
@@ -155,18 +155,18 @@ func (b *Bundle) Call(ctx context.Context, call Call) (Exit, error) {
 }
 
 // startedWith creates and starts a container from a config made for call.
-func (b *Bundle) startedWith(call *Call) (*container, error) {
+func (b *Bundle) startedWith(ctx context.Context, call *Call) (*container, error) {
 	config, err := b.writeCallConfig(call)
 	if err != nil {
 		return nil, err
 	}
 	defer os.Remove(config)
-	return b.createStarted(config)
+	return b.createStarted(ctx, config)
 }
 
 // started returns a container whose process runs the entrypoint: a warm
 // one from the pool if there is one that still starts, else a new one.
-func (b *Bundle) started() (*container, error) {
+func (b *Bundle) started(ctx context.Context) (*container, error) {
 	if c := b.take(); c != nil {
 		if err := c.start(); err == nil {
 			return c, nil
@@ -176,13 +176,13 @@ func (b *Bundle) started() (*container, error) {
 		c.discard()
 		b.misses.Add(1)
 	}
-	return b.createStarted("")
+	return b.createStarted(ctx, "")
 }
 
 // createStarted creates a container from the config file config (empty:
 // the bundle's own) and starts it.
-func (b *Bundle) createStarted(config string) (*container, error) {
-	c, err := b.createWith(config)
+func (b *Bundle) createStarted(ctx context.Context, config string) (*container, error) {
+	c, err := b.createWith(ctx, config)
 	if err != nil {
 		return nil, err
 	}
@@ -228,16 +228,28 @@ type container struct {
 	fifoOpen bool
 }
 
+// createTimeout bounds a container's creation for the pool: crun takes
+// milliseconds; one stuck (a hung mount, a stopped fork server) must not
+// hold a worker, or the server's shutdown, for ever.
+const createTimeout = 30 * time.Second
+
 // create asks crun to create a container whose process waits for `crun
 // start`. crun hands the container's init to ocifn, its subreaper, when it
 // exits, so ocifn can wait for the function and read its exit status.
 func (b *Bundle) create() (c *container, err error) {
-	return b.createWith("")
+	return b.createIn(context.Background())
+}
+
+// createIn creates a container as create does, unless ctx ends first.
+func (b *Bundle) createIn(ctx context.Context) (c *container, err error) {
+	ctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	return b.createWith(ctx, "")
 }
 
 // createWith creates a container from the config file config, or from the
-// bundle's own config when it is empty.
-func (b *Bundle) createWith(config string) (c *container, err error) {
+// bundle's own config when it is empty. crun is killed if ctx ends first.
+func (b *Bundle) createWith(ctx context.Context, config string) (c *container, err error) {
 	id, err := containerID()
 	if err != nil {
 		return nil, err
@@ -294,7 +306,7 @@ func (b *Bundle) createWith(config string) (c *container, err error) {
 	if config != "" {
 		args = append(args, "--config", config)
 	}
-	runErr := b.runtime.run(context.Background(), append(args, id), inR, outW, errW, logW)
+	runErr := b.runtime.run(ctx, append(args, id), inR, outW, errW, logW)
 	// The container holds its own copies now.
 	for _, f := range []*os.File{inR, outW, errW, logW} {
 		f.Close()
