@@ -110,8 +110,10 @@ func (c *Call) custom() bool {
 // its output to stdout and stderr, and waits for it to end. When ctx ends
 // first, every process of the container is killed.
 //
-// A write error on stdout (for example a size cap) ends the copy; the
-// function then gets EPIPE and the error is returned once it exits.
+// A failed copy of stdout or stderr (a writer's size cap, say) ends the call
+// as ctx ending does: every process of the container is killed at once,
+// rather than left to run, perhaps ignoring EPIPE, until ctx ends. The
+// copy's error is returned as it is.
 func (b *Bundle) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
 	return b.Call(ctx, Call{Stdin: stdin, Stdout: stdout, Stderr: stderr})
 }
@@ -459,18 +461,32 @@ func (c *container) releaseNamespaces() {
 // wait feeds the running container its input, copies its output, and waits
 // for its process to exit.
 func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
-	// Kill the container when the call is cancelled. Killing its init
-	// ends its pid namespace, and with it every process it started. The
-	// kill is waited for below: the container's clean-up, and a Close
-	// after it, must not run while it does.
+	// Kill the container when the call is cancelled, or when a copy of
+	// its output fails (a writer past its cap): the call has failed then,
+	// and a function that ignores EPIPE would run on until ctx ends.
+	// Killing its init ends its pid namespace, and with it every process
+	// it started. The kill is waited for below: the container's clean-up,
+	// and a Close after it, must not run while it does.
 	killDone := make(chan struct{})
-	stopKill := context.AfterFunc(ctx, func() {
+	kill := func() {
 		defer close(killDone)
 		c.kill()
-	})
+	}
+	stopKill := context.AfterFunc(ctx, kill)
+	// A failed copy kills through the same path: the first to call
+	// stopKill, ctx's end (which then calls kill) or a failed copy (which
+	// keeps it from running, then kills), is the one that kills; none
+	// does once the process has been waited for (stopKill below). A
+	// context of the call's own, cancelled by a failed copy, would do
+	// the same for 5 more allocations per call.
+	copyFailed := func() {
+		if stopKill() {
+			kill()
+		}
+	}
 
 	var wg sync.WaitGroup
-	var outErr error
+	var outErr, errErr error
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
@@ -481,12 +497,16 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 	}()
 	go func() {
 		defer wg.Done()
-		_, outErr = copyOut(stdout, c.stdout)
+		if _, outErr = copyOut(stdout, c.stdout); outErr != nil {
+			copyFailed()
+		}
 		c.stdout.Close()
 	}()
 	go func() {
 		defer wg.Done()
-		_, _ = copyOut(stderr, c.stderr)
+		if _, errErr = copyOut(stderr, c.stderr); errErr != nil {
+			copyFailed()
+		}
 		c.stderr.Close()
 	}()
 
@@ -508,11 +528,14 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 	switch {
 	case werr != nil:
 		return exit, fmt.Errorf("cannot wait for the function's process %d: %w", c.pid, werr)
+	// A failed copy comes first: it killed the container (unless it had
+	// exited already), even if ctx ended too while it was being killed.
+	case outErr != nil:
+		return exit, outErr
+	case errErr != nil:
+		return exit, errErr
 	case killed:
 		return exit, fmt.Errorf("the function was stopped: %w", context.Cause(ctx))
-	case outErr != nil:
-		// An output copy failed (e.g. stdout over its cap).
-		return exit, outErr
 	}
 	return exit, nil
 }

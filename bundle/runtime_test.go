@@ -1,8 +1,12 @@
 package bundle
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,6 +38,109 @@ func TestRuntimeLogKeepsErrorsOnly(t *testing.T) {
 	w.Close()
 	if got := l.wait(); got != "" {
 		t.Errorf("a warning alone reads as an error: %q", got)
+	}
+}
+
+// errCapped is what cappedWriter fails with.
+var errCapped = errors.New("over the cap")
+
+// cappedWriter takes up to max bytes, then fails, as a front's cap does.
+type cappedWriter struct{ n, max int }
+
+func (w *cappedWriter) Write(p []byte) (int, error) {
+	if w.n+len(p) > w.max {
+		return 0, errCapped
+	}
+	w.n += len(p)
+	return len(p), nil
+}
+
+// plainContainer runs script with sh as a container's process would run,
+// without crun: its standard streams on pipes, waited for through a pidfd.
+func plainContainer(t *testing.T, script string) *container {
+	t.Helper()
+	var pipes [4][2]*os.File // stdin, stdout, stderr, crun's log: read, write
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pipes[i] = [2]*os.File{r, w}
+	}
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipes[0][0], pipes[1][1], pipes[2][1]
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*os.File{pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]} {
+		f.Close()
+	}
+	pid := cmd.Process.Pid
+	c := &container{pid: pid, pidfd: exitFD(pid), stdin: pipes[0][1], stdout: pipes[1][0], stderr: pipes[2][0], log: readLog(pipes[3][0])}
+	t.Cleanup(func() {
+		if c.pidfd != nil {
+			_ = unix.PidfdSendSignal(int(c.pidfd.Fd()), unix.SIGKILL, nil, 0)
+		}
+		if !c.reaped {
+			_, _ = reap(pid)
+		}
+		c.closePidfd()
+	})
+	if c.pidfd == nil {
+		t.Skip("no pidfd: the kill would need crun")
+	}
+	return c
+}
+
+// TestWaitKillsAtAFailedOutputCopy: once a copy of the function's output
+// fails (past a cap), its process is killed at once, even when it ignores
+// EPIPE and would print on until the call's timeout, and the call fails
+// with the copy's error. A function within the cap runs to its own end;
+// one that prints nothing and runs on is killed when ctx ends.
+func TestWaitKillsAtAFailedOutputCopy(t *testing.T) {
+	const flood = `trap "" PIPE; cat >/dev/null; while :; do echo xxxxxxxx; done`
+	const killed = 128 + int(unix.SIGKILL)
+	for _, tc := range []struct {
+		name, script string
+		capStderr    bool
+		timeout      time.Duration
+		code         int
+		err          error
+	}{
+		{"stdout_past_its_cap", flood, false, 5 * time.Second, killed, errCapped},
+		{"stderr_past_its_cap", "exec >&2; " + flood, true, 5 * time.Second, killed, errCapped},
+		{"within_the_cap", `trap "" PIPE; cat >/dev/null; echo xxxxxxxx; echo xxxxxxxx >&2`, false, 5 * time.Second, 0, nil},
+		{"until_ctx_ends", `cat >/dev/null; while :; do :; done`, false, 200 * time.Millisecond, killed, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := plainContainer(t, tc.script)
+			capped := &cappedWriter{max: 1000}
+			var stdout, stderr io.Writer = capped, io.Discard
+			if tc.capStderr {
+				stdout, stderr = io.Discard, capped
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
+			defer cancel()
+			start := time.Now()
+			exit, err := c.wait(ctx, strings.NewReader("the request"), stdout, stderr)
+			if took := time.Since(start); took > tc.timeout+2*time.Second || (tc.err == errCapped && ctx.Err() != nil) {
+				t.Errorf("the call took %s (its context: %v): the function ran on past its cap", took, ctx.Err())
+			}
+			if exit.Code != tc.code {
+				t.Errorf("exit code %d, want %d", exit.Code, tc.code)
+			}
+			switch {
+			case tc.err == context.DeadlineExceeded:
+				if !errors.Is(err, tc.err) || !strings.Contains(fmt.Sprint(err), "the function was stopped") {
+					t.Errorf("error %v, want the function stopped at its deadline", err)
+				}
+			case err != tc.err:
+				t.Errorf("error %v, want %v as it is", err, tc.err)
+			}
+			if tc.err == nil && capped.n != 9 {
+				t.Errorf("%d bytes copied, want 9", capped.n)
+			}
+		})
 	}
 }
 
