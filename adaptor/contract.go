@@ -34,7 +34,8 @@ type Exit struct {
 // Runner runs the function once, in a fresh container, with the given
 // standard streams. It returns an error only when the call could not run to
 // the end (cancelled, output copy failed); a function that exits non-zero is
-// a normal Exit.
+// a normal Exit. A failed output copy (stdout past its cap) ends the run at
+// once, as cancelling does: the function is not left running until ctx ends.
 type Runner interface {
 	Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error)
 }

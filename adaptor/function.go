@@ -302,10 +302,13 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		// The caller's own deadline passed, or it went away: it gets a
 		// status, not a response it can no longer use.
 		return res, status.FromContextError(ctx.Err()).Err()
+	case stdout.Overflow:
+		// Before the timeout: output past the cap ends the call at once
+		// (the runner kills the container), so a timeout that passed
+		// meanwhile did not stop the function.
+		return fail(OutcomeFatal, fmt.Sprintf("the function printed more than the limit of %d bytes on stdout", f.maxOutputBytes))
 	case runErr != nil && errors.Is(context.Cause(callCtx), front.ErrTimeout):
 		return fail(OutcomeTimeout, fmt.Sprintf("the function ran longer than the limit of %s and was stopped", f.timeout))
-	case stdout.Overflow:
-		return fail(OutcomeFatal, fmt.Sprintf("the function printed more than the limit of %d bytes on stdout", f.maxOutputBytes))
 	case stdout.Refused != nil:
 		// The server's memory was full, not the function wrong: a status
 		// the caller retries, as for a request that does not fit.

@@ -32,6 +32,9 @@ type scriptedRunner struct {
 	// chunk, when not 0, writes stdout in pieces of that size, as a pipe
 	// is read.
 	chunk int
+	// hangOnError, when a write to stdout fails, waits for ctx to end, as
+	// a function that ignores EPIPE would if nothing killed it.
+	hangOnError bool
 }
 
 func (r *scriptedRunner) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) (Exit, error) {
@@ -48,6 +51,10 @@ func (r *scriptedRunner) Run(ctx context.Context, stdin io.Reader, stdout, stder
 			n = min(n, r.chunk)
 		}
 		if _, err := io.WriteString(stdout, out[:n]); err != nil {
+			if r.hangOnError {
+				<-ctx.Done()
+				return Exit{Code: 137}, ctx.Err()
+			}
 			return Exit{}, err
 		}
 		out = out[n:]
@@ -83,6 +90,10 @@ func TestRun(t *testing.T) {
 		{"invalid_utf8_gives_fatal_result", scriptedRunner{stdout: "{\"results\": [{\"message\": \"\xff\"}]}"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"not valid UTF-8"}},
 		{"empty_output_gives_fatal_result", scriptedRunner{stdout: "  \n"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"printed nothing"}},
 		{"output_over_limit_gives_fatal_result", scriptedRunner{stdout: strings.Repeat("x", 100)}, []Option{WithMaxOutputBytes(10)}, fnv1.Severity_SEVERITY_FATAL, []string{"more than the limit of 10 bytes"}},
+		// Output past the cap ends a call at once; should its timeout
+		// pass before the runner returns, the call is still over the
+		// output limit, not a timeout.
+		{"output_over_limit_then_timeout_gives_output_limit", scriptedRunner{stdout: strings.Repeat("x", 100), hangOnError: true}, []Option{WithMaxOutputBytes(10), WithTimeout(50 * time.Millisecond)}, fnv1.Severity_SEVERITY_FATAL, []string{"more than the limit of 10 bytes on stdout"}},
 		// 4 KiB of JSON zeros take about 2.5 times as much in protobuf's
 		// Struct: within the output limit, beyond what gRPC may send.
 		{"response_over_send_limit_gives_fatal_result", scriptedRunner{stdout: `{"desired":{"resources":{"a":{"resource":{"list":[0` + strings.Repeat(",0", 2048) + `]}}}}}`}, []Option{WithMaxOutputBytes(1 << 20), WithMaxResponseBytes(8 << 10)}, fnv1.Severity_SEVERITY_FATAL, []string{"bytes in protobuf, more than the 8192 bytes a response may have", "printed 4"}},

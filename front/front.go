@@ -19,7 +19,9 @@ import (
 	"github.com/ocifn/ocifn/hook"
 )
 
-// Runner runs one call in a fresh container.
+// Runner runs one call in a fresh container. A write to the call's stdout
+// or stderr that fails (past its cap) ends the call at once, as ctx ending
+// does.
 type Runner interface {
 	Call(ctx context.Context, c bundle.Call) (bundle.Exit, error)
 	// Args are the image's own process arguments (entrypoint and command).
@@ -78,13 +80,16 @@ func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdi
 	call.Exit = hook.Exit{Code: exit.Code, Start: exit.Start, Duration: exit.Duration}
 	call.StdinBytes, call.StdoutBytes = len(stdin), len(stdout.Bytes())
 	out := Output{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), Exit: exit, Timeout: timeout}
+	// An overflow comes before a timeout: a stream past its cap ends the
+	// call at once (the runner kills the container), so a timeout that
+	// passed meanwhile did not stop the function.
 	switch {
-	case runErr != nil && errors.Is(context.Cause(callCtx), ErrTimeout):
-		out.TimedOut = true
 	case stdout.Overflow:
 		out.Overflow = "stdout"
 	case stderr.Overflow:
 		out.Overflow = "stderr"
+	case runErr != nil && errors.Is(context.Cause(callCtx), ErrTimeout):
+		out.TimedOut = true
 	case runErr != nil:
 		out.Err = runErr
 	case exit.RuntimeError != "":
@@ -93,8 +98,8 @@ func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdi
 	return out
 }
 
-// errOutputLimit stops the copy of a stream past its cap; the function then
-// gets EPIPE.
+// errOutputLimit stops the copy of a stream past its cap, which ends the
+// call: the runner (bundle.Call) kills the container at once.
 var errOutputLimit = errors.New("output limit reached")
 
 // Capped collects up to Max bytes and fails writes beyond. The buffer is a
