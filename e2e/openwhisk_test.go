@@ -477,6 +477,29 @@ echo "{\"seen\": \"$seen\"}"`, "main"))
 		`ocifn_calls_total{outcome="timeout"} 2`, `ocifn_calls_total{outcome="error"} 2`)
 }
 
+// TestOpenWhiskOutputLimit: an action that goes on printing past
+// --max-output-bytes, on stdout or on stderr, ignoring EPIPE, is stopped
+// at once and answered as over the limit, not at --timeout.
+func TestOpenWhiskOutputLimit(t *testing.T) {
+	f := startFront(t, "openwhisk", []string{"--tarball", image("owskeleton.tar"), "--max-output-bytes", "1000", "--timeout", "8s"})
+	f.mustInit(t, initPayload(`#!/bin/sh
+trap "" PIPE
+cat >/dev/null
+case "$1" in *stderr*) exec >&2 ;; esac
+while :; do echo xxxxxxxx; done`, "main"))
+	for _, stream := range []string{"stdout", "stderr"} {
+		start := time.Now()
+		code, out := f.post(t, "/run", runPayload(map[string]any{"stream": stream}, nil))
+		took := time.Since(start)
+		if code != http.StatusBadGateway || !strings.Contains(out, "printed more than the limit of 1000 bytes on "+stream) {
+			t.Errorf("flooding %s: %d %s, want 502 over the output limit", stream, code, out)
+		}
+		if took > 3*time.Second {
+			t.Errorf("flooding %s took %s with an 8s timeout: the action was not stopped at the cap", stream, took)
+		}
+	}
+}
+
 // TestOpenWhiskPackage: an image built with ocifn build --api openwhisk
 // works as an OpenWhisk Docker action: run as its platform runs it, it
 // serves /init and /run on 8080 and passes the canonical cases.

@@ -164,10 +164,12 @@ func TestTimeout(t *testing.T) {
 
 // TestLimits: calls beyond --max-concurrency and --max-queue are refused
 // with RESOURCE_EXHAUSTED; output over --max-output-bytes and requests over
-// --max-recv-msg-size are refused with clear messages.
+// --max-recv-msg-size are refused with clear messages. A function that goes
+// on printing past --max-output-bytes, ignoring EPIPE, is killed at once,
+// with every process of its container, not at --timeout.
 func TestLimits(t *testing.T) {
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--max-concurrency", "1", "--max-queue", "1",
-		"--max-output-bytes", "1000", "--max-recv-msg-size", "100000"})
+		"--max-output-bytes", "1000", "--max-recv-msg-size", "100000", "--timeout", "8s"})
 
 	// One call runs, one waits, the third is refused.
 	var wg sync.WaitGroup
@@ -193,6 +195,17 @@ func TestLimits(t *testing.T) {
 
 	big := shRequest(t, "t-big-output", "head -c 5000 /dev/zero | tr '\\0' x")
 	wantFatal(t, big, s.call(t, big), "more than the limit of 1000 bytes")
+
+	marker := "4343" + strconv.Itoa(os.Getpid())
+	flood := shRequest(t, "t-flood", fmt.Sprintf(`sleep %s & trap "" PIPE; cat >/dev/null; while :; do echo xxxxxxxx; done`, marker))
+	start := time.Now()
+	rsp := s.call(t, flood)
+	took := time.Since(start)
+	wantFatal(t, flood, rsp, "more than the limit of 1000 bytes on stdout")
+	if took > 3*time.Second {
+		t.Errorf("the call that ignores EPIPE took %s with an 8s timeout: it was not stopped at the cap", took)
+	}
+	eventually(t, 2*time.Second, "no process of the flooding call left", func() bool { return len(processesWith(t, marker)) == 0 })
 
 	huge := shRequest(t, "t-huge", okScript)
 	huge.Input.Fields["padding"] = structString(strings.Repeat("p", 200000))
