@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Request is what the CGI environment is made from.
@@ -196,6 +198,16 @@ func ParseOutput(out []byte) (Response, error) {
 	if !slices.ContainsFunc(cgiFields, func(f string) bool { return len(mh[f]) > 0 }) {
 		return body, nil
 	}
+	// textproto takes a name with a space in it, which net/http would
+	// then drop from the response without a word.
+	for name := range mh {
+		if !httpguts.ValidHeaderFieldName(name) {
+			if !meant {
+				return body, nil
+			}
+			return Response{}, fmt.Errorf("%w: %q is not a header name", ErrHeaderBlock, name)
+		}
+	}
 	switch {
 	case meant:
 	case cgiFirst:
@@ -218,7 +230,7 @@ func ParseOutput(out []byte) (Response, error) {
 		s := rsp.Header.Get("Status")
 		_, n, ok := statusCode(s)
 		if !ok {
-			return Response{}, fmt.Errorf("%w: Status %q is not a 3-digit HTTP status", ErrHeaderBlock, s)
+			return Response{}, fmt.Errorf("%w: Status %q is not a final HTTP status (3 digits, 200 to 599)", ErrHeaderBlock, s)
 		}
 		rsp.Status = n
 		rsp.Header.Del("Status")
@@ -279,11 +291,12 @@ func validValues(h textproto.MIMEHeader, strict bool) bool {
 }
 
 // statusCode reads a Status field's value ("404 Not Found"): its code as
-// written, its number, and whether that is an HTTP status.
+// written, its number, and whether that is a final HTTP status. An
+// informational one (1xx) is not: net/http would send it ahead of a 200.
 func statusCode(s string) (code string, n int, ok bool) {
 	code, _, _ = strings.Cut(strings.TrimSpace(s), " ")
 	n, err := strconv.Atoi(code)
-	return code, n, err == nil && n >= 100 && n <= 599
+	return code, n, err == nil && n >= 200 && n <= 599
 }
 
 // firstHeaderName returns the name of out's first line if that line is

@@ -92,6 +92,12 @@ func TestParseOutput(t *testing.T) {
 		{"relative_location_after_other_headers", "X-Powered-By: PHP/8.2\r\nLocation: login.php\r\n\r\n", 302, map[string]string{"Location": "login.php", "X-Powered-By": "PHP/8.2"}, "", false},
 		{"content_type_with_a_bad_parameter", "X-A: 1\nContent-Type: text/html; charset\n\n<p>", 200, map[string]string{"Content-Type": "text/html; charset"}, "<p>", false},
 		{"line_without_colon", "Status: 200\nnot a header\n\nbody", 0, nil, "", true},
+		// net/http would send a 1xx ahead of a 200, and drop a header
+		// whose name is not one.
+		{"informational_status", "Status: 100 Continue\n\nbody", 0, nil, "", true},
+		{"informational_status_in_lower_case_is_body", "status: 101\n\nbody", 200, nil, "status: 101\n\nbody", false},
+		{"header_name_with_a_space", "Content-Type: text/plain\nX-Bad Header: y\n\nbody", 0, nil, "", true},
+		{"header_name_with_a_space_in_lower_case_is_body", "content-type: text/plain\nx-bad header: y\n\nbody", 200, nil, "content-type: text/plain\nx-bad header: y\n\nbody", false},
 		// RFC 3875 6.2: a header block holds a CGI field. Output that only
 		// looks like headers is a body.
 		{"yaml_body", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n", 200, nil, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n", false},
