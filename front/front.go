@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/ocifn/ocifn/admit"
@@ -143,3 +144,17 @@ func (c *Capped) Write(p []byte) (int, error) {
 
 // Bytes returns what was collected.
 func (c *Capped) Bytes() []byte { return c.buf }
+
+// MethodLabel is an HTTP request's method as the calls' metrics and trace
+// spans name it: one of the methods HTTP defines (RFC 9110, and PATCH), or
+// OTHER. A function's front runs any method the caller sends, and each
+// name a caller made up would otherwise add series to every metric by
+// method, without bound.
+func MethodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return method
+	}
+	return "OTHER"
+}

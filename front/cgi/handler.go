@@ -21,7 +21,7 @@ type Handler struct{ cfg *front.Config }
 func New(cfg *front.Config) *Handler { return &Handler{cfg: cfg} }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	call := &hook.Call{Front: "http", Method: r.Method, Tag: r.Header.Get("Event-Id"), Received: time.Now(),
+	call := &hook.Call{Front: "http", Method: front.MethodLabel(r.Method), Tag: r.Header.Get("Event-Id"), Received: time.Now(),
 		Carrier: propagation.HeaderCarrier(r.Header)}
 	ctx := h.cfg.Hooks.Before(r.Context(), call)
 	status := h.serve(ctx, w, r, call)

@@ -215,7 +215,7 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 	}
 	bc.Args = Args(base, value)
 
-	call := &hook.Call{Front: "openwhisk", Method: r.Method, Tag: EnvValue(context["activation_id"]), Received: time.Now(),
+	call := &hook.Call{Front: "openwhisk", Method: front.MethodLabel(r.Method), Tag: EnvValue(context["activation_id"]), Received: time.Now(),
 		Carrier: propagation.HeaderCarrier(r.Header)}
 	ctx := p.cfg.Hooks.Before(r.Context(), call)
 	status, body, outLogs, errLogs := p.activate(ctx, call, bc, value, deadline(context["deadline"]))
@@ -229,7 +229,7 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 // counts and logs it through the hooks as outcome, with the sentinels after
 // it as after any activation.
 func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, outcome hook.Outcome, status int, err error) {
-	call := &hook.Call{Front: "openwhisk", Method: r.Method, Received: time.Now(), Carrier: propagation.HeaderCarrier(r.Header)}
+	call := &hook.Call{Front: "openwhisk", Method: front.MethodLabel(r.Method), Received: time.Now(), Carrier: propagation.HeaderCarrier(r.Header)}
 	ctx := p.cfg.Hooks.Before(r.Context(), call)
 	call.Outcome, call.Reason = outcome, err.Error()
 	if outcome == hook.Error {
