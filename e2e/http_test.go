@@ -86,6 +86,25 @@ func TestHTTPFunction(t *testing.T) {
 		}
 		mustContain(t, "the answer", body, "malformed CGI header block")
 	})
+	// Linux's execve takes an environment variable of at most 128 KiB:
+	// a longer header or query is the request's fault, answered as such,
+	// not a failure of the function's container.
+	t.Run("header_too_long_for_the_environment_gives_431", func(t *testing.T) {
+		code, _, body := f.do(t, http.MethodGet, "/env", nil, http.Header{"X-Big": {strings.Repeat("a", 200<<10)}})
+		if code != http.StatusRequestHeaderFieldsTooLarge || !strings.Contains(string(body), "HTTP_X_BIG would be") {
+			t.Errorf("%d %.300s, want 431 naming HTTP_X_BIG", code, body)
+		}
+		code, _, body = f.do(t, http.MethodGet, "/env", nil, http.Header{"X-Big": {strings.Repeat("a", 100<<10)}})
+		if code != http.StatusOK || !strings.Contains(string(body), "HTTP_X_BIG=aaaa") {
+			t.Errorf("a 100 KiB header: %d %.300s, want it in the function's environment", code, body)
+		}
+	})
+	t.Run("query_too_long_for_the_environment_gives_414", func(t *testing.T) {
+		code, _, body := f.do(t, http.MethodGet, "/env?"+strings.Repeat("q", 140<<10), nil, nil)
+		if code != http.StatusRequestURITooLong || !strings.Contains(string(body), "QUERY_STRING would be") {
+			t.Errorf("%d %.300s, want 414 naming QUERY_STRING", code, body)
+		}
+	})
 	t.Run("body_over_max_request_bytes_gives_413", func(t *testing.T) {
 		code, _, body := f.do(t, http.MethodPost, "/env", bytes.Repeat([]byte("x"), 5000), nil)
 		if code != http.StatusRequestEntityTooLarge {

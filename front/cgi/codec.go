@@ -122,6 +122,26 @@ func Env(r Request) []string {
 	return out
 }
 
+// maxEnvString is the longest string, its NUL included, that execve takes
+// in a program's environment: Linux's MAX_ARG_STRLEN, 32 pages of 4 KiB.
+// A longer one fails the container's execve (E2BIG) before the function
+// runs. (The environment as a whole stays under execve's other bound, a
+// quarter of the stack's rlimit, 2 MiB by default: net/http reads at most
+// 1 MB of a request's line and headers.)
+const maxEnvString = 32 * 4096
+
+// TooLong returns the first variable of env that execve would refuse as
+// too long, and its length, or "" if there is none.
+func TooLong(env []string) (name string, n int) {
+	for _, kv := range env {
+		if len(kv)+1 > maxEnvString {
+			name, _, _ = strings.Cut(kv, "=")
+			return name, len(kv) + 1
+		}
+	}
+	return "", 0
+}
+
 // validName reports whether s is made of A-Z, 0-9 and _.
 func validName(s string) bool {
 	for _, c := range s {

@@ -154,3 +154,15 @@ func TestParseOutput(t *testing.T) {
 		})
 	}
 }
+
+// TestTooLong: a variable execve would refuse (Linux's MAX_ARG_STRLEN,
+// 128 KiB with its NUL) is named with its length; one byte less passes.
+func TestTooLong(t *testing.T) {
+	fits := "HTTP_X=" + strings.Repeat("a", maxEnvString-len("HTTP_X=")-1)
+	if name, _ := TooLong([]string{"A=b", fits}); name != "" {
+		t.Errorf("a variable of %d bytes with its NUL is too long: %s", len(fits)+1, name)
+	}
+	if name, n := TooLong([]string{"A=b", fits + "a"}); name != "HTTP_X" || n != maxEnvString+1 {
+		t.Errorf("TooLong = %q, %d; want HTTP_X, %d", name, n, maxEnvString+1)
+	}
+}

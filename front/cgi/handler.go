@@ -55,6 +55,17 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			call.Tag = kv[9:]
 		}
 	}
+	if name, n := TooLong(env); name != "" {
+		// The request's, not the function's: its execve would fail.
+		status, what := http.StatusRequestHeaderFieldsTooLarge, "a request header"
+		switch name {
+		case "QUERY_STRING":
+			status, what = http.StatusRequestURITooLong, "the query string"
+		case "PATH_INFO":
+			status, what = http.StatusRequestURITooLong, "the path"
+		}
+		return fail(hook.Error, status, fmt.Sprintf("%s is too long for the function's environment: %s would be %d bytes, and a program's environment variable holds at most %d", what, name, n, maxEnvString))
+	}
 	out := h.cfg.Exec(ctx, call, bundle.Call{Env: env}, body, 0)
 	stderr := hook.NewStderrLog(h.cfg.Log, hook.StderrLogBytes, hook.StderrTailBytes, "tag", call.Tag)
 	_, _ = stderr.Write(out.Stderr)
