@@ -168,10 +168,13 @@ func TestHTTPFunction(t *testing.T) {
 // once made it with their own private mode, and the server then refused
 // the directory it had made.
 func TestHTTPFunctionMakesItsCacheDir(t *testing.T) {
-	f := startCGI(t, []string{"--cache-dir", filepath.Join(cacheDir(t), "new")})
+	// The flags of the gRPC front that an HTTP front cannot honour are
+	// said to be ignored, not silently dropped.
+	f := startCGI(t, []string{"--cache-dir", filepath.Join(cacheDir(t), "new"), "--warm", "3", "--tls-server-certs-dir", "/nonexistent"})
 	if code, body := f.get(t, "/plain"); code != http.StatusOK || body != "no header block, just a body\n" {
 		t.Errorf("status %d, body %q", code, body)
 	}
+	mustContain(t, "the server log", f.stderr.String(), "--warm does not apply to the HTTP fronts", "applies to the gRPC front only")
 }
 
 // TestHTTPFuncTimeout: Kubeless' FUNC_TIMEOUT sets the timeout when

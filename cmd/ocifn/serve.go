@@ -75,6 +75,9 @@ const defaultMaxRequestBytes = 64 << 20
 
 type serveOptions struct {
 	functionFlags
+	// warmIgnored says that --warm was given to an HTTP front, which
+	// cannot use warm containers.
+	warmIgnored     bool
 	api             string
 	maxRequestBytes byteSize
 	resultTTL       time.Duration
@@ -145,9 +148,10 @@ another I/O mode.`,
 				}
 				// Their calls set arguments and environment per call, which
 				// a container created ahead cannot take: each gets its own.
-				if !f.Changed("warm") {
-					o.warm = 0
+				if f.Changed("warm") && o.warm > 0 {
+					o.warmIgnored = true
 				}
+				o.warm = 0
 			}
 			if o.api == apiHTTP && !f.Changed("timeout") {
 				if err := o.kubelessTimeout(); err != nil {
@@ -235,6 +239,12 @@ func (o *serveOptions) run(ctx context.Context) error {
 	switch {
 	case o.api != apiCrossplane:
 		// OpenWhisk and Kubeless talk plain HTTP to their runtimes.
+		if o.tlsDir != "" {
+			log.Warn("--tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) applies to the gRPC front only: this front serves plain HTTP, for the platform's proxy to terminate TLS", "api", o.api, "tls_server_certs_dir", o.tlsDir)
+		}
+		if o.warmIgnored {
+			log.Warn("--warm does not apply to the HTTP fronts: each call sets its own environment, which a container created ahead cannot take, so every call gets a container of its own", "api", o.api)
+		}
 	case o.tlsDir != "" && o.insecure:
 		return errors.New("--insecure and --tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) exclude each other: pass one")
 	case o.tlsDir != "":
