@@ -233,8 +233,8 @@ func refusalOutcome(err error) Outcome {
 	return OutcomeError
 }
 
-// Drain refuses new calls and waits until every admitted call has been
-// answered and its hooks have run.
+// Drain refuses new calls and those waiting in the queue at once, and
+// waits until every admitted call has been answered and its hooks have run.
 func (f *Function) Drain() {
 	f.gate.Drain()
 	f.afterHooks.Wait()

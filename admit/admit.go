@@ -13,6 +13,11 @@ import (
 // ErrDraining refuses calls once shutdown has begun.
 var ErrDraining = errors.New("ocifn is shutting down; retry on another replica")
 
+// errDrainingQueued refuses a call that was waiting in the queue when
+// shutdown began: it did not run, so the caller may send it again
+// elsewhere. It is ErrDraining to errors.Is.
+var errDrainingQueued = fmt.Errorf("%w (this call was waiting for a slot and did not run)", ErrDraining)
+
 // FullError refuses a call when every slot is taken and the queue is full.
 type FullError struct{ Max, Queue int }
 
@@ -29,10 +34,12 @@ type Gate struct {
 	gauge    func(inFlight, queued int64)
 	reportMu sync.Mutex
 	// running counts admitted calls, so Drain can wait for them; once
-	// closed is set under mu, no call is admitted.
-	running sync.WaitGroup
-	mu      sync.Mutex
-	closed  bool
+	// closed is set under mu, no call is admitted. draining is closed
+	// then too, and wakes the calls waiting in the queue.
+	running  sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool
+	draining chan struct{}
 }
 
 // New returns a gate; gauge, when not nil, is told the number of running
@@ -41,7 +48,7 @@ func New(max, queue int, gauge func(inFlight, queued int64)) *Gate {
 	if gauge == nil {
 		gauge = func(int64, int64) {}
 	}
-	return &Gate{slots: make(chan struct{}, max), maxQueue: int64(queue), gauge: gauge}
+	return &Gate{slots: make(chan struct{}, max), maxQueue: int64(queue), gauge: gauge, draining: make(chan struct{})}
 }
 
 // Max is the number of calls that run at once.
@@ -49,8 +56,17 @@ func (g *Gate) Max() int { return cap(g.slots) }
 
 // Enter waits for a free slot, unless too many calls already wait. The
 // caller must call leave once the call has been answered. The error is a
-// *FullError, ErrDraining, or ctx's error.
+// *FullError, ErrDraining, or ctx's error. Once Drain has begun, every
+// call is refused with ErrDraining at once, those waiting in the queue
+// too: they do not wait for a slot that only frees as the calls running
+// end, which may take the whole grace period.
 func (g *Gate) Enter(ctx context.Context) (leave func(), err error) {
+	select {
+	case <-g.draining:
+		return nil, ErrDraining
+	default:
+	}
+	refused := ErrDraining
 	select {
 	case g.slots <- struct{}{}:
 	default:
@@ -63,19 +79,24 @@ func (g *Gate) Enter(ctx context.Context) (leave func(), err error) {
 		case g.slots <- struct{}{}:
 			g.queued.Add(-1)
 			g.report()
+			refused = errDrainingQueued
+		case <-g.draining:
+			g.queued.Add(-1)
+			g.report()
+			return nil, errDrainingQueued
 		case <-ctx.Done():
 			g.queued.Add(-1)
 			g.report()
 			return nil, ctx.Err()
 		}
 	}
-	// A call may have waited for its slot while shutdown began, or while
-	// its caller gave up.
+	// Shutdown may have begun between the check above and the slot (a
+	// slot and draining may be ready at once, and select picks either).
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
 		<-g.slots
-		return nil, ErrDraining
+		return nil, refused
 	}
 	g.running.Add(1)
 	g.mu.Unlock()
@@ -120,10 +141,15 @@ func (g *Gate) report() {
 	g.gauge(g.inFlight.Load(), g.queued.Load())
 }
 
-// Drain refuses new calls and waits until every admitted call has left.
+// Drain refuses new calls and the calls waiting in the queue at once, and
+// waits until every admitted call has left. It may be called more than
+// once.
 func (g *Gate) Drain() {
 	g.mu.Lock()
-	g.closed = true
+	if !g.closed {
+		g.closed = true
+		close(g.draining)
+	}
 	g.mu.Unlock()
 	g.running.Wait()
 }

@@ -3,6 +3,8 @@ package admit
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -49,4 +51,79 @@ func TestGate(t *testing.T) {
 	if _, err := g.Enter(context.Background()); !errors.Is(err, ErrDraining) {
 		t.Errorf("call after Drain: %v", err)
 	}
+}
+
+// Once Drain begins, the calls waiting in the queue and new calls are
+// refused at once, while the call admitted runs on until it leaves.
+func TestDrainRefusesQueued(t *testing.T) {
+	var mu sync.Mutex
+	var queuedGauge int64
+	g := New(1, 2, func(_, q int64) { mu.Lock(); queuedGauge = q; mu.Unlock() })
+	leave, err := g.Enter(context.Background())
+	if err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	waited := make(chan error, 2)
+	for range 2 {
+		go func() {
+			l, err := g.Enter(context.Background())
+			if err == nil {
+				l()
+			}
+			waited <- err
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for g.queued.Load() != 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if q := g.queued.Load(); q != 2 {
+		t.Fatalf("%d calls queued, want 2", q)
+	}
+
+	drained := make(chan struct{})
+	go func() { g.Drain(); close(drained) }()
+	// However long the admitted call runs, the queued ones are refused
+	// now: were they not, they would wait until leave below.
+	timeout := time.After(2 * time.Second)
+	for i := range 2 {
+		select {
+		case err := <-waited:
+			if !errors.Is(err, ErrDraining) || !strings.Contains(err.Error(), "shutting down") || !strings.Contains(err.Error(), "did not run") {
+				t.Errorf("queued call %d: %v, want ErrDraining saying it did not run", i, err)
+			}
+		case <-timeout:
+			leave()
+			t.Fatalf("%d queued calls still waiting 2s after Drain began", 2-i)
+		}
+	}
+	// A new call is refused as draining, not as full, and so is one that
+	// would find a free slot.
+	if _, err := g.Enter(context.Background()); !errors.Is(err, ErrDraining) {
+		t.Errorf("new call while draining: %v, want ErrDraining", err)
+	}
+	if err := g.Refuses(); !errors.Is(err, ErrDraining) {
+		t.Errorf("Refuses while draining: %v, want ErrDraining", err)
+	}
+	mu.Lock()
+	q := queuedGauge
+	mu.Unlock()
+	if q != 0 || g.queued.Load() != 0 {
+		t.Errorf("queued gauge %d, count %d after the queue was refused; want 0", q, g.queued.Load())
+	}
+	select {
+	case <-drained:
+		t.Fatal("Drain returned while a call admitted still ran")
+	case <-time.After(50 * time.Millisecond):
+	}
+	leave()
+	select {
+	case <-drained:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Drain still waiting after the admitted call left")
+	}
+	if _, err := g.Enter(context.Background()); !errors.Is(err, ErrDraining) || strings.Contains(err.Error(), "did not run") {
+		t.Errorf("call after Drain, with a slot free: %v, want plain ErrDraining", err)
+	}
+	g.Drain() // a second Drain returns at once
 }

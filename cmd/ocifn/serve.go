@@ -384,8 +384,9 @@ func (o *serveOptions) run(ctx context.Context) error {
 	srv.Drain()
 	grace, cancel := context.WithTimeout(context.Background(), o.gracePeriod)
 	defer cancel()
-	// Health checks NOT_SERVING, and new calls UNAVAILABLE at once, until
-	// the calls already admitted are done (drainWithin); grpc-go's graceful
+	// Health checks NOT_SERVING, and new calls and those still queued
+	// UNAVAILABLE at once (the gate's Drain wakes the queue), until the
+	// calls already admitted are done (drainWithin); grpc-go's graceful
 	// stop closes the listener first, so it comes after.
 	stopped := make(chan struct{})
 	if drainWithin(grace, fn.Drain) {

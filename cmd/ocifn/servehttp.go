@@ -119,7 +119,8 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	sctx, cancel := context.WithTimeout(context.Background(), o.gracePeriod)
 	defer cancel()
 	// 503 from /healthz, and at once for a new call, synchronous or not,
-	// until the calls already admitted are done (drainWithin).
+	// and for one still queued, until the calls already admitted are done
+	// (drainWithin).
 	drainWithin(sctx, gate.Drain)
 	err = hs.Shutdown(sctx)
 	inv.Wait(sctx)
