@@ -315,9 +315,10 @@ func TestHTTPPackage(t *testing.T) {
 }
 
 // TestHTTPGracefulShutdown: on SIGTERM, /healthz fails, a running call
-// finishes and is answered, and the server exits 0.
+// finishes and is answered, a call waiting in the queue and new calls get
+// 503 at once, and the server exits 0.
 func TestHTTPGracefulShutdown(t *testing.T) {
-	f := startCGI(t, []string{"--grace-period", "20s"})
+	f := startCGI(t, []string{"--grace-period", "20s", "--max-concurrency", "1"})
 	type answer struct {
 		code int
 		body string
@@ -333,8 +334,30 @@ func TestHTTPGracefulShutdown(t *testing.T) {
 		_, metrics := f.get(t, "/metrics")
 		return strings.Contains(metrics, "ocifn_calls_in_flight 1")
 	})
+	// A second call waits in the queue for the only slot.
+	queued := make(chan answer, 1)
+	go func() {
+		code, body := f.get(t, "/plain")
+		queued <- answer{code, body}
+	}()
+	eventually(t, 5*time.Second, "a call queued", func() bool {
+		_, metrics := f.get(t, "/metrics")
+		return strings.Contains(metrics, "ocifn_calls_queued 1")
+	})
 	_ = f.cmd.Process.Signal(syscall.SIGTERM)
 	eventually(t, 5*time.Second, "draining", func() bool { return strings.Contains(f.stderr.String(), "shutting down") })
+	// The queued call is refused at once, not when the running call ends.
+	select {
+	case a := <-queued:
+		if a.code != http.StatusServiceUnavailable || !strings.Contains(a.body, "shutting down") || !strings.Contains(a.body, "did not run") {
+			t.Errorf("the call queued at SIGTERM: %d %q; want 503, shutting down, did not run", a.code, a.body)
+		}
+	case a := <-done:
+		t.Errorf("the call running at SIGTERM ended (%d %q) before the queued call was refused", a.code, a.body)
+		done <- a
+	case <-time.After(patient(time.Second)):
+		t.Errorf("the call queued at SIGTERM still waits %s after shutdown began", patient(time.Second))
+	}
 	// While the call runs, the server still answers, but takes nothing new.
 	if code, _ := f.get(t, "/healthz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/healthz while draining: %d, want 503", code)

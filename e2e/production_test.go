@@ -425,26 +425,48 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// TestShutdown: on SIGTERM a running call finishes and gets its answer, and
-// the server exits cleanly with nothing left in its cache directory; past
-// the grace period, running calls are stopped and cleaned up.
+// TestShutdown: on SIGTERM a running call finishes and gets its answer, a
+// call waiting in the queue and a new call are refused at once, and the
+// server exits cleanly with nothing left in its cache directory; past the
+// grace period, running calls are stopped and cleaned up.
 func TestShutdown(t *testing.T) {
 	cache := cacheDir(t)
-	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", patient(10 * time.Second).String()})
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", patient(10 * time.Second).String(), "--max-concurrency", "1"})
 	done := make(chan error, 1)
 	go func() {
 		// Long enough for the checks below while it runs.
-		script := fmt.Sprintf("sleep %d; %s", int(patient(2*time.Second).Seconds()), okScript)
+		script := fmt.Sprintf("sleep %d; %s", int(patient(4*time.Second).Seconds()), okScript)
 		rsp, err := s.callErr(context.Background(), shRequest(t, "t-drain", script))
 		if err == nil && len(rsp.GetResults()) != 0 {
 			err = fmt.Errorf("results %v", rsp.GetResults())
 		}
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	eventually(t, 5*time.Second, "the call running", func() bool { return s.metric(t, "ocifn_calls_in_flight") == 1 })
+	// A second call waits in the queue for the only slot.
+	queued := make(chan error, 1)
+	go func() {
+		_, err := s.callErr(context.Background(), shRequest(t, "t-queued", okScript))
+		queued <- err
+	}()
+	eventually(t, 5*time.Second, "a call queued", func() bool { return s.metric(t, "ocifn_calls_queued") == 1 })
 	memory := memoryStateDirs(t, cache)
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	eventually(t, 5*time.Second, "shutting down", func() bool { return strings.Contains(s.stderr.String(), "shutting down") })
+	// The queued call is refused at once, not when the running call ends
+	// (a slot would free only then), so that its caller can retry
+	// elsewhere; the error says it did not run.
+	select {
+	case err := <-queued:
+		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "shutting down") || !strings.Contains(err.Error(), "did not run") {
+			t.Errorf("the call queued at SIGTERM: %v; want UNAVAILABLE, shutting down, did not run", err)
+		}
+	case err := <-done:
+		t.Errorf("the call running at SIGTERM ended (%v) before the queued call was refused", err)
+		done <- err
+	case <-time.After(patient(time.Second)):
+		t.Errorf("the call queued at SIGTERM still waits %s after shutdown began", patient(time.Second))
+	}
 	// Draining, with the call still running: the port stays open, a new
 	// connection's health check says NOT_SERVING, and a new call is
 	// refused with UNAVAILABLE at once.
