@@ -18,7 +18,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/hook"
 )
 
 // invocationsPath prefixes the URL of an asynchronous invocation's result.
@@ -40,6 +43,10 @@ type Invocations struct {
 	// gate, when set, refuses new invocations the calls' gate would
 	// refuse (RefuseWhenFull).
 	gate *admit.Gate
+	// hooks and front, when set, count and log the invocations refused
+	// before their call (CountRefusals).
+	hooks *hook.Chain
+	front string
 
 	// mu orders writes and the size bound's removals, and guards index
 	// and total.
@@ -118,6 +125,24 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 // instead of 202 and a 503 to find when polled.
 func (iv *Invocations) RefuseWhenFull(g *admit.Gate) { iv.gate = g }
 
+// CountRefusals has the invocations refused before their call starts
+// (the gate full or draining, a bad body) go through the calls' hooks as
+// the front's refused calls do: counted by outcome, logged with their
+// status.
+func (iv *Invocations) CountRefusals(ch *hook.Chain, front string) { iv.hooks, iv.front = ch, front }
+
+// refuse answers an invocation refused before its call with status and
+// err's message, through the hooks.
+func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, o hook.Outcome, status int, err error) {
+	call := &hook.Call{Front: iv.front, Method: MethodLabel(r.Method), Tag: r.Header.Get("Event-Id"), Received: time.Now(),
+		Carrier: propagation.HeaderCarrier(r.Header)}
+	ctx := iv.hooks.Before(r.Context(), call)
+	call.Outcome, call.Reason = o, err.Error()
+	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status, "async", true)
+	http.Error(w, err.Error(), status)
+	iv.hooks.After(ctx, call)
+}
+
 // Close stops the calls still running (they are recorded as failed) and
 // waits for them.
 func (iv *Invocations) Close() {
@@ -170,14 +195,14 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 	// it only when it polls.
 	if iv.gate != nil {
 		if err := iv.gate.Refuses(); err != nil {
-			_, status := refusal(w, err)
-			http.Error(w, err.Error(), status)
+			outcome, status := refusal(w, err)
+			iv.refuse(w, r, outcome, status, err)
 			return
 		}
 	}
 	body, bad := ReadBody(w, r, iv.maxBody, 0)
 	if bad != nil {
-		http.Error(w, bad.Error(), bad.Status)
+		iv.refuse(w, r, hook.Error, bad.Status, bad)
 		return
 	}
 	created := iv.now()
@@ -220,7 +245,7 @@ func (iv *Invocations) serveResult(w http.ResponseWriter, id string) {
 		err = os.ErrNotExist
 	}
 	if err != nil {
-		http.Error(w, "no such invocation: unknown, or its result expired (--result-ttl)", http.StatusNotFound)
+		http.Error(w, "no such invocation: unknown, or its result was removed (older than --result-ttl, or among the oldest when the results took more than --results-max-bytes)", http.StatusNotFound)
 		return
 	}
 	if rec.Running {
@@ -367,11 +392,17 @@ func (iv *Invocations) bound() {
 		}
 	}
 	sort.Slice(finished, func(i, j int) bool { return iv.index[finished[i]].created.Before(iv.index[finished[j]].created) })
+	removed := 0
 	for _, id := range finished {
 		if iv.total <= iv.maxBytes {
 			break
 		}
 		iv.removeLocked(id)
+		removed++
+	}
+	if removed > 0 {
+		// Before their time: a caller polling for them gets 404.
+		iv.log.Warn("removed the oldest results of asynchronous invocations before --result-ttl, to keep them within --results-max-bytes", "results", removed, "results_max_bytes", iv.maxBytes)
 	}
 }
 

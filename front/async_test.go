@@ -1,6 +1,7 @@
 package front
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -12,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/hook"
 )
 
 // TestInvocationWriteLeavesNoTemporaryFile: a result that cannot be renamed
@@ -86,6 +91,10 @@ func TestAsyncRefusedWhenFull(t *testing.T) {
 	defer iv.Close()
 	gate := admit.New(1, 0, nil)
 	iv.RefuseWhenFull(gate)
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	metrics := hook.NewMetrics(reg)
+	iv.CountRefusals(hook.NewChain(slog.New(slog.DiscardHandler), hook.Log{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, metrics), "http")
 	leave, err := gate.Enter(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -103,6 +112,23 @@ func TestAsyncRefusedWhenFull(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("stored: %v, want no invocation", entries)
 	}
+	// Refused before its call, it is counted and logged as the front's
+	// refused calls are.
+	want := `
+# HELP ocifn_calls_total Calls by outcome: ok, fatal (ocifn answered on the function's behalf), error (protocol error), timeout, rejected (server full).
+# TYPE ocifn_calls_total counter
+ocifn_calls_total{outcome="error"} 0
+ocifn_calls_total{outcome="fatal"} 0
+ocifn_calls_total{outcome="ok"} 0
+ocifn_calls_total{outcome="rejected"} 1
+ocifn_calls_total{outcome="timeout"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ocifn_calls_total"); err != nil {
+		t.Errorf("the refused invocation is not counted rejected: %v", err)
+	}
+	if !strings.Contains(logs.String(), "status=503") || !strings.Contains(logs.String(), "async=true") {
+		t.Errorf("log: %q, want the refused invocation's line", logs.String())
+	}
 }
 
 // TestBoundKeepsTheNewestResults: past --results-max-bytes the oldest
@@ -110,7 +136,8 @@ func TestAsyncRefusedWhenFull(t *testing.T) {
 // disk, and is rebuilt from it by a restart.
 func TestBoundKeepsTheNewestResults(t *testing.T) {
 	dir := t.TempDir()
-	log := slog.New(slog.DiscardHandler)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
 	iv, err := OpenInvocations(dir, time.Hour, 1600, 1<<20, log)
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +177,15 @@ func TestBoundKeepsTheNewestResults(t *testing.T) {
 	}
 	if len(kept) < 2 || kept[len(kept)-1] != 5 || kept[0] != 6-len(kept) {
 		t.Errorf("kept results %v, want the newest ones, more than one", kept)
+	}
+	// Removed before their time, they are said to be, and by what.
+	if !strings.Contains(logs.String(), "to keep them within --results-max-bytes") {
+		t.Errorf("log: %q, want the removals said", logs.String())
+	}
+	g := httptest.NewRecorder()
+	h.ServeHTTP(g, httptest.NewRequest(http.MethodGet, locations[0], nil))
+	if !strings.Contains(g.Body.String(), "--results-max-bytes") {
+		t.Errorf("GET of a removed result: %q, want the reason to name --results-max-bytes", g.Body.String())
 	}
 	onDisk := func() (n int64) {
 		entries, _ := os.ReadDir(dir)
