@@ -314,6 +314,36 @@ func TestHTTPPackage(t *testing.T) {
 	}
 }
 
+// TestHTTPCallPastTheGracePeriod: a call still running when the grace
+// period ends is stopped, its container killed, and still answered: 503,
+// saying why, rather than a closed connection.
+func TestHTTPCallPastTheGracePeriod(t *testing.T) {
+	f := startCGI(t, []string{"--grace-period", "1s", "--timeout", "60s"})
+	type answer struct {
+		code int
+		body string
+	}
+	done := make(chan answer, 1)
+	go func() {
+		code, body := f.get(t, "/sleep?30")
+		done <- answer{code, body}
+	}()
+	eventually(t, 5*time.Second, "the call running", func() bool {
+		_, metrics := f.get(t, "/metrics")
+		return strings.Contains(metrics, "ocifn_calls_in_flight 1")
+	})
+	_ = f.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case a := <-done:
+		if a.code != http.StatusServiceUnavailable || !strings.Contains(a.body, "grace period") {
+			t.Errorf("the call cut off by the grace period's end: %d %q; want 503 saying so", a.code, a.body)
+		}
+	case <-time.After(patient(15 * time.Second)):
+		t.Fatal("the call running past the grace period got no answer")
+	}
+	awaitExit(t, f.exited, "ocifn serve", f.stderr)
+}
+
 // TestHTTPGracefulShutdown: on SIGTERM, /healthz fails, a running call
 // finishes and is answered, a call waiting in the queue and new calls get
 // 503 at once, and the server exits 0.

@@ -57,7 +57,7 @@ type Invocations struct {
 	total int64
 	// ctx ends the calls still running at Close.
 	ctx    context.Context
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
 }
 
@@ -87,7 +87,7 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the invocations directory %s: %w", dir, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	iv := &Invocations{dir: dir, ttl: ttl, maxBytes: maxBytes, maxBody: maxBody, log: log, now: time.Now, ctx: ctx, cancel: cancel,
 		index: map[string]stored{}}
 	failed := 0
@@ -143,10 +143,10 @@ func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, o hook.Out
 	iv.hooks.After(ctx, call)
 }
 
-// Close stops the calls still running (they are recorded as failed) and
-// waits for them.
+// Close stops the calls still running (they are recorded as failed, as
+// stopped by the shutdown) and waits for them.
 func (iv *Invocations) Close() {
-	iv.cancel()
+	iv.cancel(ErrShutdown)
 	iv.wg.Wait()
 }
 

@@ -62,6 +62,10 @@ type Output struct {
 // ErrTimeout is the cause of a call's context when its timeout ends it.
 var ErrTimeout = errors.New("function timeout")
 
+// ErrShutdown is the cause of a call's context when the server's shutdown
+// stops it: its grace period ended before the call did.
+var ErrShutdown = errors.New("ocifn is shutting down and its grace period (--grace-period) ended before the call did; run it again")
+
 // Exec runs a call in a container with timeout (Config.Timeout when zero
 // or longer) and fills in call's result fields for the hooks. The caller
 // holds a slot of the gate already: the fronts admit a request before

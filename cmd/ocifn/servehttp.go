@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -43,6 +44,10 @@ type noFiles struct{}
 
 func (noFiles) Close() error { return nil }
 
+// answerGrace is how long the calls stopped at the grace period's end
+// have to answer before their connections are closed.
+const answerGrace = 2 * time.Second
+
 // serveHTTP serves an HTTP front: it listens first (health checks fail
 // until the image is unpacked), then serves calls until ctx ends, then
 // drains for the grace period.
@@ -52,7 +57,12 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	// The calls' requests end with calls, not with their connections: at
+	// the grace period's end they are stopped and still answered.
+	calls, stopCalls := context.WithCancelCause(context.Background())
+	defer stopCalls(nil)
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return calls }}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(lis) }()
 	defer hs.Close()
@@ -127,10 +137,16 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	inv.Wait(sctx)
 	if err != nil || sctx.Err() != nil {
 		log.Warn("grace period over; stopping calls still running")
-		// Closing the connections cancels the calls; each kills its
-		// container. Asynchronous calls end with a failed result.
-		_ = hs.Close()
+		// Each call still running kills its container and answers 503
+		// saying why; asynchronous ones end with that as their result.
+		// Connections still open a moment later are closed.
+		stopCalls(front.ErrShutdown)
 		inv.Close()
+		actx, cancel := context.WithTimeout(context.Background(), answerGrace)
+		defer cancel()
+		if hs.Shutdown(actx) != nil {
+			_ = hs.Close()
+		}
 	}
 	log.Info("stopped")
 	return nil
