@@ -404,13 +404,59 @@ func TestOpenWhiskSingleEntrypoint(t *testing.T) {
 	jsonEqual(t, "result", out, map[string]string{"api_host": "", "api_key": "k", "namespace": "ns", "action_name": "act", "action_version": "1", "activation_id": "a1", "deadline": "9"})
 
 	body, _ = json.Marshal(map[string]any{"activation": map[string]any{"namespace": "ns2"}, "value": map[string]any{}})
-	if code, out := f.post(t, "/", string(body)); code != http.StatusOK || !strings.Contains(out, `"namespace":"ns2"`) {
+	// The result as the action printed it: a result that is not a web
+	// action's response is not rewritten.
+	if code, out := f.post(t, "/", string(body)); code != http.StatusOK || !strings.Contains(out, `"namespace": "ns2"`) {
 		t.Errorf("POST / with an activation: %d %s", code, out)
 	}
 	body, _ = json.Marshal(map[string]any{"init": init})
 	if code, out := f.post(t, "/", string(body)); code != http.StatusForbidden {
 		t.Errorf("POST / with a second init: %d %s, want 403", code, out)
 	}
+}
+
+// TestOpenWhiskWebAction: POST / answers an action's result that holds
+// statusCode, headers or body as the HTTP response it describes, as
+// OpenWhisk's controller does, and one that is not a valid response with
+// 502 naming the field, never with something else than the action asked.
+func TestOpenWhiskWebAction(t *testing.T) {
+	f := startOpenWhisk(t)
+	// The action answers its argument.
+	init, _ := json.Marshal(map[string]any{"init": map[string]any{"code": "#!/bin/sh\nprintf '%s\\n' \"$1\"", "main": "main"}})
+	if code, out := f.post(t, "/", string(init)); code != http.StatusOK {
+		t.Fatalf("POST / with an init: %d %s", code, out)
+	}
+	run := func(result string) (int, http.Header, string) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"activation": map[string]any{"activation_id": "w"}, "value": json.RawMessage(result)})
+		code, h, b := f.do(t, http.MethodPost, "/", body, http.Header{"Content-Type": {"application/json"}})
+		return code, h, string(b)
+	}
+	code, h, out := run(`{"statusCode":200,"headers":{"Content-Type":"image/png"},"body":"aGVsbG8="}`)
+	if code != http.StatusOK || out != "hello" || h.Get("Content-Type") != "image/png" {
+		t.Errorf("binary body: %d %v %q, want 200 image/png with the decoded bytes", code, h, out)
+	}
+	code, h, out = run(`{"statusCode":"404","headers":{"Set-Cookie":["a=1","b=2"]},"body":"<p>gone</p>"}`)
+	if code != http.StatusNotFound || out != "<p>gone</p>" || len(h.Values("Set-Cookie")) != 2 || !strings.HasPrefix(h.Get("Content-Type"), "text/html") {
+		t.Errorf("text body: %d %v %q, want 404 text/html with both cookies", code, h, out)
+	}
+	code, h, out = run(`{"headers":{"X-A":"1"}}`)
+	if code != http.StatusNoContent || out != "" || h.Get("X-A") != "1" {
+		t.Errorf("headers only: %d %v %q, want 204 with X-A and no body", code, h, out)
+	}
+	for _, result := range []string{`{"statusCode":999}`, `{"statusCode":-1}`, `{"statusCode":"teapot"}`} {
+		if code, _, out := run(result); code != http.StatusBadGateway || !strings.Contains(out, "statusCode") || !strings.Contains(out, "message/http") {
+			t.Errorf("%s: %d %s, want 502 naming statusCode", result, code, out)
+		}
+	}
+	if code, _, out := run(`{"headers":{"Content-Type":"image/png"},"body":"not base64"}`); code != http.StatusBadGateway || !strings.Contains(out, "base64") {
+		t.Errorf("binary body not in base64: %d %s, want 502 saying so", code, out)
+	}
+	code, h, out = run(`{"a":1,"nested":{"statusCode":999}}`)
+	if code != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "application/json") {
+		t.Fatalf("plain result: %d %v %s, want 200 JSON", code, h, out)
+	}
+	jsonEqual(t, "plain result", out, map[string]any{"a": 1, "nested": map[string]any{"statusCode": 999}})
 }
 
 // TestOpenWhiskActivations: activations overlap, each in a fresh container

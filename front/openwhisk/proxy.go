@@ -220,7 +220,19 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 	ctx := p.cfg.Hooks.Before(r.Context(), call)
 	status, body, outLogs, errLogs := p.activate(ctx, call, bc, value, deadline(context["deadline"]))
 	if web && status == http.StatusOK {
-		status, body = webAnswer(w.Header(), body)
+		resp, err := ParseWebResponse(body)
+		switch {
+		case err != nil:
+			// The action's answer is not one to send: say which field,
+			// rather than send something else than it asked for.
+			call.Outcome, call.Reason = hook.Fatal, err.Error()
+			status, body = http.StatusBadGateway, errorBody(err.Error())
+		case resp != nil:
+			for k, vs := range resp.Header {
+				w.Header()[k] = vs
+			}
+			status, body = resp.Status, resp.Body
+		}
 	}
 	p.finish(ctx, w, r, call, status, body, outLogs, errLogs)
 }
@@ -346,47 +358,6 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, msg map[string]js
 	p.run(w, r, msg, activation, true)
 }
 
-// webAnswer applies a web action's answer, as OpenWhisk's Knative proxy
-// does: statusCode, headers and body from the result object when present.
-func webAnswer(h http.Header, result []byte) (int, []byte) {
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(result, &obj) != nil {
-		return http.StatusOK, result
-	}
-	status := http.StatusOK
-	if raw, ok := obj["statusCode"]; ok {
-		var code int
-		if json.Unmarshal(raw, &code) == nil && code >= 100 && code <= 599 {
-			status = code
-		}
-		delete(obj, "statusCode")
-	}
-	if raw, ok := obj["headers"]; ok {
-		var hs map[string]any
-		if json.Unmarshal(raw, &hs) == nil {
-			for k, v := range hs {
-				h.Set(k, fmt.Sprint(v))
-			}
-		}
-		delete(obj, "headers")
-	}
-	body, err := json.Marshal(obj)
-	if err != nil {
-		return http.StatusOK, result
-	}
-	if raw, ok := obj["body"]; ok {
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			if h.Get("Content-Type") == "" {
-				h.Set("Content-Type", "text/html")
-			}
-			return status, []byte(s)
-		}
-		body = raw
-	}
-	return status, body
-}
-
 // writeLogs writes an activation's logs on ocifn's stdout and stderr, each
 // block in one write so that activations running at once do not mix their
 // lines, with the sentinel after them when framed.
@@ -431,8 +402,10 @@ func errorBody(msg string) []byte {
 	return b
 }
 
+// writeRaw answers status and body, as JSON unless a Content-Type is set;
+// an empty body gets none.
 func writeRaw(w http.ResponseWriter, status int, body []byte) {
-	if w.Header().Get("Content-Type") == "" {
+	if _, set := w.Header()["Content-Type"]; !set && len(body) > 0 {
 		w.Header().Set("Content-Type", "application/json")
 	}
 	w.WriteHeader(status)

@@ -1,0 +1,327 @@
+package openwhisk
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"mime"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// msgInvalidWeb starts the answer to a web-action result that is not a
+// valid HTTP response, in the words of OpenWhisk's controller
+// (Messages.invalidMedia(`message/http`)); what follows names the field.
+const msgInvalidWeb = "Response is not valid 'message/http': "
+
+// webKeys are the top-level keys that make an action's result an HTTP
+// response: OpenWhisk's controller treats a web action's result
+// differently "if its result includes one or more of" them
+// (docs/webactions.md, Handling HTTP requests with actions).
+var webKeys = []string{"statusCode", "headers", "body"}
+
+// WebResponse is an action's result read as an HTTP response.
+type WebResponse struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// ParseWebResponse reads result as a web action's HTTP response, as
+// OpenWhisk's controller does for the .http extension (WebActions.scala,
+// resultAsHttp):
+//
+//   - statusCode: a whole number, or a string of one, from 200 to 599;
+//     by default 200, or 204 when there is no body;
+//   - headers: an object of names to strings, numbers, booleans or arrays
+//     of them (an array is the header given once per element);
+//   - body: a string is sent as it is for a text Content-Type (text/html
+//     by default) and base64-decoded for a binary one (image/png,
+//     application/octet-stream...); a JSON value other than a string is
+//     sent as JSON and needs a JSON Content-Type; null, "" or no body send
+//     no body and no Content-Type.
+//
+// It returns nil, nil when result is not an object holding statusCode,
+// headers or body: that result is answered as JSON, as it is. A field
+// OpenWhisk would refuse is an error naming it (the controller answers 400
+// "Response is not valid 'message/http'."), and so is a field Go's HTTP
+// server would silently drop or change: a header name that is not a
+// token, a value with a control character, a body with a 204 or 304.
+func ParseWebResponse(result []byte) (*WebResponse, error) {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(result, &obj) != nil || obj == nil {
+		return nil, nil
+	}
+	web := false
+	for _, k := range webKeys {
+		if _, ok := obj[k]; ok {
+			web = true
+		}
+	}
+	if !web {
+		return nil, nil
+	}
+	r := &WebResponse{Header: http.Header{}}
+	status, hasStatus, err := webStatus(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := webHeaders(r.Header, obj); err != nil {
+		return nil, err
+	}
+	body, err := webBody(r.Header, obj)
+	if err != nil {
+		return nil, err
+	}
+	r.Body = body
+	switch {
+	case hasStatus:
+		r.Status = status
+	case len(body) == 0:
+		r.Status = http.StatusNoContent
+	default:
+		r.Status = http.StatusOK
+	}
+	if len(body) > 0 && !bodyAllowed(r.Status) {
+		return nil, invalidWeb("statusCode %d allows no body, and body is not empty", r.Status)
+	}
+	return r, nil
+}
+
+func invalidWeb(format string, args ...any) error {
+	return fmt.Errorf(msgInvalidWeb+format, args...)
+}
+
+// bodyAllowed reports whether a response with status may carry a body
+// (RFC 9110: not 204 No Content nor 304 Not Modified).
+func bodyAllowed(status int) bool {
+	return status != http.StatusNoContent && status != http.StatusNotModified
+}
+
+// jsonKind names the type of a JSON value for an error message.
+func jsonKind(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "empty"
+	}
+	switch raw[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// webStatus reads statusCode: a JSON number that is a whole number, or a
+// string of one (OpenWhisk parses it), from 200 to 599. 1xx are not final
+// answers; others are not HTTP's.
+func webStatus(obj map[string]json.RawMessage) (int, bool, error) {
+	raw, ok := obj["statusCode"]
+	if !ok {
+		return 0, false, nil
+	}
+	raw = bytes.TrimSpace(raw)
+	var code int
+	switch jsonKind(raw) {
+	case "a number":
+		f, err := strconv.ParseFloat(string(raw), 64)
+		if err != nil || f != math.Trunc(f) || f < math.MinInt32 || f > math.MaxInt32 {
+			return 0, true, invalidWeb("statusCode %s is not a whole number", raw)
+		}
+		code = int(f)
+	case "a string":
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return 0, true, invalidWeb("statusCode %s is a string that is not a whole number", raw)
+		}
+		code = n
+	default:
+		return 0, true, invalidWeb("statusCode is %s, not a number", jsonKind(raw))
+	}
+	if code < 200 || code > 599 {
+		return 0, true, invalidWeb("statusCode %d is not an HTTP status code from 200 to 599", code)
+	}
+	return code, true, nil
+}
+
+// webHeaders adds the result's headers to h, in the order of their names.
+// Content-Length and Transfer-Encoding are left out: the server frames the
+// body it sends, as OpenWhisk's controller does.
+func webHeaders(h http.Header, obj map[string]json.RawMessage) error {
+	raw, ok := obj["headers"]
+	if !ok {
+		return nil
+	}
+	var hs map[string]json.RawMessage
+	if jsonKind(raw) != "an object" || json.Unmarshal(raw, &hs) != nil {
+		return invalidWeb("headers is %s, not an object of header names and values", jsonKind(raw))
+	}
+	names := make([]string, 0, len(hs))
+	for k := range hs {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if !validHeaderName(k) {
+			return invalidWeb("headers holds %q, which is not a header name", k)
+		}
+		values, err := headerValues(k, hs[k])
+		if err != nil {
+			return err
+		}
+		switch http.CanonicalHeaderKey(k) {
+		case "Content-Length", "Transfer-Encoding":
+			continue
+		}
+		for _, v := range values {
+			h.Add(k, v)
+		}
+	}
+	return nil
+}
+
+// headerValues reads the value of header k: a string, number or boolean,
+// or an array of them (nested arrays flattened, as OpenWhisk does).
+func headerValues(k string, raw json.RawMessage) ([]string, error) {
+	raw = bytes.TrimSpace(raw)
+	var v string
+	switch kind := jsonKind(raw); kind {
+	case "a string":
+		_ = json.Unmarshal(raw, &v)
+	case "a number", "a boolean":
+		v = string(raw)
+	case "an array":
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return nil, invalidWeb("headers.%s: %v", k, err)
+		}
+		var out []string
+		for _, item := range items {
+			vs, err := headerValues(k, item)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, vs...)
+		}
+		return out, nil
+	default:
+		return nil, invalidWeb("headers.%s is %s; a header's value is a string, a number, a boolean or an array of them", k, kind)
+	}
+	for _, c := range []byte(v) {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return nil, invalidWeb("headers.%s holds the control character %q, which no header value may hold", k, c)
+		}
+	}
+	return []string{v}, nil
+}
+
+// validHeaderName reports whether k is an HTTP field name, a token (RFC
+// 9110, 5.1); Go's server silently drops any other.
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for _, c := range []byte(k) {
+		if c >= 0x80 || c <= ' ' || c == 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// webBody reads the result's body, as OpenWhisk's controller does, and sets
+// or removes the Content-Type in h to match it.
+func webBody(h http.Header, obj map[string]json.RawMessage) ([]byte, error) {
+	raw := bytes.TrimSpace(obj["body"])
+	kind := jsonKind(raw)
+	var s string
+	if kind == "a string" {
+		_ = json.Unmarshal(raw, &s)
+	}
+	if kind == "empty" || kind == "null" || (kind == "a string" && s == "") {
+		// No body: a Content-Type would describe nothing.
+		h.Del("Content-Type")
+		return nil, nil
+	}
+	ct := h.Get("Content-Type")
+	var mt string
+	if ct != "" {
+		var err error
+		if mt, _, err = mime.ParseMediaType(ct); err != nil {
+			return nil, invalidWeb("headers.Content-Type %q is not a media type: %v", ct, err)
+		}
+	}
+	if kind != "a string" {
+		// A JSON value is sent as JSON (OpenWhisk pretty-prints it when
+		// the type is not application/json; the JSON is the same).
+		if mt == "" {
+			h.Set("Content-Type", "application/json")
+		} else if !jsonFamily(mt) {
+			return nil, invalidWeb("body is %s but headers.Content-Type is %q; a body that is not a string is sent as JSON and needs a JSON Content-Type", kind, ct)
+		}
+		var b bytes.Buffer
+		if err := json.Compact(&b, raw); err != nil {
+			return nil, invalidWeb("body: %v", err)
+		}
+		return b.Bytes(), nil
+	}
+	switch {
+	case mt == "":
+		h.Set("Content-Type", "text/html; charset=UTF-8")
+		return []byte(s), nil
+	case jsonFamily(mt):
+		// OpenWhisk still decodes base64 given for a JSON type, which
+		// older actions return; a string that is JSON is sent as it is.
+		if !json.Valid([]byte(s)) {
+			if b, err := base64.StdEncoding.DecodeString(s); err == nil {
+				return b, nil
+			}
+		}
+		return []byte(s), nil
+	case textType(ct, mt):
+		return []byte(s), nil
+	}
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, invalidWeb("body is not base64, as a body of the binary type %q (headers.Content-Type) must be: %v", mt, err)
+	}
+	return b, nil
+}
+
+// jsonFamily reports whether mt is application/json or a +json type.
+func jsonFamily(mt string) bool {
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+// textType reports whether a string body of media type mt (ct with its
+// parameters) is text, sent as it is, rather than base64 of binary data:
+// text/*, XML, JavaScript, form data, message/*, or any type but images,
+// audio and video given with a charset.
+func textType(ct, mt string) bool {
+	main, _, _ := strings.Cut(mt, "/")
+	switch {
+	case main == "text", main == "message",
+		mt == "application/xml", strings.HasSuffix(mt, "+xml") && main != "image",
+		mt == "application/javascript", mt == "application/ecmascript",
+		mt == "application/x-www-form-urlencoded":
+		return true
+	case main == "image", main == "audio", main == "video":
+		return false
+	}
+	_, params, _ := mime.ParseMediaType(ct)
+	_, charset := params["charset"]
+	return charset
+}

@@ -1,0 +1,133 @@
+package openwhisk
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/front"
+	"github.com/ocifn/ocifn/hook"
+)
+
+func TestParseWebResponse(t *testing.T) {
+	for _, tc := range []struct {
+		name, result string
+		status       int
+		header       http.Header // nil: not a web response
+		body         string
+	}{
+		{"plain_result", `{"a":1}`, 0, nil, ""},
+		{"array", `[{"statusCode":404}]`, 0, nil, ""},
+		{"body_text", `{"body":"<p>hi</p>"}`, 200, http.Header{"Content-Type": {"text/html; charset=UTF-8"}}, "<p>hi</p>"},
+		{"status_and_text", `{"statusCode":404,"headers":{"Content-Type":"text/plain"},"body":"gone"}`, 404, http.Header{"Content-Type": {"text/plain"}}, "gone"},
+		{"status_string", `{"statusCode":"404","body":"gone"}`, 404, http.Header{"Content-Type": {"text/html; charset=UTF-8"}}, "gone"},
+		{"status_whole_float", `{"statusCode":201.0,"body":"x"}`, 201, http.Header{"Content-Type": {"text/html; charset=UTF-8"}}, "x"},
+		{"headers_only", `{"headers":{"X-A":"1"}}`, 204, http.Header{"X-A": {"1"}}, ""},
+		{"status_only", `{"statusCode":302,"headers":{"Location":"/x"}}`, 302, http.Header{"Location": {"/x"}}, ""},
+		{"empty_body_drops_content_type", `{"headers":{"Content-Type":"text/plain"},"body":""}`, 204, http.Header{}, ""},
+		{"null_body", `{"statusCode":200,"body":null}`, 200, http.Header{}, ""},
+		{"header_values", `{"headers":{"Set-Cookie":["a=1","b=2"],"X-N":3,"X-B":true,"Content-Length":"99"},"body":"x"}`, 200,
+			http.Header{"Set-Cookie": {"a=1", "b=2"}, "X-N": {"3"}, "X-B": {"true"}, "Content-Type": {"text/html; charset=UTF-8"}}, "x"},
+		{"binary_base64", `{"statusCode":200,"headers":{"Content-Type":"image/png"},"body":"aGVsbG8="}`, 200, http.Header{"Content-Type": {"image/png"}}, "hello"},
+		{"octet_stream", `{"headers":{"content-type":"application/octet-stream"},"body":"AAEC"}`, 200, http.Header{"Content-Type": {"application/octet-stream"}}, "\x00\x01\x02"},
+		{"json_object_body", `{"statusCode":201,"body":{"b":[1, 2]},"other":1}`, 201, http.Header{"Content-Type": {"application/json"}}, `{"b":[1,2]}`},
+		{"json_type_base64", `{"headers":{"Content-Type":"application/json"},"body":"eyJhIjoxfQ=="}`, 200, http.Header{"Content-Type": {"application/json"}}, `{"a":1}`},
+		{"json_type_text", `{"headers":{"Content-Type":"application/json"},"body":"{\"a\":1}"}`, 200, http.Header{"Content-Type": {"application/json"}}, `{"a":1}`},
+		{"charset_is_text", `{"headers":{"Content-Type":"application/x-thing; charset=utf-8"},"body":"plain"}`, 200, http.Header{"Content-Type": {"application/x-thing; charset=utf-8"}}, "plain"},
+		{"xml_is_text", `{"headers":{"Content-Type":"application/atom+xml"},"body":"<feed/>"}`, 200, http.Header{"Content-Type": {"application/atom+xml"}}, "<feed/>"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := ParseWebResponse([]byte(tc.result))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.header == nil {
+				if r != nil {
+					t.Fatalf("read as a web response: %+v", r)
+				}
+				return
+			}
+			if r == nil {
+				t.Fatal("not read as a web response")
+			}
+			if r.Status != tc.status || !reflect.DeepEqual(r.Header, tc.header) || string(r.Body) != tc.body {
+				t.Errorf("got %d %v %q, want %d %v %q", r.Status, r.Header, r.Body, tc.status, tc.header, tc.body)
+			}
+		})
+	}
+}
+
+func TestParseWebResponseInvalid(t *testing.T) {
+	for _, tc := range []struct{ result, field string }{
+		{`{"statusCode":999}`, "statusCode 999"},
+		{`{"statusCode":-1}`, "statusCode -1"},
+		{`{"statusCode":100}`, "statusCode 100"},
+		{`{"statusCode":404.5}`, "statusCode 404.5"},
+		{`{"statusCode":"not found"}`, `statusCode "not found"`},
+		{`{"statusCode":true}`, "statusCode is a boolean"},
+		{`{"statusCode":null,"body":"x"}`, "statusCode is null"},
+		{`{"statusCode":204,"body":"x"}`, "statusCode 204 allows no body"},
+		{`{"headers":"X-A: 1"}`, "headers is a string"},
+		{`{"headers":{"X-A":{"b":1}}}`, "headers.X-A is an object"},
+		{`{"headers":{"X-A":null}}`, "headers.X-A is null"},
+		{`{"headers":{"X A":"1"}}`, `"X A"`},
+		{`{"headers":{"X-A":"1\r\nX-B: 2"}}`, "headers.X-A holds the control character"},
+		{`{"headers":{"Content-Type":"image/png"},"body":"not base64!"}`, `binary type "image/png"`},
+		{`{"headers":{"Content-Type":"text/plain"},"body":{"a":1}}`, `body is an object but headers.Content-Type is "text/plain"`},
+		{`{"headers":{"Content-Type":"/"},"body":"x"}`, `headers.Content-Type "/"`},
+	} {
+		_, err := ParseWebResponse([]byte(tc.result))
+		if err == nil || !strings.HasPrefix(err.Error(), msgInvalidWeb) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: got %v, want an error naming %s", tc.result, err, tc.field)
+		}
+	}
+}
+
+// TestWebAnswer: POST / answers a web action's result as the HTTP
+// response it describes, and one it cannot send as it is with 502 naming
+// the field, never something else than the action asked for.
+func TestWebAnswer(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	seen := &outcomes{}
+	p := New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log, seen), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20}, "", io.Discard, io.Discard)
+	post := func(result string) *httptest.ResponseRecorder {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"activation": map[string]any{}, "value": json.RawMessage(result)})
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(string(body))))
+		return w
+	}
+	for _, result := range []string{`{"statusCode":999}`, `{"statusCode":-1}`, `{"statusCode":"teapot"}`} {
+		w := post(result)
+		if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), "statusCode") {
+			t.Errorf("%s: %d %s, want 502 naming statusCode", result, w.Code, w.Body.String())
+		}
+	}
+	if w := post(`{"statusCode":"404","body":"gone"}`); w.Code != http.StatusNotFound || w.Body.String() != "gone" {
+		t.Errorf("statusCode as a string: %d %q, want 404 gone, as OpenWhisk parses it", w.Code, w.Body.String())
+	}
+	w := post(`{"headers":{"X-A":"1"}}`)
+	if w.Code != http.StatusNoContent || w.Body.Len() != 0 || w.Header().Get("X-A") != "1" || w.Header().Get("Content-Type") != "" {
+		t.Errorf("headers only: %d %q %v, want 204, no body, X-A and no Content-Type", w.Code, w.Body.String(), w.Header())
+	}
+	w = post(`{"statusCode":200,"headers":{"Content-Type":"image/png"},"body":"aGVsbG8="}`)
+	if w.Code != http.StatusOK || w.Body.String() != "hello" || w.Header().Get("Content-Type") != "image/png" {
+		t.Errorf("binary body: %d %q %v, want 200 with the decoded bytes", w.Code, w.Body.String(), w.Header())
+	}
+	w = post(`{"a":1,"nested":{"headers":1}}`)
+	if w.Code != http.StatusOK || w.Body.String() != `{"a":1,"nested":{"headers":1}}` || w.Header().Get("Content-Type") != "application/json" {
+		t.Errorf("plain result: %d %q %v, want it as JSON", w.Code, w.Body.String(), w.Header())
+	}
+	want := []hook.Outcome{hook.Fatal, hook.Fatal, hook.Fatal, hook.OK, hook.OK, hook.OK, hook.OK}
+	if !reflect.DeepEqual(seen.seen, want) {
+		t.Errorf("the hooks saw %v, want %v", seen.seen, want)
+	}
+}
