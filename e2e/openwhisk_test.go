@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The action code of OpenWhisk's canonical runtime tests
@@ -457,6 +459,73 @@ func TestOpenWhiskWebAction(t *testing.T) {
 		t.Fatalf("plain result: %d %v %s, want 200 JSON", code, h, out)
 	}
 	jsonEqual(t, "plain result", out, map[string]any{"a": 1, "nested": map[string]any{"statusCode": 999}})
+}
+
+// TestOpenWhiskActivationEnvironment: an activation's context becomes
+// __OW_<KEY> variables up to the kernel's limits, and one past them (one
+// variable over MAX_ARG_STRLEN, or all of them over a quarter of the stack
+// rlimit) is answered 413 naming the key, rather than run into execve's
+// E2BIG and be blamed on the action; a key no variable can be named after
+// answers 400.
+func TestOpenWhiskActivationEnvironment(t *testing.T) {
+	f := startOpenWhisk(t)
+	f.mustInit(t, initPayload(`#!/bin/sh
+echo "{\"big\": ${#__OW_BIG}, \"last\": ${#__OW_K_LAST}}"`, "main"))
+
+	// As large as one variable may be: __OW_BIG=... of 131071 bytes.
+	big := strings.Repeat("x", 131071-len("__OW_BIG="))
+	code, out := f.post(t, "/run", runPayload(map[string]any{}, map[string]any{"big": big}))
+	if code != http.StatusOK {
+		t.Fatalf("a variable of 131071 bytes: %d %s\n%s", code, out, f.stderr)
+	}
+	jsonEqual(t, "a variable of 131071 bytes", out, map[string]int{"big": len(big), "last": 0})
+
+	code, out = f.post(t, "/run", runPayload(map[string]any{}, map[string]any{"big": big + "x"}))
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(out, `\"big\"`) || !strings.Contains(out, "MAX_ARG_STRLEN") {
+		t.Errorf("a variable of 131072 bytes: %d %s, want 413 naming the key", code, out)
+	}
+	code, out = f.post(t, "/run", runPayload(map[string]any{}, map[string]any{"blob": strings.Repeat("x", 200<<10)}))
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(out, `\"blob\"`) || strings.Contains(out, "dictionary") {
+		t.Errorf("a key of 200 KB: %d %s, want 413 naming the key", code, out)
+	}
+
+	// Thousands of keys, up to the limit less what ocifn keeps for the
+	// image's environment, run: the reserve is enough for this image.
+	var l unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_STACK, &l); err != nil {
+		t.Fatal(err)
+	}
+	limit := min(l.Cur/4, 6<<20)
+	limit = max(limit, 128<<10)
+	budget := int(limit) - 32<<10
+	const each = 1000 // bytes of one key's variable, with its NUL and pointer
+	keys := map[string]any{}
+	used := len("/action/exec")*2 + 2 + 8 + len("{}") + 1 + 8 + len("__OW_K_LAST=1") + 1 + 8
+	for i := 0; used+each <= budget; i++ {
+		name := fmt.Sprintf("k%05d", i)
+		keys[name] = strings.Repeat("v", each-len("__OW_K00000=")-1-8)
+		used += each
+	}
+	keys["k_last"] = "1"
+	code, out = f.post(t, "/run", runPayload(map[string]any{}, keys))
+	if code != http.StatusOK || !strings.Contains(out, `"last": 1`) {
+		t.Fatalf("%d keys, %d bytes, within the limit of %d: %d %s\n%s", len(keys), used, budget, code, out, f.stderr)
+	}
+	keys["k_more"] = strings.Repeat("v", 2000)
+	code, out = f.post(t, "/run", runPayload(map[string]any{}, keys))
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(out, fmt.Sprintf("%d variables", len(keys))) || !strings.Contains(out, "__OW_K_MORE") {
+		t.Errorf("%d keys over the limit: %d %.400s, want 413 naming the largest", len(keys), code, out)
+	}
+	if code, out := f.post(t, "/run", `{"value": {}, "a=b": "x"}`); code != http.StatusBadRequest || !strings.Contains(out, `\"a=b\"`) {
+		t.Errorf("a key with =: %d %s, want 400 naming it", code, out)
+	}
+	if code, out := f.post(t, "/run", `{"value": {}, "namespace": "a\u0000b"}`); code != http.StatusBadRequest || !strings.Contains(out, "NUL") {
+		t.Errorf("a value with NUL: %d %s, want 400 saying so", code, out)
+	}
+	f.checkStreams(t, 7)
+	if strings.Contains(f.stderr.String(), "Argument list too long") {
+		t.Errorf("a container was run past the limits:\n%s", f.stderr)
+	}
 }
 
 // TestOpenWhiskActivations: activations overlap, each in a fresh container

@@ -2,6 +2,9 @@ package openwhisk
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -76,16 +79,80 @@ func TestActivationEnv(t *testing.T) {
 		"deadline":       json.RawMessage(`123`),
 	}
 	want := []string{"__OW_ACTION_NAME=xxx", "__OW_ACTION_VERSION=0.0.1", "__OW_ACTIVATION_ID=iii", "__OW_API_HOST=https://whisk", "__OW_API_KEY=abc", "__OW_DEADLINE=123", "__OW_NAMESPACE=zzz", "__OW_TRANSACTION_ID=ttt"}
-	if got := ActivationEnv(msg, "https://whisk"); !reflect.DeepEqual(got, want) {
-		t.Errorf("got  %q\nwant %q", got, want)
+	if got, err := ActivationEnv(msg, "https://whisk"); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %q, %v\nwant %q", got, err, want)
 	}
 	msg["api_host"] = json.RawMessage(`"xyz"`)
-	got := ActivationEnv(msg, "https://whisk")
-	if !contains(got, "__OW_API_HOST=xyz") || contains(got, "__OW_API_HOST=https://whisk") {
-		t.Errorf("api_host of the activation should win over the server's: %q", got)
+	got, err := ActivationEnv(msg, "https://whisk")
+	if err != nil || !contains(got, "__OW_API_HOST=xyz") || contains(got, "__OW_API_HOST=https://whisk") {
+		t.Errorf("api_host of the activation should win over the server's: %q, %v", got, err)
 	}
-	if got := ActivationEnv(map[string]json.RawMessage{}, ""); len(got) != 0 {
-		t.Errorf("empty message gave %q", got)
+	if got, err := ActivationEnv(map[string]json.RawMessage{}, ""); len(got) != 0 || err != nil {
+		t.Errorf("empty message gave %q, %v", got, err)
+	}
+}
+
+// TestActivationEnvRefused: a key or value no environment can carry is an
+// error naming the key, not a variable silently left out; so is a
+// variable longer than Linux passes in one (MAX_ARG_STRLEN), which would
+// make execve fail with E2BIG.
+func TestActivationEnvRefused(t *testing.T) {
+	for _, tc := range []struct {
+		msg      map[string]json.RawMessage
+		key      string
+		tooLarge bool
+	}{
+		{map[string]json.RawMessage{"": json.RawMessage(`"x"`)}, `""`, false},
+		{map[string]json.RawMessage{"a=b": json.RawMessage(`"x"`)}, `"a=b"`, false},
+		{map[string]json.RawMessage{"a\x00b": json.RawMessage(`"x"`)}, `"a\x00b"`, false},
+		{map[string]json.RawMessage{"nul": json.RawMessage(`"a\u0000b"`)}, `"nul"`, false},
+		{map[string]json.RawMessage{"namespace": json.RawMessage(`"a"`), "NameSpace": json.RawMessage(`"b"`)}, "__OW_NAMESPACE", false},
+		{map[string]json.RawMessage{"big": json.RawMessage(`"` + strings.Repeat("x", 200<<10) + `"`)}, `"big"`, true},
+		{map[string]json.RawMessage{"edge": json.RawMessage(`"` + strings.Repeat("x", maxArgBytes-len("__OW_EDGE=")+1) + `"`)}, `"edge"`, true},
+	} {
+		_, err := ActivationEnv(tc.msg, "")
+		var tooLarge *TooLargeError
+		if err == nil || !strings.Contains(err.Error(), tc.key) || errors.As(err, &tooLarge) != tc.tooLarge {
+			t.Errorf("%.60q: got %v, want an error naming %s (too large: %v)", tc.msg, err, tc.key, tc.tooLarge)
+		}
+	}
+	edge := map[string]json.RawMessage{"edge": json.RawMessage(`"` + strings.Repeat("x", maxArgBytes-len("__OW_EDGE=")) + `"`)}
+	if _, err := ActivationEnv(edge, ""); err != nil {
+		t.Errorf("a variable of exactly %d bytes: %v", maxArgBytes, err)
+	}
+}
+
+func TestExecLimit(t *testing.T) {
+	for stack, want := range map[uint64]int{
+		8 << 20:        2 << 20,
+		256 << 10:      128 << 10, // never below ARG_MAX
+		64 << 20:       6 << 20,   // never above 3/4 of _STK_LIM
+		math.MaxUint64: 6 << 20,   // unlimited
+	} {
+		if got := ExecLimit(stack); got != want {
+			t.Errorf("ExecLimit(%d) = %d, want %d", stack, got, want)
+		}
+	}
+}
+
+func TestCheckExecSize(t *testing.T) {
+	origin := func(name string) string { return "from " + name }
+	args := []string{"/action/exec", `{"a":1}`}
+	var env []string
+	for i := range 3000 {
+		env = append(env, fmt.Sprintf("__OW_K%d=%s", i, strings.Repeat("v", 700)))
+	}
+	env = append(env, "__OW_HUGE="+strings.Repeat("h", 1000))
+	err := CheckExecSize(args, env, 2<<20, origin)
+	var tooLarge *TooLargeError
+	if !errors.As(err, &tooLarge) || !strings.Contains(err.Error(), "__OW_HUGE") || !strings.Contains(err.Error(), "from __OW_HUGE") || !strings.Contains(err.Error(), "3001 variables") {
+		t.Errorf("3001 variables of 700 bytes: %v, want a TooLargeError naming the largest", err)
+	}
+	if err := CheckExecSize(args, env[:2000], 2<<20, origin); err != nil {
+		t.Errorf("2000 variables of 700 bytes, within 2 MiB: %v", err)
+	}
+	if err := CheckExecSize(args, env[:2000], 1<<20, origin); err == nil {
+		t.Error("2000 variables of 700 bytes, over 1 MiB: no error")
 	}
 }
 
@@ -134,5 +201,12 @@ func TestFrame(t *testing.T) {
 		if got := string(Frame([]byte(in))); got != want {
 			t.Errorf("Frame(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestInitEnvTooLong(t *testing.T) {
+	long := json.RawMessage(`"` + strings.Repeat("x", maxArgBytes) + `"`)
+	if _, err := InitEnv(map[string]json.RawMessage{"LONG": long}); err == nil || !strings.Contains(err.Error(), "value.env.LONG") {
+		t.Errorf("a variable over MAX_ARG_STRLEN: %v, want an error naming it", err)
 	}
 }

@@ -14,10 +14,12 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
+	"golang.org/x/sys/unix"
 
 	"github.com/ocifn/ocifn/bundle"
 	"github.com/ocifn/ocifn/front"
@@ -43,6 +45,10 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	action *action
+
+	// execLimit is what Linux lets an activation's process be given, in
+	// bytes of arguments and environment (ExecLimit).
+	execLimit int
 }
 
 // action is what /init fixed for every activation.
@@ -58,7 +64,14 @@ type action struct {
 // New returns a proxy running activations with cfg. apiHost is
 // __OW_API_HOST, which OpenWhisk sets in the proxy's environment.
 func New(cfg *front.Config, apiHost string, stdout, stderr io.Writer) *Proxy {
-	return &Proxy{cfg: cfg, apiHost: apiHost, stdout: stdout, stderr: stderr}
+	// The container inherits ocifn's stack rlimit: the runtime spec sets
+	// no RLIMIT_STACK.
+	stack := uint64(8 << 20)
+	var l unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_STACK, &l); err == nil {
+		stack = l.Cur
+	}
+	return &Proxy{cfg: cfg, apiHost: apiHost, stdout: stdout, stderr: stderr, execLimit: ExecLimit(stack)}
 }
 
 // Close removes the action's files.
@@ -203,7 +216,12 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 	p.mu.Lock()
 	a := p.action
 	p.mu.Unlock()
-	bc := bundle.Call{Env: ActivationEnv(context, p.apiHost)}
+	env, err := ActivationEnv(context, p.apiHost)
+	if err != nil {
+		p.refuseEnv(w, r, err)
+		return
+	}
+	bc := bundle.Call{Env: env}
 	base := p.cfg.Runner.Args()
 	if a != nil {
 		bc.Env = append(append([]string(nil), a.env...), bc.Env...)
@@ -214,6 +232,12 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 		}
 	}
 	bc.Args = Args(base, value)
+	// Past the kernel's limits, execve fails with E2BIG in the container,
+	// and the activation would look like an action that answered nothing.
+	if err := CheckExecSize(bc.Args, bc.Env, p.execLimit, envOrigin(context)); err != nil {
+		p.refuseEnv(w, r, err)
+		return
+	}
 
 	call := &hook.Call{Front: "openwhisk", Method: front.MethodLabel(r.Method), Tag: EnvValue(context["activation_id"]), Received: time.Now(),
 		Carrier: propagation.HeaderCarrier(r.Header)}
@@ -248,6 +272,32 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, outcome hook.Outc
 		call.Err = err
 	}
 	p.finish(ctx, w, r, call, status, errorBody(err.Error()), nil, nil)
+}
+
+// refuseEnv refuses an activation whose context cannot be its process's
+// environment: 413 when Linux would not run a process given that much,
+// 400 for a key or value no environment can hold. OpenWhisk's invoker
+// shows the "error" of any answer but 200 as the activation's error.
+func (p *Proxy) refuseEnv(w http.ResponseWriter, r *http.Request, err error) {
+	status := http.StatusBadRequest
+	var tooLarge *TooLargeError
+	if errors.As(err, &tooLarge) {
+		status = http.StatusRequestEntityTooLarge
+	}
+	p.refuse(w, r, hook.Error, status, err)
+}
+
+// envOrigin says where a variable of an activation's environment comes
+// from, for an error about its size.
+func envOrigin(context map[string]json.RawMessage) func(string) string {
+	return func(name string) string {
+		for k := range context {
+			if k != "value" && "__OW_"+strings.ToUpper(k) == name {
+				return fmt.Sprintf("from the activation's key %q", k)
+			}
+		}
+		return "from the init's value.env or ocifn's environment"
+	}
 }
 
 // finish ends an activation: its logs, the hooks, the sentinels, the answer.

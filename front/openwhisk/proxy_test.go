@@ -3,6 +3,8 @@ package openwhisk
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -130,5 +132,69 @@ func TestInitFieldsOutsideValue(t *testing.T) {
 	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/init", strings.NewReader(`{"value": {"code": "#!/bin/sh\necho {}", "main": "main"}}`)))
 	if w.Code != http.StatusOK {
 		t.Errorf("/init with its fields in value, after the refusal: %d %s, want 200", w.Code, w.Body.String())
+	}
+}
+
+// countingRunner counts the containers it was asked to run.
+type countingRunner struct {
+	echoRunner
+	mu sync.Mutex
+	n  int
+}
+
+func (c *countingRunner) Call(ctx context.Context, bc bundle.Call) (bundle.Exit, error) {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+	return c.echoRunner.Call(ctx, bc)
+}
+
+// TestActivationEnvironmentRefused: an activation whose context would be
+// an environment execve refuses (E2BIG) or none can hold is answered with
+// an error naming the key, 413 or 400, without running a container that
+// could only fail and be blamed on the action.
+func TestActivationEnvironmentRefused(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	runner := &countingRunner{}
+	var stdout, stderr bytes.Buffer
+	p := New(&front.Config{Runner: runner, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 8 << 20}, "", &stdout, &stderr)
+	p.execLimit = 2 << 20 // an 8 MiB stack rlimit, whatever the test's
+	manyKeys := map[string]any{"value": map[string]any{}}
+	for i := range 3000 {
+		manyKeys[fmt.Sprintf("k%d", i)] = strings.Repeat("v", 1000)
+	}
+	many, _ := json.Marshal(manyKeys)
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		words      []string
+	}{
+		{"one_key_of_200KB", `{"value":{},"blob":"` + strings.Repeat("x", 200<<10) + `"}`, http.StatusRequestEntityTooLarge, []string{`\"blob\"`, "__OW_BLOB", "131071", "MAX_ARG_STRLEN"}},
+		{"3000_keys", string(many), http.StatusRequestEntityTooLarge, []string{"3000 variables", "2097152", "__OW_K"}},
+		{"key_with_equals", `{"value":{},"a=b":"x"}`, http.StatusBadRequest, []string{`\"a=b\"`}},
+		{"empty_key", `{"value":{},"":"x"}`, http.StatusBadRequest, []string{`\"\"`}},
+		{"nul_in_value", `{"value":{},"namespace":"a\u0000b"}`, http.StatusBadRequest, []string{`\"namespace\"`, "NUL"}},
+		{"same_variable", `{"value":{},"namespace":"a","NAMESPACE":"b"}`, http.StatusBadRequest, []string{"__OW_NAMESPACE"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := runner.n
+			w := httptest.NewRecorder()
+			p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(tc.body)))
+			if w.Code != tc.status || strings.Contains(w.Body.String(), msgNotDict) {
+				t.Errorf("%d %.300s, want %d", w.Code, w.Body.String(), tc.status)
+			}
+			for _, word := range tc.words {
+				if !strings.Contains(w.Body.String(), word) {
+					t.Errorf("the answer %.300s does not say %s", w.Body.String(), word)
+				}
+			}
+			if runner.n != before {
+				t.Error("a container was run")
+			}
+		})
+	}
+	if n := strings.Count(stdout.String(), Sentinel+"\n"); n != 6 {
+		t.Errorf("%d sentinels on stdout, want one per refused activation", n)
 	}
 }
