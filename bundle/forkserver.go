@@ -166,22 +166,30 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 	}
 	// Until the child names itself, ctx's end stops the wait; what the
 	// server does with the command then is seen to in the background.
-	stopWait := context.AfterFunc(ctx, func() { _ = r.SetReadDeadline(time.Now()) })
+	fired := make(chan struct{})
+	stopWait := context.AfterFunc(ctx, func() {
+		_ = r.SetReadDeadline(time.Now())
+		close(fired)
+	})
 	kind, value, err := readRecord(r)
-	if !stopWait() && errors.Is(err, os.ErrDeadlineExceeded) {
+	if !stopWait() {
+		// ctx ended: once its deadline is set, no later read sees it.
+		<-fired
 		_ = r.SetReadDeadline(time.Time{})
-		go s.abandon(conn, r)
-		r = nil // abandon closes it
-		return fmt.Errorf("crun fork server did not run crun before %w", ctx.Err())
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			go s.abandon(conn, r)
+			r = nil // abandon closes it
+			return fmt.Errorf("crun fork server did not run crun before %w", ctx.Err())
+		}
 	}
 	switch {
 	case err != nil:
 		// No child named itself, and a forked one does so before it
 		// runs crun: the server ended before it forked, or it ended
 		// too after a child that died before it named itself. Nothing
-		// of this command is left.
+		// of this command is left, and crun may be executed instead.
 		s.broken("it ended before it ran crun")
-		return fmt.Errorf("crun fork server ended before it ran crun: %s", s.stderrLine())
+		return fmt.Errorf("%w: crun fork server ended before it ran crun: %s", errNotSent, s.stderrLine())
 	case kind == recordErrno:
 		// Not run (it could not fork): executing crun instead is safe.
 		return fmt.Errorf("%w: %v", errNotSent, syscall.Errno(value))
@@ -217,6 +225,12 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 	}
 	kind, value, err = readRecord(r)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// Stuck: crun is executed from now on. Its child, killed, comes
+		// to ocifn with the server's end, to be reaped.
+		s.kill(conn, fmt.Sprintf("it did not reply within %s of the kill of its child", replyGrace))
+		if pidfdErr == nil {
+			killTree(pidfd, pid)
+		}
 		return fmt.Errorf("crun fork server did not reply within %s of the kill of its child %d, after %w", replyGrace, pid, ctx.Err())
 	}
 	if err != nil || kind != recordStatus {
@@ -239,12 +253,10 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 const replyGrace = 5 * time.Second
 
 // abandon sees to a command whose caller stopped waiting before its child
-// named itself: the child, once named, is killed, as the command's context
-// has ended, and the server reaps it. It reads the command's replies on r
-// to their end (the server closes r once it has replied for the child) and
-// closes r. Should the server never fork, r stays open until ocifn exits,
-// and so does this goroutine; the command's descriptors, in the server's
-// socket, as long.
+// named itself: the child, once named, is killed with what it started, as
+// the command's context has ended, and the server reaps it. It reads the
+// command's replies on r and closes r. A server that names no child within
+// replyGrace is taken as stuck and killed.
 func (s *forkServer) abandon(conn *net.UnixConn, r *os.File) {
 	defer r.Close()
 	_ = r.SetReadDeadline(time.Now().Add(replyGrace))
@@ -260,14 +272,21 @@ func (s *forkServer) abandon(conn *net.UnixConn, r *os.File) {
 	if err != nil || kind != recordPID {
 		return
 	}
-	// Unless its status is there already (it has been reaped, and its
-	// pid may name another process by now), the child still runs.
+	// Held first; then, unless its status is there already (it has been
+	// reaped, and its pid may name another process), the child still
+	// runs, with perhaps a container's first process started.
+	pid := int(value)
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(pidfd)
 	_ = r.SetReadDeadline(time.Now())
 	if _, _, err := readRecord(r); !errors.Is(err, os.ErrDeadlineExceeded) {
 		return
 	}
-	_ = unix.Kill(int(value), unix.SIGKILL)
-	_ = r.SetReadDeadline(time.Time{})
+	killTree(pidfd, pid)
+	_ = r.SetReadDeadline(time.Now().Add(replyGrace))
 	_, _, _ = readRecord(r)
 }
 
@@ -327,36 +346,69 @@ func killTree(pidfd, pid int) {
 // when crun create exits) that hold the pipe with inode ino open: what
 // crun left of a container it failed to create and whose pid ocifn never
 // learnt, waiting on its exec fifo with crun's log pipe open.
-func killLogHolders(ino uint64) {
+//
+// The fork server (spare) is left alone: it holds a command's descriptors
+// only while it hands them to its child.
+func killLogHolders(ino uint64, spare int) {
 	if ino == 0 {
 		return
 	}
 	want := fmt.Sprintf("pipe:[%d]", ino)
 	for _, pid := range childrenOf(os.Getpid()) {
-		if !holds(pid, want) {
+		if pid == spare {
 			continue
 		}
-		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
-			killTree(fd, pid)
-			unix.Close(fd)
+		// Held first, so that the pid checked is the one killed.
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
 		}
+		if writes(pid, want) {
+			killTree(fd, pid)
+		}
+		unix.Close(fd)
 	}
 }
 
-// holds says whether process pid has a descriptor open on what readlink
-// of /proc/PID/fd/N names target.
-func holds(pid int, target string) bool {
+// writes says whether process pid has a descriptor open for writing on
+// what readlink of /proc/PID/fd/N names target: a pipe's write end, not
+// its read end, which has the same name.
+func writes(pid int, target string) bool {
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return false
 	}
 	for _, e := range entries {
-		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && l == target {
-			return true
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err != nil || l != target {
+			continue
+		}
+		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, e.Name()))
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(info)) {
+			if v, ok := strings.CutPrefix(line, "flags:"); ok {
+				if flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil && flags&(unix.O_WRONLY|unix.O_RDWR) != 0 {
+					return true
+				}
+			}
 		}
 	}
 	return false
+}
+
+// pid is the server's process, or 0 if none runs.
+func (s *forkServer) pid() int {
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
 }
 
 // childrenOf lists the children of every thread of pid.

@@ -578,3 +578,25 @@ func TestForkServerDiesRightAfterItsFork(t *testing.T) {
 		t.Errorf("the child %d: %v, want it still there", child, err)
 	}
 }
+
+// TestForkServerContextEndingAroundTheFork: commands whose context ends
+// about when the server forks for them end as the context says (crun
+// killed, or never run), never as a server that failed to reply, and the
+// server stays in use. A deadline set for the wait of the child's pid once
+// landed on the wait of its status.
+func TestForkServerContextEndingAroundTheFork(t *testing.T) {
+	rt := forkServerRuntime(t)
+	null := devNull(t)
+	for i := range 400 {
+		d := time.Duration(i%40) * 25 * time.Microsecond
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		err := rt.run(ctx, []string{"--version"}, null, null, null, null)
+		cancel()
+		if err != nil && strings.Contains(err.Error(), "did not reply") {
+			t.Fatalf("run %d (context of %s): %v", i, d, err)
+		}
+	}
+	if mode := rt.fork.mode(); mode != "fork-server" {
+		t.Errorf("after 400 commands whose context ended: %s, want the fork server still in use", mode)
+	}
+}

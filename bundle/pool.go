@@ -57,6 +57,10 @@ type warmPool struct {
 	// create failed: a call that finds the pool empty meanwhile says
 	// nothing about its size, and adds no headroom.
 	failing bool
+	// reported is the last state onRefill was told of, under reportMu,
+	// which orders the reports.
+	reported bool
+	reportMu sync.Mutex
 	// made counts the containers made since the pool started filling (at
 	// start, or after idle let every container go), up to its target.
 	made int
@@ -312,8 +316,11 @@ func (p *warmPool) worker(b *Bundle, spare bool) {
 			c, err := b.createIn(p.stopping)
 			p.mu.Lock()
 			p.creating--
-			changed := (err != nil) != p.failing
-			p.failing = err != nil
+			// A creation the pool's stop cut off says nothing.
+			changed := !p.stopped && (err != nil) != p.failing
+			if changed {
+				p.failing = err != nil
+			}
 			keep := err == nil && !p.stopped && len(p.ready) < p.target
 			if keep {
 				p.ready = append(p.ready, c)
@@ -322,8 +329,8 @@ func (p *warmPool) worker(b *Bundle, spare bool) {
 				p.made = min(p.made+1, p.target)
 			}
 			p.mu.Unlock()
-			if changed && p.onRefill != nil {
-				p.onRefill(err)
+			if changed {
+				p.reportRefill(err)
 			}
 			if err != nil {
 				select {
@@ -339,6 +346,26 @@ func (p *warmPool) worker(b *Bundle, spare bool) {
 			}
 		}
 	}
+}
+
+// reportRefill tells onRefill that the creations fail (err) or succeed
+// again (nil), in order: workers race to report, so what is reported is
+// the pool's state when it is, and only if it differs from the last one
+// reported.
+func (p *warmPool) reportRefill(err error) {
+	if p.onRefill == nil {
+		return
+	}
+	p.reportMu.Lock()
+	defer p.reportMu.Unlock()
+	p.mu.Lock()
+	failing := p.failing
+	p.mu.Unlock()
+	if failing != (err != nil) || failing == p.reported {
+		return
+	}
+	p.reported = failing
+	p.onRefill(err)
 }
 
 // housekeep shrinks the pool at the end of each window to what that

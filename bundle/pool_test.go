@@ -324,3 +324,26 @@ func TestFailingRefillsAddNoHeadroom(t *testing.T) {
 		t.Errorf("OnRefill called %d more times while the creations kept failing, want once in all", n)
 	}
 }
+
+// TestStopCutsCreationsOffQuietly: stopping the pool ends the creations
+// under way at once (a crun that would take 30 s), and does not report
+// them as the pool failing to create containers.
+func TestStopCutsCreationsOffQuietly(t *testing.T) {
+	dir := t.TempDir()
+	crun := filepath.Join(dir, "crun")
+	if err := os.WriteFile(crun, []byte("#!/bin/sh\ncase \" $* \" in *\" create \"*) exec sleep 30 ;; esac\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 10)
+	b := &Bundle{dir: dir, runtime: &Runtime{path: crun, sealed: &sealedBinary{}, fork: &forkServer{}, stateDir: t.TempDir()}}
+	b.startPool(PoolOptions{Min: 1, Max: 2, OnRefill: func(err error) { errs <- err }})
+	time.Sleep(300 * time.Millisecond) // the creation under way
+	start := time.Now()
+	b.stopPool()
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("stopping the pool took %s: its creation was not cut off", took)
+	}
+	if len(errs) > 0 {
+		t.Errorf("OnRefill(%v) on stop", <-errs)
+	}
+}

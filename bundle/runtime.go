@@ -331,7 +331,7 @@ func (b *Bundle) createWith(ctx context.Context, config string) (c *container, e
 			// A process that neither crun delete nor ocifn knows of
 			// holds it: a container's first process whose pid crun
 			// could not write (its state directory full, say).
-			killLogHolders(log.ino)
+			killLogHolders(log.ino, b.runtime.fork.pid())
 			msg, closed = log.waitFor(logGrace)
 		}
 		switch {
@@ -479,14 +479,10 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 	// does once the process has been waited for (stopKill below). A
 	// context of the call's own, cancelled by a failed copy, would do
 	// the same for 5 more allocations per call.
-	copyFailed := func() {
-		if stopKill() {
-			kill()
-		}
-	}
-
 	var wg sync.WaitGroup
-	var outErr, errErr error
+	// The copies' errors, stdout's then stderr's: one variable the
+	// goroutines share, one allocation.
+	var copyErr [2]error
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
@@ -495,20 +491,18 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 		_, _ = io.Copy(c.stdin, stdin)
 		c.stdin.Close()
 	}()
-	go func() {
-		defer wg.Done()
-		if _, outErr = copyOut(stdout, c.stdout); outErr != nil {
-			copyFailed()
-		}
-		c.stdout.Close()
-	}()
-	go func() {
-		defer wg.Done()
-		if _, errErr = copyOut(stderr, c.stderr); errErr != nil {
-			copyFailed()
-		}
-		c.stderr.Close()
-	}()
+	for i, s := range [2]struct {
+		w io.Writer
+		r *os.File
+	}{{stdout, c.stdout}, {stderr, c.stderr}} {
+		go func() {
+			defer wg.Done()
+			if _, copyErr[i] = copyOut(s.w, s.r); copyErr[i] != nil && stopKill() {
+				kill()
+			}
+			s.r.Close()
+		}()
+	}
 
 	var exit Exit
 	code, reaped, cpu, werr := exitCode(c.pid, c.pidfd)
@@ -530,10 +524,10 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 		return exit, fmt.Errorf("cannot wait for the function's process %d: %w", c.pid, werr)
 	// A failed copy comes first: it killed the container (unless it had
 	// exited already), even if ctx ended too while it was being killed.
-	case outErr != nil:
-		return exit, outErr
-	case errErr != nil:
-		return exit, errErr
+	case copyErr[0] != nil:
+		return exit, copyErr[0]
+	case copyErr[1] != nil:
+		return exit, copyErr[1]
 	case killed:
 		return exit, fmt.Errorf("the function was stopped: %w", context.Cause(ctx))
 	}

@@ -372,6 +372,15 @@ func (iv *Invocations) removeLocked(id string) {
 // results take more than maxBytes. It works from the index: the records
 // themselves are not read.
 func (iv *Invocations) bound() {
+	if removed := iv.boundLocked(); removed > 0 {
+		// Before their time: a caller polling for them gets 404.
+		iv.log.Warn("removed the oldest results of asynchronous invocations before --result-ttl, to keep them within --results-max-bytes", "results", removed, "results_max_bytes", iv.maxBytes)
+	}
+}
+
+// boundLocked is bound's work under iv.mu; it returns how many results it
+// removed for the size bound.
+func (iv *Invocations) boundLocked() (removed int) {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
 	if iv.ttl > 0 {
@@ -383,7 +392,7 @@ func (iv *Invocations) bound() {
 		}
 	}
 	if iv.total <= iv.maxBytes {
-		return
+		return 0
 	}
 	finished := make([]string, 0, len(iv.index))
 	for id, e := range iv.index {
@@ -392,7 +401,6 @@ func (iv *Invocations) bound() {
 		}
 	}
 	sort.Slice(finished, func(i, j int) bool { return iv.index[finished[i]].created.Before(iv.index[finished[j]].created) })
-	removed := 0
 	for _, id := range finished {
 		if iv.total <= iv.maxBytes {
 			break
@@ -400,10 +408,7 @@ func (iv *Invocations) bound() {
 		iv.removeLocked(id)
 		removed++
 	}
-	if removed > 0 {
-		// Before their time: a caller polling for them gets 404.
-		iv.log.Warn("removed the oldest results of asynchronous invocations before --result-ttl, to keep them within --results-max-bytes", "results", removed, "results_max_bytes", iv.maxBytes)
-	}
+	return removed
 }
 
 // newInvocationID returns 256 random bits in hex: unguessable.

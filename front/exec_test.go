@@ -50,3 +50,18 @@ func TestExecOverflowIsNotATimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestExecStoppedByTheShutdown: a call whose context the shutdown ended
+// (ErrShutdown, at the grace period's end) is said to be, whatever the
+// runner's error wraps (a container's creation cut off does not wrap it).
+func TestExecStoppedByTheShutdown(t *testing.T) {
+	ctx, stop := context.WithCancelCause(context.Background())
+	c := &Config{Runner: floodRunner{}, Timeout: time.Minute, MaxOutputBytes: 10}
+	done := make(chan Output, 1)
+	go func() { done <- c.Exec(ctx, &hook.Call{}, bundle.Call{}, nil, 0) }()
+	stop(ErrShutdown)
+	out := <-done
+	if !out.Shutdown || out.TimedOut || out.Err == nil {
+		t.Errorf("shutdown %v, timed out %v, error %v; want stopped by the shutdown, with the runner's error", out.Shutdown, out.TimedOut, out.Err)
+	}
+}

@@ -54,6 +54,9 @@ type Output struct {
 	Timeout  time.Duration
 	// Overflow names the stream that went over MaxOutputBytes, if any.
 	Overflow string
+	// Shutdown reports the call was stopped at the end of the server's
+	// grace period (ErrShutdown); Err says where it was.
+	Shutdown bool
 	// Err is why the container could not run to its end, other than a
 	// timeout or an overflow (crun failed, the caller went away).
 	Err error
@@ -93,6 +96,10 @@ func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdi
 		out.Overflow = "stdout"
 	case stderr.Overflow:
 		out.Overflow = "stderr"
+	case runErr != nil && errors.Is(context.Cause(callCtx), ErrShutdown):
+		// Stopped by the shutdown, whatever step it was at (its
+		// container's creation too, whose error does not wrap the cause).
+		out.Shutdown, out.Err = true, runErr
 	case runErr != nil && errors.Is(context.Cause(callCtx), ErrTimeout):
 		out.TimedOut = true
 	case runErr != nil:

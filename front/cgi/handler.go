@@ -2,7 +2,6 @@ package cgi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -78,7 +77,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return fail(hook.Timeout, http.StatusRequestTimeout, fmt.Sprintf("the function ran longer than the limit of %s and was stopped", out.Timeout))
 	case out.Overflow != "":
 		return fail(hook.Fatal, http.StatusBadGateway, fmt.Sprintf("the function printed more than the limit of %d bytes on %s", h.cfg.MaxOutputBytes, out.Overflow))
-	case errors.Is(out.Err, front.ErrShutdown):
+	case out.Shutdown:
 		// Not the function's fault: another replica may run it.
 		call.Err = out.Err
 		return fail(hook.Error, http.StatusServiceUnavailable, front.ErrShutdown.Error())

@@ -337,6 +337,10 @@ func (p *Proxy) activate(ctx context.Context, call *hook.Call, bc bundle.Call, v
 		return fail(hook.Timeout, http.StatusBadGateway, fmt.Sprintf("The action ran longer than the limit of %s and was stopped.", out.Timeout.Round(time.Millisecond)))
 	case out.Overflow != "":
 		return fail(hook.Fatal, http.StatusBadGateway, fmt.Sprintf("The action printed more than the limit of %d bytes on %s.", p.cfg.MaxOutputBytes, out.Overflow))
+	case out.Shutdown:
+		// Not the action's fault: another invoker may run it.
+		call.Err = out.Err
+		return fail(hook.Error, http.StatusServiceUnavailable, front.ErrShutdown.Error())
 	case out.Err != nil:
 		call.Err = out.Err
 		return fail(hook.Error, http.StatusInternalServerError, "Internal error. "+out.Err.Error())
