@@ -9,6 +9,27 @@ import (
 	"time"
 )
 
+// queue has n calls enter g, each leaving as soon as it is admitted, and
+// returns once they wait in its queue (5 s at most); each sends how its
+// Enter ended.
+func queue(g *Gate, n int) <-chan error {
+	waited := make(chan error, n)
+	for range n {
+		go func() {
+			l, err := g.Enter(context.Background())
+			if err == nil {
+				l()
+			}
+			waited <- err
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for g.queued.Load() != int64(n) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	return waited
+}
+
 func TestGate(t *testing.T) {
 	var inFlight, queued int64
 	g := New(1, 1, func(i, q int64) { inFlight, queued = i, q })
@@ -17,18 +38,7 @@ func TestGate(t *testing.T) {
 		t.Fatalf("first call: %v, in flight %d", err, inFlight)
 	}
 	// The second waits in the queue; the third finds it full.
-	waited := make(chan error, 1)
-	go func() {
-		l, err := g.Enter(context.Background())
-		if err == nil {
-			l()
-		}
-		waited <- err
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for g.queued.Load() != 1 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waited := queue(g, 1)
 	var full *FullError
 	if _, err := g.Enter(context.Background()); !errors.As(err, &full) || full.Max != 1 || full.Queue != 1 {
 		t.Errorf("third call: %v, want a FullError", err)
@@ -63,20 +73,7 @@ func TestDrainRefusesQueued(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first call: %v", err)
 	}
-	waited := make(chan error, 2)
-	for range 2 {
-		go func() {
-			l, err := g.Enter(context.Background())
-			if err == nil {
-				l()
-			}
-			waited <- err
-		}()
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for g.queued.Load() != 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waited := queue(g, 2)
 	if q := g.queued.Load(); q != 2 {
 		t.Fatalf("%d calls queued, want 2", q)
 	}

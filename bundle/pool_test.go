@@ -285,13 +285,8 @@ func TestOnIdleOncePerIdlePeriod(t *testing.T) {
 // that finds it empty says nothing about its size, and adds no headroom;
 // the pool reports the failure once, not at each retry.
 func TestFailingRefillsAddNoHeadroom(t *testing.T) {
-	dir := t.TempDir()
-	crun := filepath.Join(dir, "crun")
-	if err := os.WriteFile(crun, []byte("#!/bin/sh\necho '{\"msg\":\"cannot create\",\"level\":\"error\"}' >&3\nexit 1\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	b := standIn(t, "echo '{\"msg\":\"cannot create\",\"level\":\"error\"}' >&3\nexit 1")
 	errs := make(chan error, 10)
-	b := &Bundle{dir: dir, runtime: &Runtime{path: crun, sealed: &sealedBinary{}, fork: &forkServer{}, stateDir: t.TempDir()}}
 	b.startPool(PoolOptions{Min: 2, Max: 8, OnRefill: func(err error) { errs <- err }})
 	defer b.stopPool()
 	select {
@@ -329,13 +324,8 @@ func TestFailingRefillsAddNoHeadroom(t *testing.T) {
 // under way at once (a crun that would take 30 s), and does not report
 // them as the pool failing to create containers.
 func TestStopCutsCreationsOffQuietly(t *testing.T) {
-	dir := t.TempDir()
-	crun := filepath.Join(dir, "crun")
-	if err := os.WriteFile(crun, []byte("#!/bin/sh\ncase \" $* \" in *\" create \"*) exec sleep 30 ;; esac\nexit 0\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	b := standIn(t, `case " $* " in *" create "*) exec sleep 30 ;; esac`)
 	errs := make(chan error, 10)
-	b := &Bundle{dir: dir, runtime: &Runtime{path: crun, sealed: &sealedBinary{}, fork: &forkServer{}, stateDir: t.TempDir()}}
 	b.startPool(PoolOptions{Min: 1, Max: 2, OnRefill: func(err error) { errs <- err }})
 	time.Sleep(300 * time.Millisecond) // the creation under way
 	start := time.Now()
@@ -346,4 +336,17 @@ func TestStopCutsCreationsOffQuietly(t *testing.T) {
 	if len(errs) > 0 {
 		t.Errorf("OnRefill(%v) on stop", <-errs)
 	}
+}
+
+// standIn returns a bundle whose runtime is a shell script standing in for
+// crun, body its commands (run for every crun command, with crun's log on
+// descriptor 3), executed as a wrapper is: no fork server.
+func standIn(t *testing.T, body string) *Bundle {
+	t.Helper()
+	dir := t.TempDir()
+	crun := filepath.Join(dir, "crun")
+	if err := os.WriteFile(crun, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &Bundle{dir: dir, runtime: &Runtime{path: crun, sealed: &sealedBinary{}, fork: &forkServer{}, stateDir: t.TempDir()}}
 }

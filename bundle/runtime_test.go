@@ -156,22 +156,14 @@ func TestCreateFailureKillsAnUnknownContainerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-	dir := t.TempDir()
-	orphan := filepath.Join(dir, "orphan.pid")
-	crun := filepath.Join(dir, "crun")
+	orphan := filepath.Join(t.TempDir(), "orphan.pid")
 	// `create` leaves a process behind with the log (fd 3) open, as the
 	// container's first process would be, and fails without a pid file.
-	script := `#!/bin/sh
-case " $* " in *" create "*) ;; *) exit 0 ;; esac
+	b := standIn(t, `case " $* " in *" create "*) ;; *) exit 0 ;; esac
 sleep 60 &
-echo $! >` + orphan + `
+echo $! >`+orphan+`
 echo '{"msg":"writing file pid: No space left on device","level":"error"}' >&3
-exit 1
-`
-	if err := os.WriteFile(crun, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	b := &Bundle{dir: dir, runtime: &Runtime{path: crun, sealed: &sealedBinary{}, fork: &forkServer{}, stateDir: t.TempDir()}}
+exit 1`)
 	done := make(chan error, 1)
 	go func() {
 		_, err := b.create()

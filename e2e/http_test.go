@@ -314,24 +314,39 @@ func TestHTTPPackage(t *testing.T) {
 	}
 }
 
+// answer is an HTTP call's status and body.
+type answer struct {
+	code int
+	body string
+}
+
+// getLater makes a GET of path in the background; its answer comes on the
+// channel.
+func (f *httpFront) getLater(t *testing.T, path string) chan answer {
+	done := make(chan answer, 1)
+	go func() {
+		code, body := f.get(t, path)
+		done <- answer{code, body}
+	}()
+	return done
+}
+
+// awaitMetric waits until the server's metrics hold line.
+func (f *httpFront) awaitMetric(t *testing.T, line string) {
+	t.Helper()
+	eventually(t, 5*time.Second, line, func() bool {
+		_, metrics := f.get(t, "/metrics")
+		return strings.Contains(metrics, line)
+	})
+}
+
 // TestHTTPCallPastTheGracePeriod: a call still running when the grace
 // period ends is stopped, its container killed, and still answered: 503,
 // saying why, rather than a closed connection.
 func TestHTTPCallPastTheGracePeriod(t *testing.T) {
 	f := startCGI(t, []string{"--grace-period", "1s", "--timeout", "60s"})
-	type answer struct {
-		code int
-		body string
-	}
-	done := make(chan answer, 1)
-	go func() {
-		code, body := f.get(t, "/sleep?30")
-		done <- answer{code, body}
-	}()
-	eventually(t, 5*time.Second, "the call running", func() bool {
-		_, metrics := f.get(t, "/metrics")
-		return strings.Contains(metrics, "ocifn_calls_in_flight 1")
-	})
+	done := f.getLater(t, "/sleep?30")
+	f.awaitMetric(t, "ocifn_calls_in_flight 1")
 	_ = f.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case a := <-done:
@@ -349,31 +364,13 @@ func TestHTTPCallPastTheGracePeriod(t *testing.T) {
 // 503 at once, and the server exits 0.
 func TestHTTPGracefulShutdown(t *testing.T) {
 	f := startCGI(t, []string{"--grace-period", "20s", "--max-concurrency", "1"})
-	type answer struct {
-		code int
-		body string
-	}
-	done := make(chan answer, 1)
 	// Long enough for the checks below while it runs.
 	secs := int(patient(3 * time.Second).Seconds())
-	go func() {
-		code, body := f.get(t, fmt.Sprintf("/sleep?%d", secs))
-		done <- answer{code, body}
-	}()
-	eventually(t, 5*time.Second, "the call running", func() bool {
-		_, metrics := f.get(t, "/metrics")
-		return strings.Contains(metrics, "ocifn_calls_in_flight 1")
-	})
+	done := f.getLater(t, fmt.Sprintf("/sleep?%d", secs))
+	f.awaitMetric(t, "ocifn_calls_in_flight 1")
 	// A second call waits in the queue for the only slot.
-	queued := make(chan answer, 1)
-	go func() {
-		code, body := f.get(t, "/plain")
-		queued <- answer{code, body}
-	}()
-	eventually(t, 5*time.Second, "a call queued", func() bool {
-		_, metrics := f.get(t, "/metrics")
-		return strings.Contains(metrics, "ocifn_calls_queued 1")
-	})
+	queued := f.getLater(t, "/plain")
+	f.awaitMetric(t, "ocifn_calls_queued 1")
 	_ = f.cmd.Process.Signal(syscall.SIGTERM)
 	eventually(t, 5*time.Second, "draining", func() bool { return strings.Contains(f.stderr.String(), "shutting down") })
 	// The queued call is refused at once, not when the running call ends.
