@@ -31,6 +31,12 @@ func (e *BodyError) Error() string { return e.Msg }
 // stays when the body failed, so that net/http does not wait for the rest
 // of it before it answers.
 func ReadBody(w http.ResponseWriter, r *http.Request, max int64, timeout time.Duration) ([]byte, *BodyError) {
+	if r.ContentLength > max {
+		// Said before a byte of it is read, which is before net/http
+		// tells a client that waits for it (Expect: 100-continue) to send
+		// it: such a client sends nothing in vain.
+		return nil, &BodyError{http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-request-bytes): its Content-Length is %d", max, r.ContentLength)}
+	}
 	rc := http.NewResponseController(w)
 	if timeout > 0 {
 		_ = rc.SetReadDeadline(time.Now().Add(timeout))
