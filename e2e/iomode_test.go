@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -130,5 +132,51 @@ func TestBuildRefusesUnknownIOMode(t *testing.T) {
 	mustContain(t, "build's error", out, `--io: unknown I/O mode "yaml"`)
 	if _, err := os.Stat(filepath.Join(dir, "bad.xpkg")); err == nil {
 		t.Error("a package was written")
+	}
+}
+
+// TestBuildRefusesWhatServeWould: a function image with no program to run,
+// or one that records an I/O mode this ocifn does not know, is refused by
+// build, naming why, rather than packaged to crash-loop in the cluster.
+func TestBuildRefusesWhatServeWould(t *testing.T) {
+	base, err := tarball.ImageFromPath(image("echo.tar"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := base.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name   string
+		change func(c *v1.Config)
+		want   string
+	}{
+		{"no_entrypoint_nor_cmd", func(c *v1.Config) { c.Entrypoint, c.Cmd = nil, nil }, "has neither Entrypoint nor Cmd"},
+		{"unknown_io_mode", func(c *v1.Config) { c.Labels = map[string]string{oci.LabelIO: "krmx"} }, "records an I/O mode this ocifn does not know"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := *cfg.Config.DeepCopy()
+			tc.change(&c)
+			img, err := mutate.Config(base, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := filepath.Join(dir, tc.name+".tar")
+			ref, _ := name.ParseReference("example.org/" + strings.ReplaceAll(tc.name, "_", "-") + ":v1")
+			if err := tarball.WriteToFile(in, ref, img); err != nil {
+				t.Fatal(err)
+			}
+			out, err := runOcifn(t, "build", "--from-oci-tarball", in, "--name", "function-x",
+				"--runtime-image-tarball", runtimeImage(t), "-o", filepath.Join(dir, tc.name+".xpkg"))
+			if err == nil {
+				t.Fatalf("build accepted it:\n%s", out)
+			}
+			mustContain(t, "build's error", out, tc.want)
+			if _, err := os.Stat(filepath.Join(dir, tc.name+".xpkg")); err == nil {
+				t.Error("a package was written")
+			}
+		})
 	}
 }

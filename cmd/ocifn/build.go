@@ -188,6 +188,16 @@ func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
 	if oci.IsPackage(fn.ConfigFile()) {
 		return fmt.Errorf("%s is already an ocifn package; pass the function image tarball itself", o.from)
 	}
+	// What ocifn serve would refuse at its start is refused here, before a
+	// package that could only crash-loop in the cluster is written.
+	if cfg := fn.ConfigFile(); cfg == nil || len(cfg.Config.Entrypoint) == 0 && len(cfg.Config.Cmd) == 0 {
+		return fmt.Errorf("the function image %s has neither Entrypoint nor Cmd: there is no program to run (set ENTRYPOINT or CMD in its Dockerfile)", o.from)
+	}
+	if o.io == "" {
+		if _, err := codec.ByName(fn.IOMode()); err != nil {
+			return fmt.Errorf("the function image %s records an I/O mode this ocifn does not know (label %s): %w; pass --io to choose one", o.from, oci.LabelIO, err)
+		}
+	}
 
 	status.step("unpacking the function image to check it")
 	if err := checkUnpacks(ctx, fn.Image()); err != nil {
