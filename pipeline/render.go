@@ -7,12 +7,14 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // maxRequirementsIterations caps how often one step is called again to give
@@ -236,6 +238,10 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		}
 		if cd.Name() == "" && cd.metaString("generateName") != "" {
 			cd.setMeta("name", ChildName(cd.metaString("generateName"), uid, name))
+		}
+		if !validName(cd) {
+			// Crossplane refuses it, as the API server would.
+			return Outputs{}, fmt.Errorf("cannot apply composed resource %q because it has an invalid name %q. Must be a valid RFC 1123 subdomain name.", name, cd.Name())
 		}
 		if err := fixConditionTimes(cd); err != nil {
 			return Outputs{}, fmt.Errorf("composed resource %q: %w", name, err)
@@ -662,4 +668,19 @@ func lookup(o Object, path ...string) any {
 		cur = m[p]
 	}
 	return cur
+}
+
+// rbacKinds are the kinds whose names may also hold colons
+// (system:controller:...), as Kubernetes' RBAC allows.
+var rbacKinds = []string{"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+
+// validName reports whether a composed resource's name is one Crossplane
+// applies: an RFC 1123 subdomain (lower case letters, digits, '-' and '.',
+// at most 253 characters), with colons too for RBAC's kinds.
+func validName(o Object) bool {
+	n := o.Name()
+	if group, _, _ := strings.Cut(o.APIVersion(), "/"); group == "rbac.authorization.k8s.io" && slices.Contains(rbacKinds, o.Kind()) {
+		n = strings.ReplaceAll(n, ":", "")
+	}
+	return len(validation.IsDNS1123Subdomain(n)) == 0
 }

@@ -449,3 +449,26 @@ spec:
 		t.Errorf("an unknown version: %v", err)
 	}
 }
+
+// TestValidName: a composed resource's name must be an RFC 1123
+// subdomain, as Crossplane requires; RBAC's kinds may hold colons too.
+func TestValidName(t *testing.T) {
+	for _, tc := range []struct {
+		apiVersion, kind, name string
+		want                   bool
+	}{
+		{"v1", "ConfigMap", "app-config.v1", true},
+		{"v1", "ConfigMap", "Bad_Name", false},
+		{"v1", "ConfigMap", "media-obsB", false},
+		{"v1", "ConfigMap", "", false},
+		{"v1", "ConfigMap", "system:app", false},
+		{"rbac.authorization.k8s.io/v1", "ClusterRole", "system:app", true},
+		{"rbac.authorization.k8s.io/v1", "ClusterRole", "System:App", false},
+		{"example.org/v1", "ClusterRole", "system:app", false},
+	} {
+		o := Object{"apiVersion": tc.apiVersion, "kind": tc.kind, "metadata": map[string]any{"name": tc.name}}
+		if got := validName(o); got != tc.want {
+			t.Errorf("%s %s %q: valid %v, want %v", tc.apiVersion, tc.kind, tc.name, got, tc.want)
+		}
+	}
+}
