@@ -343,7 +343,13 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 				return res, nil
 			}
 		}
-		return fail(OutcomeFatal, fmt.Sprintf("the function exited with code %d", exit.Code))
+		msg := fmt.Sprintf("the function exited with code %d", exit.Code)
+		if hint := codec.Mismatch(f.codec.Name(), stdout.Bytes()); hint != "" {
+			// A KRM validator exits 1 with its results: in another mode,
+			// the wrong mode is what to fix.
+			msg += "; " + hint
+		}
+		return fail(OutcomeFatal, msg)
 	}
 	if err := f.chargeDecoding(ctx, budget, stdout.Bytes()); err != nil {
 		return res, err
