@@ -246,6 +246,13 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		if err := fixConditionTimes(cd); err != nil {
 			return Outputs{}, fmt.Errorf("composed resource %q: %w", name, err)
 		}
+		// Crossplane prints a composed resource as a typed object, whose
+		// apiVersion and kind are there even when empty.
+		for _, k := range []string{"apiVersion", "kind"} {
+			if _, ok := cd[k]; !ok {
+				cd[k] = ""
+			}
+		}
 		out.Composed = append(out.Composed, cd)
 	}
 
