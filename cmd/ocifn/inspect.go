@@ -160,7 +160,7 @@ func printPackageInfo(w io.Writer, what string, info *oci.PackageInfo) {
 	p("Function image: %s", f.Path)
 	p("  name        %s", or(f.Name, "-"))
 	p("  digest      %s", f.Digest)
-	p("  platform    %s, %d layers", or(f.Platform, "-"), f.Layers)
+	p("  platform    %s, %s", or(f.Platform, "-"), plural(f.Layers, "layer"))
 	p("  entrypoint  %s", list(f.Entrypoint))
 	p("  cmd         %s", list(f.Cmd))
 	p("  env         %s", list(f.Env))
@@ -175,4 +175,12 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// plural is n and noun, in the plural unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

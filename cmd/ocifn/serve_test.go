@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strings"
 	"testing"
 )
 
@@ -53,5 +54,17 @@ func TestReturnHeap(t *testing.T) {
 	}
 	if gc := debug.SetGCPercent(-1); gc != -1 {
 		t.Errorf("returnHeap left GOGC at %d, want it off", gc)
+	}
+}
+
+// TestOnceFile: a flag naming one file takes it once; a second is refused,
+// naming both, rather than replacing the first without a word.
+func TestOnceFile(t *testing.T) {
+	var f onceFile
+	if err := f.Set("a.yaml"); err != nil || f.String() != "a.yaml" {
+		t.Fatalf("first: %v, %q", err, f.String())
+	}
+	if err := f.Set("b.yaml"); err == nil || !strings.Contains(err.Error(), "a.yaml, then b.yaml") || f.String() != "a.yaml" {
+		t.Errorf("second: %v, kept %q; want it refused, naming both, a.yaml kept", err, f.String())
 	}
 }

@@ -81,11 +81,13 @@ could not be called.`,
 	}
 	f := cmd.Flags()
 	o.functionFlags.register(f)
-	f.StringVar(&o.files.Input, "input", "", "YAML or JSON file with the pipeline step's input")
-	f.StringVar(&o.files.XR, "xr", "", "YAML or JSON file with the composite resource (observed)")
-	f.StringVar(&o.files.DesiredXR, "desired-xr", "", "YAML or JSON file with the desired composite resource")
-	f.StringVar(&o.files.Observed, "observed", "", "YAML stream or directory of observed composed resources")
-	f.StringVar(&o.files.Desired, "desired", "", "YAML stream or directory of desired composed resources")
+	// Each takes one file: a second would replace the first without a
+	// word (a YAML stream or a directory holds several resources).
+	f.Var((*onceFile)(&o.files.Input), "input", "YAML or JSON file with the pipeline step's input")
+	f.Var((*onceFile)(&o.files.XR), "xr", "YAML or JSON file with the composite resource (observed)")
+	f.Var((*onceFile)(&o.files.DesiredXR), "desired-xr", "YAML or JSON file with the desired composite resource")
+	f.Var((*onceFile)(&o.files.Observed), "observed", "YAML stream or directory of observed composed resources")
+	f.Var((*onceFile)(&o.files.Desired), "desired", "YAML stream or directory of desired composed resources")
 	f.StringArrayVar(&o.contextFiles, "context-files", nil, "context value from a JSON or YAML file, as KEY=FILE (repeatable)")
 	f.StringArrayVar(&o.contextValues, "context-values", nil, "context value as KEY=JSON (or YAML, as crossplane render reads it; repeatable); wins over --context-files")
 	f.StringVarP(&o.output, "output", "o", "yaml", "output format of the response: yaml or json")
@@ -190,4 +192,18 @@ func printResponse(w io.Writer, rsp *fnv1.RunFunctionResponse, format string) er
 	}
 	_, err = w.Write(b)
 	return err
+}
+
+// onceFile is a flag naming one file, refused when given twice.
+type onceFile string
+
+func (f *onceFile) String() string { return string(*f) }
+func (f *onceFile) Type() string   { return "FILE" }
+
+func (f *onceFile) Set(v string) error {
+	if *f != "" {
+		return fmt.Errorf("given twice (%s, then %s): it takes one file; put several resources in one YAML stream or a directory", string(*f), v)
+	}
+	*f = onceFile(v)
+	return nil
 }
