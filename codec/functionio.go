@@ -215,12 +215,19 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		rsp.Desired.Composite.ConnectionDetails = conn
 	}
 
+	var bad error
 	for i, r := range fio.Results {
 		sev, ok := fioSeverities[r.Severity]
 		if !ok {
-			return nil, fmt.Errorf("results[%d]: unknown severity %q (want Fatal, Warning or Normal)", i, r.Severity)
+			if bad == nil {
+				bad = fmt.Errorf("results[%d]: unknown severity %q (want Fatal, Warning or Normal)", i, r.Severity)
+			}
+			continue
 		}
 		rsp.Results = append(rsp.Results, &fnv1.Result{Severity: sev, Message: r.Message})
+	}
+	if bad != nil {
+		return nil, withOtherResults(bad, rsp.Results)
 	}
 	return rsp, nil
 }

@@ -301,11 +301,13 @@ func TestFunctionIODecodeErrors(t *testing.T) {
 		out  string
 		want string
 	}{
-		"empty":              {"", "printed nothing on stdout; in the functionio I/O mode it must print a FunctionIO YAML document"},
-		"not_yaml":           {"{{{", "not a valid FunctionIO document"},
-		"unknown_field":      {"desired: {composite: {resource: {}}, resourcez: []}", `unknown field "resourcez"`},
-		"no_state":           {"results: []", "has neither desired nor observed state"},
-		"bad_severity":       {"desired: {composite: {resource: {a: 1}}}\nresults: [{severity: Error, message: m}]", `results[0]: unknown severity "Error" (want Fatal, Warning or Normal)`},
+		"empty":         {"", "printed nothing on stdout; in the functionio I/O mode it must print a FunctionIO YAML document"},
+		"not_yaml":      {"{{{", "not a valid FunctionIO document"},
+		"unknown_field": {"desired: {composite: {resource: {}}, resourcez: []}", `unknown field "resourcez"`},
+		"no_state":      {"results: []", "has neither desired nor observed state"},
+		"bad_severity":  {"desired: {composite: {resource: {a: 1}}}\nresults: [{severity: Error, message: m}]", `results[0]: unknown severity "Error" (want Fatal, Warning or Normal)`},
+		"bad_severity_keeps_the_others": {"desired: {composite: {resource: {a: 1}}}\nresults: [{severity: Fatal, message: it broke}, {severity: Error, message: what}]",
+			`results[1]: unknown severity "Error" (want Fatal, Warning or Normal) (the function's other results; fatal: it broke)`},
 		"resource_no_name":   {"desired: {resources: [{resource: {a: 1}}]}", "desired.resources[0] has no name"},
 		"resource_twice":     {"desired: {resources: [{name: a, resource: {a: 1}}, {name: a, resource: {a: 1}}]}", "desired.resources[1] (a): the name is used twice"},
 		"resource_no_body":   {"desired: {resources: [{name: a}]}", "desired.resources[0] (a) has no resource"},

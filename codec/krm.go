@@ -306,12 +306,19 @@ func (KRM) response(req *fnv1.RunFunctionRequest, rl *resourceList) (*fnv1.RunFu
 		names[i] = name
 	}
 
+	var bad error
 	for i, res := range rl.Results {
 		sev, ok := krmSeverities[res.Severity]
 		if !ok {
-			return nil, fmt.Errorf("results[%d]: unknown severity %q (want error, warning or info)", i, res.Severity)
+			if bad == nil {
+				bad = fmt.Errorf("results[%d]: unknown severity %q (want error, warning or info)", i, res.Severity)
+			}
+			continue
 		}
 		rsp.Results = append(rsp.Results, &fnv1.Result{Severity: sev, Message: krmMessage(res, rl.Items, names)})
+	}
+	if bad != nil {
+		return nil, withOtherResults(bad, rsp.Results)
 	}
 	return rsp, nil
 }

@@ -235,10 +235,12 @@ func TestKRMDecodeErrors(t *testing.T) {
 		out  string
 		want string
 	}{
-		"empty":             {"", "in the krm I/O mode it must print a ResourceList"},
-		"not_a_list":        {"apiVersion: v1\nkind: ConfigMap\n", `is "v1" "ConfigMap", not a ResourceList`},
-		"unknown_field":     {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitemz: []\n", `unknown field "itemz"`},
-		"bad_severity":      {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nresults: [{message: m, severity: fatal}]\n", `results[0]: unknown severity "fatal" (want error, warning or info)`},
+		"empty":         {"", "in the krm I/O mode it must print a ResourceList"},
+		"not_a_list":    {"apiVersion: v1\nkind: ConfigMap\n", `is "v1" "ConfigMap", not a ResourceList`},
+		"unknown_field": {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitemz: []\n", `unknown field "itemz"`},
+		"bad_severity":  {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nresults: [{message: m, severity: fatal}]\n", `results[0]: unknown severity "fatal" (want error, warning or info)`},
+		"bad_severity_keeps_the_others": {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nresults: [{message: found a problem, severity: error}, {message: m, severity: critical}]\n",
+			`results[1]: unknown severity "critical" (want error, warning or info) (the function's other results; fatal: found a problem)`},
 		"unnamed_no_name":   {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: ConfigMap}]\n", "items[0] has no ocifn.io/composition-resource-name annotation and no kind and metadata.name"},
 		"name_twice":        {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: A, metadata: {annotations: {ocifn.io/composition-resource-name: x}}}, {kind: B, metadata: {annotations: {ocifn.io/composition-resource-name: x}}}]\n", "items[1]: a second item is annotated ocifn.io/composition-resource-name: x"},
 		"two_xrs":           {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: A, metadata: {annotations: {ocifn.io/composite: 'true'}}}, {kind: A, metadata: {annotations: {ocifn.io/composite: 'true'}}}]\n", "items[1]: a second item is annotated ocifn.io/composite"},

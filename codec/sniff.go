@@ -93,3 +93,18 @@ func isJSON(out []byte) bool {
 	out = bytes.TrimSpace(out)
 	return len(out) > 0 && out[0] == '{'
 }
+
+// withOtherResults adds to err, about a result of the function's answer
+// that cannot be read, the results that could: the answer is refused, but
+// a failure the function reported is not lost behind the unreadable one.
+func withOtherResults(err error, rs []*fnv1.Result) error {
+	if len(rs) == 0 {
+		return err
+	}
+	var b strings.Builder
+	for _, r := range rs {
+		sev := strings.ToLower(strings.TrimPrefix(r.GetSeverity().String(), "SEVERITY_"))
+		fmt.Fprintf(&b, "; %s: %s", sev, r.GetMessage())
+	}
+	return fmt.Errorf("%w (the function's other results%s)", err, b.String())
+}
