@@ -3,6 +3,7 @@ package codec
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -127,6 +128,11 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 	}
 	var fio functionIO
 	if err := yaml.UnmarshalStrict(stdout, &fio); err != nil {
+		// Another mode's answer is told so; in this mode's, a key it
+		// does not have is named with its path.
+		if path, key, s, ok := unknownYAMLField(stdout, reflect.TypeFor[functionIO]()); ok && hint("functionio", stdout) == "" {
+			return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %s", unknownFieldMessage(path, key, s))
+		}
 		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), hint("functionio", stdout))
 	}
 	if (fio.APIVersion != "" && fio.APIVersion != "apiextensions.crossplane.io/v1alpha1") || (fio.Kind != "" && fio.Kind != "FunctionIO") {
