@@ -156,6 +156,12 @@ func (c *Capped) Write(p []byte) (int, error) {
 // Bytes returns what was collected.
 func (c *Capped) Bytes() []byte { return c.buf }
 
+// MaxArgBytes is the longest argument or environment variable Linux
+// passes to a program (MAX_ARG_STRLEN, 32 pages of 4 KiB, less the
+// terminating NUL): a longer one fails the container's execve (E2BIG)
+// before the function runs.
+const MaxArgBytes = 32*4096 - 1
+
 // MethodLabel is an HTTP request's method as the calls' metrics and trace
 // spans name it: one of the methods HTTP defines (RFC 9110, and PATCH), or
 // OTHER. A function's front runs any method the caller sends, and each

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/ocifn/ocifn/front"
 )
 
 // Request is what the CGI environment is made from.
@@ -122,21 +124,16 @@ func Env(r Request) []string {
 	return out
 }
 
-// maxEnvString is the longest string, its NUL included, that execve takes
-// in a program's environment: Linux's MAX_ARG_STRLEN, 32 pages of 4 KiB.
-// A longer one fails the container's execve (E2BIG) before the function
-// runs. (The environment as a whole stays under execve's other bound, a
-// quarter of the stack's rlimit, 2 MiB by default: net/http reads at most
-// 1 MB of a request's line and headers.)
-const maxEnvString = 32 * 4096
-
 // TooLong returns the first variable of env that execve would refuse as
-// too long, and its length, or "" if there is none.
+// longer than front.MaxArgBytes, and its length, or "" if there is none.
+// (The environment as a whole stays under execve's other bound, a quarter
+// of the stack's rlimit, 2 MiB by default: net/http reads at most 1 MB of
+// a request's line and headers.)
 func TooLong(env []string) (name string, n int) {
 	for _, kv := range env {
-		if len(kv)+1 > maxEnvString {
+		if len(kv) > front.MaxArgBytes {
 			name, _, _ = strings.Cut(kv, "=")
-			return name, len(kv) + 1
+			return name, len(kv)
 		}
 	}
 	return "", 0

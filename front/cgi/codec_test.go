@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ocifn/ocifn/front"
 )
 
 func TestEnv(t *testing.T) {
@@ -158,11 +160,11 @@ func TestParseOutput(t *testing.T) {
 // TestTooLong: a variable execve would refuse (Linux's MAX_ARG_STRLEN,
 // 128 KiB with its NUL) is named with its length; one byte less passes.
 func TestTooLong(t *testing.T) {
-	fits := "HTTP_X=" + strings.Repeat("a", maxEnvString-len("HTTP_X=")-1)
+	fits := "HTTP_X=" + strings.Repeat("a", front.MaxArgBytes-len("HTTP_X="))
 	if name, _ := TooLong([]string{"A=b", fits}); name != "" {
 		t.Errorf("a variable of %d bytes with its NUL is too long: %s", len(fits)+1, name)
 	}
-	if name, n := TooLong([]string{"A=b", fits + "a"}); name != "HTTP_X" || n != maxEnvString+1 {
-		t.Errorf("TooLong = %q, %d; want HTTP_X, %d", name, n, maxEnvString+1)
+	if name, n := TooLong([]string{"A=b", fits + "a"}); name != "HTTP_X" || n != front.MaxArgBytes+1 {
+		t.Errorf("TooLong = %q, %d; want HTTP_X, %d", name, n, front.MaxArgBytes+1)
 	}
 }

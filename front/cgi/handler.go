@@ -64,7 +64,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		case "PATH_INFO":
 			status, what = http.StatusRequestURITooLong, "the path"
 		}
-		return fail(hook.Error, status, fmt.Sprintf("%s is too long for the function's environment: %s would be %d bytes, and a program's environment variable holds at most %d", what, name, n, maxEnvString))
+		return fail(hook.Error, status, fmt.Sprintf("%s is too long for the function's environment: %s would be %d bytes, and a program's environment variable holds at most %d", what, name, n, front.MaxArgBytes))
 	}
 	out := h.cfg.Exec(ctx, call, bundle.Call{Env: env}, body, 0)
 	stderr := hook.NewStderrLog(h.cfg.Log, hook.StderrLogBytes, hook.StderrTailBytes, "tag", call.Tag)

@@ -7,22 +7,20 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-)
 
-// maxArgBytes is the longest argument Linux passes to a program
-// (MAX_ARG_STRLEN, 32 pages, less its terminating NUL). A larger value is
-// only on stdin, as OpenWhisk's Docker skeleton does.
-const maxArgBytes = 131071
+	"github.com/ocifn/ocifn/front"
+)
 
 // Sentinel ends the logs of every activation on stdout and stderr, so that
 // OpenWhisk's invoker knows where an activation's logs stop.
 const Sentinel = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX"
 
 // Args returns the process arguments of an activation: base, then value as
-// JSON when it fits in one argument.
+// JSON when it fits in one argument (front.MaxArgBytes); a larger value is
+// only on stdin, as OpenWhisk's Docker skeleton does.
 func Args(base []string, value []byte) []string {
 	args := append([]string(nil), base...)
-	if len(value) <= maxArgBytes {
+	if len(value) <= front.MaxArgBytes {
 		args = append(args, string(value))
 	}
 	return args
@@ -62,8 +60,8 @@ func InitEnv(env map[string]json.RawMessage) ([]string, error) {
 		if strings.Contains(val, "\x00") {
 			return nil, fmt.Errorf("value.env.%s holds a NUL byte", k)
 		}
-		if n := len(k) + 1 + len(val); n > maxArgBytes {
-			return nil, fmt.Errorf("value.env.%s would be an environment variable of %d bytes, more than the %d bytes Linux passes in one (MAX_ARG_STRLEN)", k, n, maxArgBytes)
+		if n := len(k) + 1 + len(val); n > front.MaxArgBytes {
+			return nil, fmt.Errorf("value.env.%s would be an environment variable of %d bytes, more than the %d bytes Linux passes in one (MAX_ARG_STRLEN)", k, n, front.MaxArgBytes)
 		}
 		out = append(out, k+"="+val)
 	}
@@ -108,8 +106,8 @@ func ActivationEnv(msg map[string]json.RawMessage, apiHost string) ([]string, er
 			return nil, fmt.Errorf("the activation's key %q holds a NUL byte, which no environment variable can carry", k)
 		}
 		v := name + "=" + val
-		if len(v) > maxArgBytes {
-			return nil, &TooLargeError{fmt.Sprintf("the activation's key %q would be the environment variable %s of %d bytes, more than the %d bytes Linux passes in one (MAX_ARG_STRLEN); large data belongs in value, which goes on stdin", k, name, len(v), maxArgBytes)}
+		if len(v) > front.MaxArgBytes {
+			return nil, &TooLargeError{fmt.Sprintf("the activation's key %q would be the environment variable %s of %d bytes, more than the %d bytes Linux passes in one (MAX_ARG_STRLEN); large data belongs in value, which goes on stdin", k, name, len(v), front.MaxArgBytes)}
 		}
 		out = append(out, v)
 	}

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/ocifn/ocifn/front"
 )
 
 func TestArgs(t *testing.T) {
@@ -16,11 +18,11 @@ func TestArgs(t *testing.T) {
 	if got := Args(base, small); !reflect.DeepEqual(got, []string{"/action/exec", `{"a":1}`}) {
 		t.Errorf("small value: %q", got)
 	}
-	edge := []byte(strings.Repeat("a", maxArgBytes))
+	edge := []byte(strings.Repeat("a", front.MaxArgBytes))
 	if got := Args(base, edge); len(got) != 2 {
-		t.Errorf("a value of exactly %d bytes should be argv[1]", maxArgBytes)
+		t.Errorf("a value of exactly %d bytes should be argv[1]", front.MaxArgBytes)
 	}
-	big := []byte(strings.Repeat("a", maxArgBytes+1))
+	big := []byte(strings.Repeat("a", front.MaxArgBytes+1))
 	if got := Args(base, big); !reflect.DeepEqual(got, base) {
 		t.Errorf("a value over the argument limit should only be on stdin, got %d args", len(got))
 	}
@@ -108,7 +110,7 @@ func TestActivationEnvRefused(t *testing.T) {
 		{map[string]json.RawMessage{"nul": json.RawMessage(`"a\u0000b"`)}, `"nul"`, false},
 		{map[string]json.RawMessage{"namespace": json.RawMessage(`"a"`), "NameSpace": json.RawMessage(`"b"`)}, "__OW_NAMESPACE", false},
 		{map[string]json.RawMessage{"big": json.RawMessage(`"` + strings.Repeat("x", 200<<10) + `"`)}, `"big"`, true},
-		{map[string]json.RawMessage{"edge": json.RawMessage(`"` + strings.Repeat("x", maxArgBytes-len("__OW_EDGE=")+1) + `"`)}, `"edge"`, true},
+		{map[string]json.RawMessage{"edge": json.RawMessage(`"` + strings.Repeat("x", front.MaxArgBytes-len("__OW_EDGE=")+1) + `"`)}, `"edge"`, true},
 	} {
 		_, err := ActivationEnv(tc.msg, "")
 		var tooLarge *TooLargeError
@@ -116,9 +118,9 @@ func TestActivationEnvRefused(t *testing.T) {
 			t.Errorf("%.60q: got %v, want an error naming %s (too large: %v)", tc.msg, err, tc.key, tc.tooLarge)
 		}
 	}
-	edge := map[string]json.RawMessage{"edge": json.RawMessage(`"` + strings.Repeat("x", maxArgBytes-len("__OW_EDGE=")) + `"`)}
+	edge := map[string]json.RawMessage{"edge": json.RawMessage(`"` + strings.Repeat("x", front.MaxArgBytes-len("__OW_EDGE=")) + `"`)}
 	if _, err := ActivationEnv(edge, ""); err != nil {
-		t.Errorf("a variable of exactly %d bytes: %v", maxArgBytes, err)
+		t.Errorf("a variable of exactly %d bytes: %v", front.MaxArgBytes, err)
 	}
 }
 
@@ -205,7 +207,7 @@ func TestFrame(t *testing.T) {
 }
 
 func TestInitEnvTooLong(t *testing.T) {
-	long := json.RawMessage(`"` + strings.Repeat("x", maxArgBytes) + `"`)
+	long := json.RawMessage(`"` + strings.Repeat("x", front.MaxArgBytes) + `"`)
 	if _, err := InitEnv(map[string]json.RawMessage{"LONG": long}); err == nil || !strings.Contains(err.Error(), "value.env.LONG") {
 		t.Errorf("a variable over MAX_ARG_STRLEN: %v, want an error naming it", err)
 	}
