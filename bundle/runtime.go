@@ -331,7 +331,7 @@ func (b *Bundle) createWith(ctx context.Context, config string) (c *container, e
 			// A process that neither crun delete nor ocifn knows of
 			// holds it: a container's first process whose pid crun
 			// could not write (its state directory full, say).
-			killLogHolders(log.ino, b.runtime.fork.pid())
+			killLogHolders(log.inode(), b.runtime.fork.pid())
 			msg, closed = log.waitFor(logGrace)
 		}
 		switch {
@@ -690,16 +690,12 @@ func (e *RuntimeError) Error() string { return "crun " + e.Op + ": " + e.Message
 type runtimeLog struct {
 	buf  bytes.Buffer
 	done chan struct{}
-	// ino is the pipe's inode number (0: unknown), to find who holds it.
-	ino uint64
+	// r is the pipe's read end, closed once every writer has closed it.
+	r *os.File
 }
 
 func readLog(r *os.File) *runtimeLog {
-	l := &runtimeLog{done: make(chan struct{})}
-	var st unix.Stat_t
-	if unix.Fstat(int(r.Fd()), &st) == nil {
-		l.ino = st.Ino
-	}
+	l := &runtimeLog{done: make(chan struct{}), r: r}
 	go func() {
 		defer close(l.done)
 		defer r.Close()
@@ -715,6 +711,20 @@ func readLog(r *os.File) *runtimeLog {
 func (l *runtimeLog) wait() string {
 	<-l.done
 	return l.errors()
+}
+
+// inode is the pipe's inode number, to find who holds it, or 0 once every
+// writer has closed it (os.File's Stat is safe beside its Close).
+func (l *runtimeLog) inode() uint64 {
+	fi, err := l.r.Stat()
+	if err != nil {
+		return 0
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	if st == nil {
+		return 0
+	}
+	return st.Ino
 }
 
 // logGrace is how long a failed crun create's log may stay open after
