@@ -18,8 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/propagation"
-
 	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/hook"
 )
@@ -134,8 +132,7 @@ func (iv *Invocations) CountRefusals(ch *hook.Chain, front string) { iv.hooks, i
 // refuse answers an invocation refused before its call with status and
 // err's message, through the hooks.
 func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, o hook.Outcome, status int, err error) {
-	call := &hook.Call{Front: iv.front, Method: MethodLabel(r.Method), Tag: r.Header.Get("Event-Id"), Received: time.Now(),
-		Carrier: propagation.HeaderCarrier(r.Header)}
+	call := NewCall(iv.front, r, r.Header.Get("Event-Id"))
 	ctx := iv.hooks.Before(r.Context(), call)
 	call.Outcome, call.Reason = o, err.Error()
 	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status, "async", true)

@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/bundle"
 	"github.com/ocifn/ocifn/hook"
@@ -162,12 +164,20 @@ func (c *Capped) Bytes() []byte { return c.buf }
 // before the function runs.
 const MaxArgBytes = 32*4096 - 1
 
-// MethodLabel is an HTTP request's method as the calls' metrics and trace
+// NewCall is the hook.Call of an HTTP request to a front, tagged tag: its
+// method as methodLabel names it, the time it came, and its headers, which
+// may carry a trace's context.
+func NewCall(front string, r *http.Request, tag string) *hook.Call {
+	return &hook.Call{Front: front, Method: methodLabel(r.Method), Tag: tag, Received: time.Now(),
+		Carrier: propagation.HeaderCarrier(r.Header)}
+}
+
+// methodLabel is an HTTP request's method as the calls' metrics and trace
 // spans name it: one of the methods HTTP defines (RFC 9110, and PATCH), or
 // OTHER. A function's front runs any method the caller sends, and each
 // name a caller made up would otherwise add series to every metric by
 // method, without bound.
-func MethodLabel(method string) string {
+func methodLabel(method string) string {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
 		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:

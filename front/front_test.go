@@ -6,8 +6,8 @@ import "testing"
 // caller sends is OTHER, so that made-up names add no series.
 func TestMethodLabel(t *testing.T) {
 	for in, want := range map[string]string{"GET": "GET", "POST": "POST", "PATCH": "PATCH", "OPTIONS": "OPTIONS", "BREW": "OTHER", "get": "OTHER", "M12345": "OTHER", "": "OTHER"} {
-		if got := MethodLabel(in); got != want {
-			t.Errorf("MethodLabel(%q) = %q, want %q", in, got, want)
+		if got := methodLabel(in); got != want {
+			t.Errorf("methodLabel(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

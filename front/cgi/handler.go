@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
-
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/ocifn/ocifn/bundle"
 	"github.com/ocifn/ocifn/front"
@@ -21,8 +18,7 @@ type Handler struct{ cfg *front.Config }
 func New(cfg *front.Config) *Handler { return &Handler{cfg: cfg} }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	call := &hook.Call{Front: "http", Method: front.MethodLabel(r.Method), Tag: r.Header.Get("Event-Id"), Received: time.Now(),
-		Carrier: propagation.HeaderCarrier(r.Header)}
+	call := front.NewCall("http", r, r.Header.Get("Event-Id"))
 	ctx := h.cfg.Hooks.Before(r.Context(), call)
 	status := h.serve(ctx, w, r, call)
 	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)

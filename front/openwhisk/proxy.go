@@ -18,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/propagation"
 	"golang.org/x/sys/unix"
 
 	"github.com/ocifn/ocifn/bundle"
@@ -239,8 +238,7 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 		return
 	}
 
-	call := &hook.Call{Front: "openwhisk", Method: front.MethodLabel(r.Method), Tag: EnvValue(context["activation_id"]), Received: time.Now(),
-		Carrier: propagation.HeaderCarrier(r.Header)}
+	call := front.NewCall("openwhisk", r, EnvValue(context["activation_id"]))
 	ctx := p.cfg.Hooks.Before(r.Context(), call)
 	status, body, outLogs, errLogs := p.activate(ctx, call, bc, value, deadline(context["deadline"]))
 	if web && status == http.StatusOK {
@@ -265,7 +263,7 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 // counts and logs it through the hooks as outcome, with the sentinels after
 // it as after any activation.
 func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, outcome hook.Outcome, status int, err error) {
-	call := &hook.Call{Front: "openwhisk", Method: front.MethodLabel(r.Method), Received: time.Now(), Carrier: propagation.HeaderCarrier(r.Header)}
+	call := front.NewCall("openwhisk", r, "")
 	ctx := p.cfg.Hooks.Before(r.Context(), call)
 	call.Outcome, call.Reason = outcome, err.Error()
 	if outcome == hook.Error {
