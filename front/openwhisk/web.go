@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // msgInvalidWeb starts the answer to a web-action result that is not a
@@ -175,7 +177,8 @@ func webHeaders(h http.Header, obj map[string]json.RawMessage) error {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		if !validHeaderName(k) {
+		// A token (RFC 9110, 5.1): Go's server silently drops any other.
+		if !httpguts.ValidHeaderFieldName(k) {
 			return invalidWeb("headers holds %q, which is not a header name", k)
 		}
 		values, err := headerValues(k, hs[k])
@@ -226,20 +229,6 @@ func headerValues(k string, raw json.RawMessage) ([]string, error) {
 		}
 	}
 	return []string{v}, nil
-}
-
-// validHeaderName reports whether k is an HTTP field name, a token (RFC
-// 9110, 5.1); Go's server silently drops any other.
-func validHeaderName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for _, c := range []byte(k) {
-		if c >= 0x80 || c <= ' ' || c == 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // webBody reads the result's body, as OpenWhisk's controller does, and sets
