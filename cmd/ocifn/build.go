@@ -193,10 +193,8 @@ func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
 	if cfg := fn.ConfigFile(); cfg == nil || len(cfg.Config.Entrypoint) == 0 && len(cfg.Config.Cmd) == 0 {
 		return fmt.Errorf("the function image %s has neither Entrypoint nor Cmd: there is no program to run (set ENTRYPOINT or CMD in its Dockerfile)", o.from)
 	}
-	if o.io == "" {
-		if _, err := codec.ByName(fn.IOMode()); err != nil {
-			return fmt.Errorf("the function image %s records an I/O mode this ocifn does not know (label %s): %w; pass --io to choose one", o.from, oci.LabelIO, err)
-		}
+	if _, err := ioMode(o.io, fn); err != nil {
+		return fmt.Errorf("the function image %s: %w", o.from, err)
 	}
 
 	status.step("unpacking the function image to check it")

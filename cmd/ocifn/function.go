@@ -148,7 +148,7 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		return nil, err
 	}
 	defer img.Close()
-	if o.codec, err = o.ioMode(img); err != nil {
+	if o.codec, err = ioMode(o.io, img); err != nil {
 		return nil, err
 	}
 	if removed, err := bundle.Sweep(rt, o.cacheDir); err != nil {
@@ -179,12 +179,12 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 	return b, nil
 }
 
-// ioMode resolves the I/O mode of a function image: --io wins over the
+// ioMode resolves the I/O mode of a function image: --io (flag) wins over the
 // mode the image or its package records (oci.LabelIO); without either it
 // is json.
-func (o *functionFlags) ioMode(img *oci.Image) (codec.Codec, error) {
-	if o.io != "" {
-		return codec.ByName(o.io)
+func ioMode(flag string, img *oci.Image) (codec.Codec, error) {
+	if flag != "" {
+		return codec.ByName(flag)
 	}
 	c, err := codec.ByName(img.IOMode())
 	if err != nil {
