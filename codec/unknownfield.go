@@ -2,6 +2,7 @@ package codec
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -12,9 +13,9 @@ import (
 // unknownYAMLField finds where a YAML document that a strict decoding into a
 // value of type t refused holds a key t has no field for: the path of the
 // object that holds it ("desired.resources[0].readinessChecks[0]", "" at
-// the top), the key, and a suggestion
-// among the keys t has there ("" if none is close). The decoder's own error
-// names the key alone. ok is false when no such key is found.
+// the top), the key, and a suggestion among the keys t has there ("" if
+// none is close). The decoder's own error names the key alone. ok is false
+// when no such key is found.
 func unknownYAMLField(doc []byte, t reflect.Type) (path, key, suggestion string, ok bool) {
 	var v any
 	if err := yaml.Unmarshal(doc, &v); err != nil {
@@ -34,20 +35,10 @@ func walkUnknown(v any, t reflect.Type, path string) (string, string, string, bo
 			return "", "", "", false
 		}
 		fields := jsonFields(t)
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			f, known := fields[k]
 			if !known {
-				names := make([]string, 0, len(fields))
-				for n := range fields {
-					names = append(names, n)
-				}
-				slices.Sort(names)
-				return path, k, closest(k, names), true
+				return path, k, closest(k, slices.Sorted(maps.Keys(fields))), true
 			}
 			if p, key, s, ok := walkUnknown(m[k], f.Type, join(path, k)); ok {
 				return p, key, s, true
