@@ -21,26 +21,33 @@ func privateTmp(dir string) serverOption {
 	return func(c *exec.Cmd) { c.Env = append(c.Env, "TMPDIR="+dir) }
 }
 
+// statFields returns the fields of /proc/PID/stat after the command's name
+// (state, ppid, ...), or nil if there is no such process: the name, in
+// parentheses, may hold spaces and parentheses itself.
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
+}
+
 // descendants returns the pids of every process below pid.
 func descendants(t *testing.T, pid int) []int {
 	t.Helper()
 	children := map[int][]int{}
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range stats {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
+		self, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if f := statFields(self); len(f) > 1 {
+			ppid, _ := strconv.Atoi(f[1])
+			children[ppid] = append(children[ppid], self)
 		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		self, _ := strconv.Atoi(strings.Fields(s)[0])
-		ppid, _ := strconv.Atoi(f[1])
-		children[ppid] = append(children[ppid], self)
 	}
 	var out []int
 	var walk func(int)

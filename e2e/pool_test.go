@@ -254,12 +254,7 @@ func TestWarmContainersEndWithTheServer(t *testing.T) {
 // processState is the state letter of a process (R, S, Z, ...), or "" if
 // there is none with that pid.
 func processState(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 0 {
+	if f := statFields(pid); len(f) > 0 {
 		return f[0]
 	}
 	return ""
