@@ -130,10 +130,11 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 	if err := yaml.UnmarshalStrict(stdout, &fio); err != nil {
 		// Another mode's answer is told so; in this mode's, a key it
 		// does not have is named with its path.
-		if path, key, s, ok := unknownYAMLField(stdout, reflect.TypeFor[functionIO]()); ok && hint("functionio", stdout) == "" {
+		h := hint("functionio", stdout)
+		if path, key, s, ok := unknownYAMLField(stdout, reflect.TypeFor[functionIO]()); ok && h == "" {
 			return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %s", unknownFieldMessage(path, key, s))
 		}
-		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), hint("functionio", stdout))
+		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), h)
 	}
 	if (fio.APIVersion != "" && fio.APIVersion != "apiextensions.crossplane.io/v1alpha1") || (fio.Kind != "" && fio.Kind != "FunctionIO") {
 		return nil, fmt.Errorf("the function's output is %s %s, not a FunctionIO document (apiextensions.crossplane.io/v1alpha1)%s", fio.APIVersion, fio.Kind, hint("functionio", stdout))

@@ -211,10 +211,11 @@ func parseResourceList(stdout []byte) (*resourceList, error) {
 	if err := yaml.UnmarshalStrict(stdout, &rl); err != nil {
 		// Another mode's answer is told so; in this mode's, a key it
 		// does not have is named with its path.
-		if path, key, s, ok := unknownYAMLField(stdout, reflect.TypeFor[resourceList]()); ok && hint("krm", stdout) == "" {
+		h := hint("krm", stdout)
+		if path, key, s, ok := unknownYAMLField(stdout, reflect.TypeFor[resourceList]()); ok && h == "" {
 			return nil, fmt.Errorf("the function's output is not a valid ResourceList: %s", unknownFieldMessage(path, key, s))
 		}
-		return nil, fmt.Errorf("the function's output is not a valid ResourceList: %v; output began with %s%s", err, QuoteHead(stdout), hint("krm", stdout))
+		return nil, fmt.Errorf("the function's output is not a valid ResourceList: %v; output began with %s%s", err, QuoteHead(stdout), h)
 	}
 	if rl.Kind != "ResourceList" || !krmAPIVersions[rl.APIVersion] {
 		return nil, fmt.Errorf("the function's output is %q %q, not a ResourceList (apiVersion config.kubernetes.io/v1, kind ResourceList)%s", rl.APIVersion, rl.Kind, hint("krm", stdout))
