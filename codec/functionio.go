@@ -148,6 +148,23 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		Desired: &fnv1.State{Resources: map[string]*fnv1.Resource{}},
 		Context: req.GetContext(),
 	}
+	rs, bad := fio.results()
+	if err := fio.desired(req, rsp.Desired); err != nil {
+		// The answer is refused, but what the function reported, often
+		// why it printed what it did, is not lost behind the resource.
+		return nil, withResults(err, "results", rs)
+	}
+	if bad != nil {
+		return nil, withResults(bad, "other results", rs)
+	}
+	rsp.Results = rs
+	return rsp, nil
+}
+
+// desired sets the desired state from the document's, evaluating each
+// resource's readiness checks and derived connection details against the
+// observed state in req.
+func (fio *functionIO) desired(req *fnv1.RunFunctionRequest, desired *fnv1.State) error {
 	// The XR: a function that leaves it out keeps the request's, a copy,
 	// for the connection details below may change it. Its readiness, which
 	// FunctionIO does not carry, is what an earlier step decided.
@@ -155,52 +172,52 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 	if r := fio.Desired.Composite.Resource; r != nil {
 		s, err := structpb.NewStruct(r)
 		if err != nil {
-			return nil, fmt.Errorf("desired.composite.resource: %w", err)
+			return fmt.Errorf("desired.composite.resource: %w", err)
 		}
-		rsp.Desired.Composite = &fnv1.Resource{Resource: s, Ready: before.GetReady()}
+		desired.Composite = &fnv1.Resource{Resource: s, Ready: before.GetReady()}
 	} else if before != nil {
-		rsp.Desired.Composite = proto.Clone(before).(*fnv1.Resource)
+		desired.Composite = proto.Clone(before).(*fnv1.Resource)
 	}
 
 	conn := map[string][]byte{}
 	for i, d := range fio.Desired.Resources {
 		at := fmt.Sprintf("desired.resources[%d]", i)
 		if d.Name == "" {
-			return nil, fmt.Errorf("%s has no name", at)
+			return fmt.Errorf("%s has no name", at)
 		}
 		at = fmt.Sprintf("%s (%s)", at, d.Name)
-		if _, dup := rsp.Desired.Resources[d.Name]; dup {
-			return nil, fmt.Errorf("%s: the name is used twice; names must be unique", at)
+		if _, dup := desired.Resources[d.Name]; dup {
+			return fmt.Errorf("%s: the name is used twice; names must be unique", at)
 		}
 		var s *structpb.Struct
 		var err error
 		if d.Resource != nil {
 			if s, err = structpb.NewStruct(d.Resource); err != nil {
-				return nil, fmt.Errorf("%s.resource: %w", at, err)
+				return fmt.Errorf("%s.resource: %w", at, err)
 			}
 		} else if b, ok := req.GetDesired().GetResources()[d.Name]; !ok || b.GetResource() != nil {
 			// Only one an earlier step desired without a body, and the
 			// document carried as resource: null, is passed on so.
-			return nil, fmt.Errorf("%s has no resource", at)
+			return fmt.Errorf("%s has no resource", at)
 		}
 		var body map[string]any
 		var details map[string][]byte
 		if o := req.GetObserved().GetResources()[d.Name]; o != nil {
 			if body, err = k8sMap(o.GetResource()); err != nil {
-				return nil, fmt.Errorf("observed resource %s: %w", d.Name, err)
+				return fmt.Errorf("observed resource %s: %w", d.Name, err)
 			}
 			details = o.GetConnectionDetails()
 		}
 		ready, err := fioReady(req.GetDesired().GetResources()[d.Name], body, d.ReadinessChecks)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", at, err)
+			return fmt.Errorf("%s: %w", at, err)
 		}
 		derived, err := deriveConnectionDetails(body, details, d.ConnectionDetails)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", at, err)
+			return fmt.Errorf("%s: %w", at, err)
 		}
 		maps.Copy(conn, derived)
-		rsp.Desired.Resources[d.Name] = &fnv1.Resource{Resource: s, Ready: ready}
+		desired.Resources[d.Name] = &fnv1.Resource{Resource: s, Ready: ready}
 	}
 	// The XR's own connection details, as the function passed them on or
 	// set them (or the request's, when it left the XR out), win over
@@ -211,17 +228,23 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 	}
 	for i, cd := range fio.Desired.Composite.ConnectionDetails {
 		if cd.Name == "" {
-			return nil, fmt.Errorf("desired.composite.connectionDetails[%d] has no name", i)
+			return fmt.Errorf("desired.composite.connectionDetails[%d] has no name", i)
 		}
 		conn[cd.Name] = detailValue(cd.Value, sent[cd.Name])
 	}
 	if len(conn) > 0 {
-		if rsp.Desired.Composite == nil {
-			rsp.Desired.Composite = &fnv1.Resource{}
+		if desired.Composite == nil {
+			desired.Composite = &fnv1.Resource{}
 		}
-		rsp.Desired.Composite.ConnectionDetails = conn
+		desired.Composite.ConnectionDetails = conn
 	}
+	return nil
+}
 
+// results are the document's results as Crossplane's; an unknown severity
+// is an error, the others are kept.
+func (fio *functionIO) results() ([]*fnv1.Result, error) {
+	var rs []*fnv1.Result
 	var bad error
 	for i, r := range fio.Results {
 		sev, ok := fioSeverities[r.Severity]
@@ -231,12 +254,9 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 			}
 			continue
 		}
-		rsp.Results = append(rsp.Results, &fnv1.Result{Severity: sev, Message: r.Message})
+		rs = append(rs, &fnv1.Result{Severity: sev, Message: r.Message})
 	}
-	if bad != nil {
-		return nil, withOtherResults(bad, rsp.Results)
-	}
-	return rsp, nil
+	return rs, bad
 }
 
 // detailValue is the bytes of a connection detail the function printed.

@@ -231,6 +231,24 @@ func (KRM) response(req *fnv1.RunFunctionRequest, rl *resourceList) (*fnv1.RunFu
 		Desired: &fnv1.State{Composite: req.GetDesired().GetComposite(), Resources: map[string]*fnv1.Resource{}},
 		Context: req.GetContext(),
 	}
+	names := make([]string, len(rl.Items)) // each item's name in the Composition
+	if err := krmItems(req, rl, rsp, names); err != nil {
+		// The answer is refused, but what the function reported, often
+		// why it printed what it did, is not lost behind the item.
+		rs, _ := crossplaneResults(rl, names)
+		return nil, withResults(err, "results", rs)
+	}
+	rs, bad := crossplaneResults(rl, names)
+	rsp.Results = append(rsp.Results, rs...)
+	if bad != nil {
+		return nil, withResults(bad, "other results", rsp.Results)
+	}
+	return rsp, nil
+}
+
+// krmItems sets rsp's desired state from rl's items, and names[i] to the
+// Composition's name of item i.
+func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunctionResponse, names []string) error {
 	before := req.GetDesired().GetResources()
 	if rl.Items == nil {
 		// No items at all (a validator that prints its results alone),
@@ -248,25 +266,24 @@ func (KRM) response(req *fnv1.RunFunctionRequest, rl *resourceList) (*fnv1.RunFu
 	// Named items first, so that a derived name never takes the name of a
 	// resource the function returned.
 	var unnamed []int
-	names := make([]string, len(rl.Items)) // each item's name in the Composition
 	sentXR, err := krmComposite(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	xrSeen := false
 	for i, item := range rl.Items {
 		if item == nil {
-			return nil, fmt.Errorf("items[%d] is empty", i)
+			return fmt.Errorf("items[%d] is empty", i)
 		}
 		ann := annotations(item)
 		if ann[AnnotationComposite] == "true" {
 			if xrSeen {
-				return nil, fmt.Errorf("items[%d]: a second item is annotated %s", i, AnnotationComposite)
+				return fmt.Errorf("items[%d]: a second item is annotated %s", i, AnnotationComposite)
 			}
 			xrSeen = true
 			xr, removed, err := krmDesiredComposite(req, sentXR, item)
 			if err != nil {
-				return nil, fmt.Errorf("items[%d] (the composite resource): %w", i, err)
+				return fmt.Errorf("items[%d] (the composite resource): %w", i, err)
 			}
 			rsp.Desired.Composite = xr
 			if len(removed) > 0 {
@@ -283,14 +300,14 @@ func (KRM) response(req *fnv1.RunFunctionRequest, rl *resourceList) (*fnv1.RunFu
 			continue
 		}
 		if name == "" {
-			return nil, fmt.Errorf("items[%d]: annotation %s is empty", i, AnnotationResourceName)
+			return fmt.Errorf("items[%d]: annotation %s is empty", i, AnnotationResourceName)
 		}
 		if _, dup := rsp.Desired.Resources[name]; dup {
-			return nil, fmt.Errorf("items[%d]: a second item is annotated %s: %s", i, AnnotationResourceName, name)
+			return fmt.Errorf("items[%d]: a second item is annotated %s: %s", i, AnnotationResourceName, name)
 		}
 		r, err := krmResource(item, before[name], sentAnnotations(before[name]))
 		if err != nil {
-			return nil, fmt.Errorf("items[%d] (%s): %w", i, name, err)
+			return fmt.Errorf("items[%d] (%s): %w", i, name, err)
 		}
 		rsp.Desired.Resources[name] = r
 		names[i] = name
@@ -301,17 +318,24 @@ func (KRM) response(req *fnv1.RunFunctionRequest, rl *resourceList) (*fnv1.RunFu
 		meta, _ := item["metadata"].(map[string]any)
 		objName, _ := meta["name"].(string)
 		if kind == "" || objName == "" {
-			return nil, fmt.Errorf("items[%d] has no %s annotation and no kind and metadata.name to derive a name from", i, AnnotationResourceName)
+			return fmt.Errorf("items[%d] has no %s annotation and no kind and metadata.name to derive a name from", i, AnnotationResourceName)
 		}
 		name := uniqueName(derivedName(kind, objName), rsp.Desired.Resources)
 		r, err := krmResource(item, nil, nil)
 		if err != nil {
-			return nil, fmt.Errorf("items[%d] (%s %s): %w", i, kind, objName, err)
+			return fmt.Errorf("items[%d] (%s %s): %w", i, kind, objName, err)
 		}
 		rsp.Desired.Resources[name] = r
 		names[i] = name
 	}
 
+	return nil
+}
+
+// crossplaneResults are rl's results as Crossplane's, each message saying
+// where it points; an unknown severity is an error, the others are kept.
+func crossplaneResults(rl *resourceList, names []string) ([]*fnv1.Result, error) {
+	var rs []*fnv1.Result
 	var bad error
 	for i, res := range rl.Results {
 		sev, ok := krmSeverities[res.Severity]
@@ -321,12 +345,9 @@ func (KRM) response(req *fnv1.RunFunctionRequest, rl *resourceList) (*fnv1.RunFu
 			}
 			continue
 		}
-		rsp.Results = append(rsp.Results, &fnv1.Result{Severity: sev, Message: krmMessage(res, rl.Items, names)})
+		rs = append(rs, &fnv1.Result{Severity: sev, Message: krmMessage(res, rl.Items, names)})
 	}
-	if bad != nil {
-		return nil, withOtherResults(bad, rsp.Results)
-	}
-	return rsp, nil
+	return rs, bad
 }
 
 // krmResource is a returned composed item as a desired resource: ocifn's

@@ -94,10 +94,11 @@ func isJSON(out []byte) bool {
 	return len(out) > 0 && out[0] == '{'
 }
 
-// withOtherResults adds to err, about a result of the function's answer
-// that cannot be read, the results that could: the answer is refused, but
-// a failure the function reported is not lost behind the unreadable one.
-func withOtherResults(err error, rs []*fnv1.Result) error {
+// withResults adds to err, about a part of the function's answer that
+// cannot be read, the results that could, which what names ("results",
+// "other results"): the answer is refused, but a failure the function
+// reported is not lost behind the unreadable part.
+func withResults(err error, what string, rs []*fnv1.Result) error {
 	if len(rs) == 0 {
 		return err
 	}
@@ -106,5 +107,5 @@ func withOtherResults(err error, rs []*fnv1.Result) error {
 		sev := strings.ToLower(strings.TrimPrefix(r.GetSeverity().String(), "SEVERITY_"))
 		fmt.Fprintf(&b, "; %s: %s", sev, r.GetMessage())
 	}
-	return fmt.Errorf("%w (the function's other results%s)", err, b.String())
+	return fmt.Errorf("%w (the function's %s%s)", err, what, b.String())
 }
