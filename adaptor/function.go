@@ -233,6 +233,25 @@ func refusalOutcome(err error) Outcome {
 	return OutcomeError
 }
 
+// deadlineSlack is how close to its deadline a caller's cancellation is
+// taken for the deadline: see callerGone.
+const deadlineSlack = time.Second
+
+// callerGone is the status of a call whose caller's context ended. A gRPC
+// client whose deadline fires cancels the stream, as an explicit cancel
+// does, and that reaches the server before the server's own copy of the
+// deadline fires: the copy counts from the request's arrival, later by the
+// time the client took to send it (a new connection's handshake included).
+// A cancellation that close to the deadline is the deadline's, so that it
+// is counted and logged as a timeout rather than an error.
+func callerGone(ctx context.Context) error {
+	err := ctx.Err()
+	if d, ok := ctx.Deadline(); ok && errors.Is(err, context.Canceled) && time.Until(d) < deadlineSlack {
+		err = context.DeadlineExceeded
+	}
+	return status.FromContextError(err).Err()
+}
+
 // Drain refuses new calls and those waiting in the queue at once, and
 // waits until every admitted call has been answered and its hooks have run.
 func (f *Function) Drain() {
@@ -253,6 +272,8 @@ func (f *Function) admitAndRun(ctx context.Context, req *fnv1.RunFunctionRequest
 		return Result{}, status.Error(grpccodes.ResourceExhausted, err.Error())
 	case errors.Is(err, admit.ErrDraining):
 		return Result{}, status.Error(grpccodes.Unavailable, err.Error())
+	case err != nil && ctx.Err() != nil:
+		return Result{}, callerGone(ctx)
 	case err != nil:
 		return Result{}, status.FromContextError(err).Err()
 	}
@@ -301,7 +322,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 	case ctx.Err() != nil:
 		// The caller's own deadline passed, or it went away: it gets a
 		// status, not a response it can no longer use.
-		return res, status.FromContextError(ctx.Err()).Err()
+		return res, callerGone(ctx)
 	case stdout.Overflow:
 		// Before the timeout: output past the cap ends the call at once
 		// (the runner kills the container), so a timeout that passed

@@ -157,6 +157,31 @@ func TestRunCallerDeadlineIsAStatus(t *testing.T) {
 	}
 }
 
+// TestCallerGone: a caller's cancellation is its deadline's only when it
+// comes within deadlineSlack of the deadline.
+func TestCallerGone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		left time.Duration // to the deadline when the caller cancels; 0: none
+		want codes.Code
+	}{
+		{"no_deadline", 0, codes.Canceled},
+		{"far_from_the_deadline", time.Hour, codes.Canceled},
+		{"at_the_deadline", deadlineSlack / 2, codes.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			if tc.left > 0 {
+				ctx, cancel = context.WithTimeout(context.Background(), tc.left)
+			}
+			cancel()
+			if got := status.Code(callerGone(ctx)); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // heldHook's After, for a call that ran its function (not from the
 // cache), waits until held is closed, then sets done.
 type heldHook struct {

@@ -134,3 +134,49 @@ func serveInMemory(t *testing.T, srv *Server) *grpc.ClientConn {
 	t.Cleanup(func() { conn.Close() })
 	return conn
 }
+
+// TestCallerDeadlineIsATimeout: a call whose caller's deadline passes while
+// the function runs is counted and logged as a timeout, whichever comes
+// first at the server: its own copy of the deadline, or the caller's
+// cancellation of the stream when its deadline fired.
+func TestCallerDeadlineIsATimeout(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := hook.NewMetrics(reg)
+	srv := NewServer(nil, DefaultMaxRecvMsgSize)
+	srv.Ready(NewFunction(&scriptedRunner{block: true}, WithLogger(slog.New(slog.DiscardHandler)), WithMetrics(m)))
+	conn := serveInMemory(t, srv)
+	const calls = 20
+	for range calls {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		_, err := fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(ctx, &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "t"}})
+		cancel()
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("the call: %v, want DEADLINE_EXCEEDED", err)
+		}
+	}
+	// The hooks run as the handler returns, which may be after the
+	// caller has its status.
+	counted := func() map[string]float64 {
+		n := map[string]float64{}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "ocifn_calls_total" {
+				continue
+			}
+			for _, c := range mf.GetMetric() {
+				n[c.GetLabel()[0].GetValue()] += c.GetCounter().GetValue()
+			}
+		}
+		return n
+	}
+	n := counted()
+	for deadline := time.Now().Add(5 * time.Second); n["timeout"]+n["error"] < calls && time.Now().Before(deadline); n = counted() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n["timeout"] != calls {
+		t.Errorf("calls counted by outcome: %v, want all %d as timeouts", n, calls)
+	}
+}

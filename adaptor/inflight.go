@@ -110,7 +110,7 @@ func (b *inflight) reserveFor(ctx context.Context, n int64, what, why string) er
 				"ocifn holds %d bytes of calls in flight and %s needs %d more, %s, past --max-inflight-bytes %d; retry later or raise it",
 				used, what, n, why, b.limit)
 		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
+			return callerGone(ctx)
 		}
 	}
 }
