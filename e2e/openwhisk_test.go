@@ -442,6 +442,10 @@ func TestOpenWhiskWebAction(t *testing.T) {
 	if code != http.StatusNotFound || out != "<p>gone</p>" || len(h.Values("Set-Cookie")) != 2 || !strings.HasPrefix(h.Get("Content-Type"), "text/html") {
 		t.Errorf("text body: %d %v %q, want 404 text/html with both cookies", code, h, out)
 	}
+	code, _, out = run(`{"error":{"statusCode":400,"body":"no name given"}}`)
+	if code != http.StatusBadRequest || out != "no name given" {
+		t.Errorf("application error: %d %q, want its error's 400 and body", code, out)
+	}
 	code, h, out = run(`{"headers":{"X-A":"1"}}`)
 	if code != http.StatusNoContent || out != "" || h.Get("X-A") != "1" {
 		t.Errorf("headers only: %d %v %q, want 204 with X-A and no body", code, h, out)

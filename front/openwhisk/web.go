@@ -8,6 +8,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,7 +49,8 @@ type WebResponse struct {
 //     no body and no Content-Type.
 //
 // It returns nil, nil when result is not an object holding statusCode,
-// headers or body: that result is answered as JSON, as it is. A field
+// headers or body, at its top level or in its error: that result is
+// answered as JSON, as it is. A field
 // OpenWhisk would refuse is an error naming it (the controller answers 400
 // "Response is not valid 'message/http'."), and so is a field Go's HTTP
 // server would silently drop or change: a header name that is not a
@@ -58,13 +60,14 @@ func ParseWebResponse(result []byte) (*WebResponse, error) {
 	if json.Unmarshal(result, &obj) != nil || obj == nil {
 		return nil, nil
 	}
-	web := false
-	for _, k := range webKeys {
-		if _, ok := obj[k]; ok {
-			web = true
-		}
+	// An application error ({"error": ...}) is answered with its error
+	// projected, as the controller does: {"error": {"statusCode": 400}}
+	// is a 400 (docs/webactions.md, Error Handling).
+	var projected map[string]json.RawMessage
+	if json.Unmarshal(obj["error"], &projected) == nil && isWeb(projected) {
+		obj = projected
 	}
-	if !web {
+	if !isWeb(obj) {
 		return nil, nil
 	}
 	r := &WebResponse{Header: http.Header{}}
@@ -92,6 +95,14 @@ func ParseWebResponse(result []byte) (*WebResponse, error) {
 		return nil, invalidWeb("statusCode %d allows no body, and body is not empty", r.Status)
 	}
 	return r, nil
+}
+
+// isWeb reports whether obj holds one of the keys of an HTTP response.
+func isWeb(obj map[string]json.RawMessage) bool {
+	return slices.ContainsFunc(webKeys, func(k string) bool {
+		_, ok := obj[k]
+		return ok
+	})
 }
 
 func invalidWeb(format string, args ...any) error {

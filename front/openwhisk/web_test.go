@@ -41,6 +41,10 @@ func TestParseWebResponse(t *testing.T) {
 		{"json_type_base64", `{"headers":{"Content-Type":"application/json"},"body":"eyJhIjoxfQ=="}`, 200, http.Header{"Content-Type": {"application/json"}}, `{"a":1}`},
 		{"json_type_text", `{"headers":{"Content-Type":"application/json"},"body":"{\"a\":1}"}`, 200, http.Header{"Content-Type": {"application/json"}}, `{"a":1}`},
 		{"charset_is_text", `{"headers":{"Content-Type":"application/x-thing; charset=utf-8"},"body":"plain"}`, 200, http.Header{"Content-Type": {"application/x-thing; charset=utf-8"}}, "plain"},
+		{"application_error", `{"error":{"statusCode":400,"body":"no name given"}}`, 400, http.Header{"Content-Type": {"text/html; charset=UTF-8"}}, "no name given"},
+		{"application_error_wins", `{"statusCode":200,"error":{"statusCode":404}}`, 404, http.Header{}, ""},
+		{"error_not_a_response", `{"error":"no name given"}`, 0, nil, ""},
+		{"error_not_a_response_top_level_is", `{"error":{"message":"m"},"statusCode":500}`, 500, http.Header{}, ""},
 		{"xml_is_text", `{"headers":{"Content-Type":"application/atom+xml"},"body":"<feed/>"}`, 200, http.Header{"Content-Type": {"application/atom+xml"}}, "<feed/>"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
