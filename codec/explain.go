@@ -14,6 +14,8 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/ocifn/ocifn/internal/unknownfield"
 )
 
 // explainResponse says, in words a function author understands, why out is
@@ -221,7 +223,7 @@ func checkEnum(v any, ed protoreflect.EnumDescriptor, path string) string {
 			names = append(names, string(vals.Get(i).Name()))
 		}
 		msg := fmt.Sprintf("%s is %q, which is not a %s; want one of %s", path, x, ed.Name(), strings.Join(names, ", "))
-		if s := closest(x, names); s != "" {
+		if s := unknownfield.Closest(x, names); s != "" {
 			msg += fmt.Sprintf("; did you mean %q?", s)
 		}
 		return msg
@@ -252,7 +254,7 @@ func unknownField(obj map[string]any, md protoreflect.MessageDescriptor, key, pa
 	for i := 0; i < md.Fields().Len(); i++ {
 		names = append(names, md.Fields().Get(i).JSONName())
 	}
-	if s := closest(key, names); s != "" {
+	if s := unknownfield.Closest(key, names); s != "" {
 		return msg + fmt.Sprintf("; did you mean %q?", s)
 	}
 	return msg + fmt.Sprintf("; %s has the fields %s", md.Name(), strings.Join(quoteAll(names), ", "))
@@ -266,75 +268,6 @@ func fieldByName(md protoreflect.MessageDescriptor, name string) protoreflect.Fi
 		return fd
 	}
 	return fs.ByName(protoreflect.Name(name))
-}
-
-// closest returns the candidate the author most likely meant by s, or "".
-func closest(s string, candidates []string) string {
-	norm := func(x string) string {
-		return strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(x))
-	}
-	ns := norm(s)
-	// Same name but for case or separators (desired_State, SEVERITY-NORMAL).
-	for _, c := range candidates {
-		if norm(c) == ns {
-			return c
-		}
-	}
-	// A known name plus a suffix or prefix (desired_state, severity_normal
-	// for SEVERITY_NORMAL, "normal" for SEVERITY_NORMAL).
-	for _, c := range candidates {
-		nc := norm(c)
-		if len(nc) >= 4 && len(ns) >= 4 && (strings.HasPrefix(ns, nc) || strings.HasSuffix(nc, ns) || strings.HasPrefix(nc, ns)) {
-			return c
-		}
-	}
-	best, bestD := "", math.MaxInt
-	for _, c := range candidates {
-		if d := editDistance(ns, norm(c)); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	if bestD <= max(1, len(ns)/3) {
-		return best
-	}
-	// An abbreviation (msg for message).
-	for _, c := range candidates {
-		if nc := norm(c); len(ns) >= 3 && ns[0] == nc[0] && isSubsequence(ns, nc) {
-			return c
-		}
-	}
-	return ""
-}
-
-func isSubsequence(s, of string) bool {
-	i := 0
-	for j := 0; j < len(of) && i < len(s); j++ {
-		if s[i] == of[j] {
-			i++
-		}
-	}
-	return i == len(s)
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func mapHint(fd protoreflect.FieldDescriptor) string {

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ocifn/ocifn/internal/unknownfield"
 )
 
 // FunctionIO is the I/O mode of container functions written for Crossplane
@@ -131,8 +133,8 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		// Another mode's answer is told so; in this mode's, a key it
 		// does not have is named with its path.
 		h := hint("functionio", stdout)
-		if path, key, s, ok := unknownYAMLField(stdout, reflect.TypeFor[functionIO]()); ok && h == "" {
-			return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %s", unknownFieldMessage(path, key, s))
+		if path, key, s, ok := unknownfield.Find(stdout, reflect.TypeFor[functionIO]()); ok && h == "" {
+			return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %s", unknownfield.Message(path, key, s))
 		}
 		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), h)
 	}

@@ -11,6 +11,8 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ocifn/ocifn/internal/unknownfield"
 )
 
 // Annotations ocifn sets on the items it sends a KRM function, and removes
@@ -212,8 +214,8 @@ func parseResourceList(stdout []byte) (*resourceList, error) {
 		// Another mode's answer is told so; in this mode's, a key it
 		// does not have is named with its path.
 		h := hint("krm", stdout)
-		if path, key, s, ok := unknownYAMLField(stdout, reflect.TypeFor[resourceList]()); ok && h == "" {
-			return nil, fmt.Errorf("the function's output is not a valid ResourceList: %s", unknownFieldMessage(path, key, s))
+		if path, key, s, ok := unknownfield.Find(stdout, reflect.TypeFor[resourceList]()); ok && h == "" {
+			return nil, fmt.Errorf("the function's output is not a valid ResourceList: %s", unknownfield.Message(path, key, s))
 		}
 		return nil, fmt.Errorf("the function's output is not a valid ResourceList: %v; output began with %s%s", err, QuoteHead(stdout), h)
 	}
