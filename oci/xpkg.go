@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"github.com/Masterminds/semver/v3"
 	"io"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 
 	kyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ocifn/ocifn/internal/unknownfield"
 )
 
 // Crossplane package (xpkg) conventions, from the xpkg specification and
@@ -68,6 +71,9 @@ type PackageMeta struct {
 	CRDs []string `json:"crds,omitempty"`
 	// Raw is package.yaml as it goes into the package.
 	Raw []byte `json:"-"`
+	// Warnings name what in the stream Crossplane would ignore or not
+	// know; it is packaged as it is.
+	Warnings []string `json:"-"`
 }
 
 // FunctionMeta is what a Function object says about the package.
@@ -125,14 +131,67 @@ type object struct {
 }
 
 type functionSpec struct {
-	Spec struct {
-		Crossplane *struct {
-			Version string `json:"version"`
-		} `json:"crossplane"`
-		DependsOn    []Dependency `json:"dependsOn"`
-		Image        *string      `json:"image"`
-		Capabilities []string     `json:"capabilities"`
-	} `json:"spec"`
+	Spec functionSpecFields `json:"spec"`
+}
+
+// functionSpecFields are the fields of a Function's spec, all that
+// Crossplane reads (meta.pkg.crossplane.io FunctionSpec with MetaSpec).
+type functionSpecFields struct {
+	Crossplane *struct {
+		Version string `json:"version"`
+	} `json:"crossplane"`
+	DependsOn    []Dependency `json:"dependsOn"`
+	Image        *string      `json:"image"`
+	Capabilities []string     `json:"capabilities"`
+}
+
+// functionDocument is a Function document as Crossplane reads it, the
+// metadata as Kubernetes' ObjectMeta, to name a key it would ignore.
+type functionDocument struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name                       any `json:"name"`
+		GenerateName               any `json:"generateName"`
+		Namespace                  any `json:"namespace"`
+		SelfLink                   any `json:"selfLink"`
+		UID                        any `json:"uid"`
+		ResourceVersion            any `json:"resourceVersion"`
+		Generation                 any `json:"generation"`
+		CreationTimestamp          any `json:"creationTimestamp"`
+		DeletionTimestamp          any `json:"deletionTimestamp"`
+		DeletionGracePeriodSeconds any `json:"deletionGracePeriodSeconds"`
+		Labels                     any `json:"labels"`
+		Annotations                any `json:"annotations"`
+		OwnerReferences            any `json:"ownerReferences"`
+		Finalizers                 any `json:"finalizers"`
+		ManagedFields              any `json:"managedFields"`
+	} `json:"metadata"`
+	Spec functionSpecFields `json:"spec"`
+}
+
+// functionWarnings are what a Function document holds that Crossplane
+// would ignore or not know, though it installs the package: a key that is
+// no field (a misspelt dependsOn loses the dependencies), and a capability
+// it does not know (a misspelt one bars the use it meant).
+func functionWarnings(doc []byte, capabilities []string) []string {
+	var ws []string
+	meant := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		return fmt.Sprintf("; did you mean %q?", s)
+	}
+	if path, key, s, ok := unknownfield.Find(doc, reflect.TypeFor[functionDocument]()); ok {
+		ws = append(ws, unknownfield.Message(path, key, "")+", which Crossplane ignores"+meant(s))
+	}
+	for i, c := range capabilities {
+		if !slices.Contains(DefaultCapabilities, c) {
+			ws = append(ws, fmt.Sprintf("spec.capabilities[%d] %q is not a capability Crossplane knows (%s), and a Function declares only what Crossplane may use it for, so a misspelt one bars it%s",
+				i, c, strings.Join(DefaultCapabilities, ", "), meant(unknownfield.Closest(c, DefaultCapabilities))))
+		}
+	}
+	return ws
 }
 
 // dns1123Subdomain is what Kubernetes accepts as an object name.
@@ -230,6 +289,9 @@ func ParsePackageMeta(data []byte) (*PackageMeta, error) {
 			}
 			if fs.Spec.Image != nil {
 				pm.Function.Image = *fs.Spec.Image
+			}
+			for _, w := range functionWarnings(doc, fs.Spec.Capabilities) {
+				pm.Warnings = append(pm.Warnings, what+": "+w)
 			}
 		case o.Kind == CRDKind && o.APIVersion == CRDAPIVersion:
 			if o.Metadata.Name == "" {

@@ -203,3 +203,33 @@ func TestGenerateFunctionMeta(t *testing.T) {
 		}
 	}
 }
+
+// TestParsePackageMetaWarnings: a key Crossplane would ignore, and a
+// capability it does not know, are named with where they are and what was
+// likely meant; the stream is still valid and packaged as it is.
+func TestParsePackageMetaWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"none", testFunction + "  capabilities: [composition, operation]\n", ""},
+		{"spec_key", strings.Replace(testFunction, "dependsOn:", "dependOn:", 1),
+			`document 1 (Function function-labels, meta.pkg.crossplane.io/v1): unknown field "dependOn" at spec, which Crossplane ignores; did you mean "dependsOn"?`},
+		{"dependency_key", testFunction + "    apiVersoin: pkg.crossplane.io/v1\n",
+			`unknown field "apiVersoin" at spec.dependsOn[0], which Crossplane ignores; did you mean "apiVersion"?`},
+		{"metadata_key", strings.Replace(testFunction, "  annotations:", "  anotations:", 1),
+			`unknown field "anotations" at metadata, which Crossplane ignores; did you mean "annotations"?`},
+		{"capability", testFunction + "  capabilities: [compositon]\n",
+			`spec.capabilities[0] "compositon" is not a capability Crossplane knows (composition, operation), and a Function declares only what Crossplane may use it for, so a misspelt one bars it; did you mean "composition"?`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pm, err := ParsePackageMeta([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(pm.Warnings, "\n")
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Errorf("warnings %q, want one containing %q", got, tc.want)
+			}
+		})
+	}
+}

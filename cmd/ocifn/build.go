@@ -136,6 +136,12 @@ func (o *buildOptions) meta() (*oci.PackageMeta, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid package metadata (%s): %w", from, err)
 	}
+	if o.packageFile != "" {
+		// With --name, --capabilities was warned of above.
+		for _, w := range m.Warnings {
+			fmt.Fprintf(os.Stderr, "warning: %s: %s\n", o.packageFile, w)
+		}
+	}
 	return m, nil
 }
 
