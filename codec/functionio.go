@@ -133,8 +133,8 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		// Another mode's answer is told so; in this mode's, a key it
 		// does not have is named with its path.
 		h := hint("functionio", stdout)
-		if path, key, s, ok := unknownfield.Find(stdout, reflect.TypeFor[functionIO]()); ok && h == "" {
-			return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %s", unknownfield.Message(path, key, s))
+		if f, ok := unknownfield.Find(stdout, reflect.TypeFor[functionIO]()); ok && h == "" {
+			return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %s", f)
 		}
 		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), h)
 	}

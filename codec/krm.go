@@ -214,8 +214,8 @@ func parseResourceList(stdout []byte) (*resourceList, error) {
 		// Another mode's answer is told so; in this mode's, a key it
 		// does not have is named with its path.
 		h := hint("krm", stdout)
-		if path, key, s, ok := unknownfield.Find(stdout, reflect.TypeFor[resourceList]()); ok && h == "" {
-			return nil, fmt.Errorf("the function's output is not a valid ResourceList: %s", unknownfield.Message(path, key, s))
+		if f, ok := unknownfield.Find(stdout, reflect.TypeFor[resourceList]()); ok && h == "" {
+			return nil, fmt.Errorf("the function's output is not a valid ResourceList: %s", f)
 		}
 		return nil, fmt.Errorf("the function's output is not a valid ResourceList: %v; output began with %s%s", err, QuoteHead(stdout), h)
 	}
@@ -243,7 +243,7 @@ func (KRM) response(req *fnv1.RunFunctionRequest, rl *resourceList) (*fnv1.RunFu
 	rs, bad := crossplaneResults(rl, names)
 	rsp.Results = append(rsp.Results, rs...)
 	if bad != nil {
-		return nil, withResults(bad, "other results", rsp.Results)
+		return nil, withResults(bad, "other results", rs)
 	}
 	return rsp, nil
 }

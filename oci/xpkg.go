@@ -52,6 +52,22 @@ const (
 // generates the metadata of: an ocifn function can serve both.
 var DefaultCapabilities = []string{CapabilityComposition, CapabilityOperation}
 
+// KnownCapability says whether Crossplane reads c as one of
+// DefaultCapabilities: it compares them ignoring case and every character
+// but letters and digits (pkgmetav1.CapabilitiesContainFuzzyMatch), so
+// "Composition" declares composition.
+func KnownCapability(c string) bool {
+	norm := func(s string) string {
+		return strings.ToLower(strings.Map(func(r rune) rune {
+			if r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+				return r
+			}
+			return -1
+		}, s))
+	}
+	return slices.ContainsFunc(DefaultCapabilities, func(k string) bool { return norm(k) == norm(c) })
+}
+
 // FunctionAPIVersions are the apiVersions of Function metadata that
 // Crossplane reads.
 var FunctionAPIVersions = []string{MetaGroup + "/v1", MetaGroup + "/v1beta1"}
@@ -182,11 +198,11 @@ func functionWarnings(doc []byte, capabilities []string) []string {
 		}
 		return fmt.Sprintf("; did you mean %q?", s)
 	}
-	if path, key, s, ok := unknownfield.Find(doc, reflect.TypeFor[functionDocument]()); ok {
-		ws = append(ws, unknownfield.Message(path, key, "")+", which Crossplane ignores"+meant(s))
+	for _, f := range unknownfield.All(doc, reflect.TypeFor[functionDocument]()) {
+		ws = append(ws, fmt.Sprintf("unknown field %q at %s, which Crossplane ignores%s", f.Key, f.Where(), meant(f.Suggestion)))
 	}
 	for i, c := range capabilities {
-		if !slices.Contains(DefaultCapabilities, c) {
+		if !KnownCapability(c) {
 			ws = append(ws, fmt.Sprintf("spec.capabilities[%d] %q is not a capability Crossplane knows (%s), and a Function declares only what Crossplane may use it for, so a misspelt one bars it%s",
 				i, c, strings.Join(DefaultCapabilities, ", "), meant(unknownfield.Closest(c, DefaultCapabilities))))
 		}

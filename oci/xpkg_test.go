@@ -212,12 +212,18 @@ func TestParsePackageMetaWarnings(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"none", testFunction + "  capabilities: [composition, operation]\n", ""},
+		// Crossplane matches capabilities ignoring case and separators.
+		{"fuzzy_capability", testFunction + "  capabilities: [Composition, OPERATION]\n", ""},
 		{"spec_key", strings.Replace(testFunction, "dependsOn:", "dependOn:", 1),
 			`document 1 (Function function-labels, meta.pkg.crossplane.io/v1): unknown field "dependOn" at spec, which Crossplane ignores; did you mean "dependsOn"?`},
 		{"dependency_key", testFunction + "    apiVersoin: pkg.crossplane.io/v1\n",
 			`unknown field "apiVersoin" at spec.dependsOn[0], which Crossplane ignores; did you mean "apiVersion"?`},
 		{"metadata_key", strings.Replace(testFunction, "  annotations:", "  anotations:", 1),
 			`unknown field "anotations" at metadata, which Crossplane ignores; did you mean "annotations"?`},
+		{"every_key", strings.Replace(strings.Replace(testFunction, "dependsOn:", "dependOn:", 1), "  annotations:", "  anotations:", 1) + "  capabilitis: [composition]\n",
+			`unknown field "anotations" at metadata, which Crossplane ignores; did you mean "annotations"?
+document 1 (Function function-labels, meta.pkg.crossplane.io/v1): unknown field "capabilitis" at spec, which Crossplane ignores; did you mean "capabilities"?
+document 1 (Function function-labels, meta.pkg.crossplane.io/v1): unknown field "dependOn" at spec, which Crossplane ignores; did you mean "dependsOn"?`},
 		{"capability", testFunction + "  capabilities: [compositon]\n",
 			`spec.capabilities[0] "compositon" is not a capability Crossplane knows (composition, operation), and a Function declares only what Crossplane may use it for, so a misspelt one bars it; did you mean "composition"?`},
 	} {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/containers/storage/pkg/unshare"
@@ -124,7 +123,7 @@ func (o *buildOptions) meta() (*oci.PackageMeta, error) {
 		}
 	} else {
 		for _, c := range o.capabilities {
-			if !slices.Contains(oci.DefaultCapabilities, c) {
+			if !oci.KnownCapability(c) {
 				fmt.Fprintf(os.Stderr, "warning: --capabilities %q: Crossplane knows %s; a Function declares only what Crossplane may use it for, so a misspelt one bars it\n", c, strings.Join(oci.DefaultCapabilities, " and "))
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"mime"
@@ -65,11 +66,22 @@ func ParseWebResponse(result []byte) (*WebResponse, error) {
 	// is a 400 (docs/webactions.md, Error Handling).
 	var projected map[string]json.RawMessage
 	if json.Unmarshal(obj["error"], &projected) == nil && isWeb(projected) {
-		obj = projected
+		r, err := webResponse(projected)
+		if err != nil {
+			// The field at fault is the error's, not the result's own.
+			err = errors.New(msgInvalidWeb + "error." + strings.TrimPrefix(err.Error(), msgInvalidWeb))
+		}
+		return r, err
 	}
 	if !isWeb(obj) {
 		return nil, nil
 	}
+	return webResponse(obj)
+}
+
+// webResponse reads obj, which holds statusCode, headers or body, as an
+// HTTP response (see ParseWebResponse).
+func webResponse(obj map[string]json.RawMessage) (*WebResponse, error) {
 	r := &WebResponse{Header: http.Header{}}
 	status, hasStatus, err := webStatus(obj)
 	if err != nil {

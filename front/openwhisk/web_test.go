@@ -86,6 +86,8 @@ func TestParseWebResponseInvalid(t *testing.T) {
 		{`{"headers":{"Content-Type":"image/png"},"body":"not base64!"}`, `binary type "image/png"`},
 		{`{"headers":{"Content-Type":"text/plain"},"body":{"a":1}}`, `body is an object but headers.Content-Type is "text/plain"`},
 		{`{"headers":{"Content-Type":"/"},"body":"x"}`, `headers.Content-Type "/"`},
+		{`{"error":{"statusCode":99}}`, "Response is not valid 'message/http': error.statusCode 99 is not"},
+		{`{"error":{"headers":{"X-A":null}}}`, "error.headers.X-A is null"},
 	} {
 		_, err := ParseWebResponse([]byte(tc.result))
 		if err == nil || !strings.HasPrefix(err.Error(), msgInvalidWeb) || !strings.Contains(err.Error(), tc.field) {

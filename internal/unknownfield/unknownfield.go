@@ -14,21 +14,60 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Find finds where a YAML document that a strict decoding into a
-// value of type t refused holds a key t has no field for: the path of the
-// object that holds it ("desired.resources[0].readinessChecks[0]", "" at
-// the top), the key, and a suggestion among the keys t has there ("" if
-// none is close). The decoder's own error names the key alone. ok is false
-// when no such key is found.
-func Find(doc []byte, t reflect.Type) (path, key, suggestion string, ok bool) {
-	var v any
-	if err := yaml.Unmarshal(doc, &v); err != nil {
-		return "", "", "", false
-	}
-	return walkUnknown(v, t, "")
+// Field is a key a document holds that its type has no field for.
+type Field struct {
+	// Path is the object that holds it
+	// ("desired.resources[0].readinessChecks[0]"; "" at the top).
+	Path string
+	Key  string
+	// Suggestion is the key of the type's there that was likely meant
+	// ("" if none is close).
+	Suggestion string
 }
 
-func walkUnknown(v any, t reflect.Type, path string) (string, string, string, bool) {
+// Where is the object that holds the key, for a message.
+func (f Field) Where() string {
+	if f.Path == "" {
+		return "the top level"
+	}
+	return f.Path
+}
+
+// String says where the key is, and what was likely meant.
+func (f Field) String() string {
+	msg := fmt.Sprintf("unknown field %q at %s", f.Key, f.Where())
+	if f.Suggestion != "" {
+		msg += fmt.Sprintf("; did you mean %q?", f.Suggestion)
+	}
+	return msg
+}
+
+// Find is the first key (by path, keys sorted) of the YAML document doc
+// that type t has no field for, as json tags name them, for a strict
+// decoder's error, which names the key alone. ok is false when there is
+// none, or doc is not YAML.
+func Find(doc []byte, t reflect.Type) (f Field, ok bool) {
+	all := All(doc, t)
+	if len(all) == 0 {
+		return Field{}, false
+	}
+	return all[0], true
+}
+
+// All are every key of doc that t has no field for, in the order of Find.
+func All(doc []byte, t reflect.Type) []Field {
+	var v any
+	if err := yaml.Unmarshal(doc, &v); err != nil {
+		return nil
+	}
+	var out []Field
+	walk(v, t, "", &out)
+	return out
+}
+
+// walk adds to out the keys of v, at path, that t has no field for. A
+// map's keys are the document's own, and anything else has no keys.
+func walk(v any, t reflect.Type, path string, out *[]Field) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -36,31 +75,23 @@ func walkUnknown(v any, t reflect.Type, path string) (string, string, string, bo
 	case reflect.Struct:
 		m, isMap := v.(map[string]any)
 		if !isMap {
-			return "", "", "", false
+			return
 		}
 		fields := jsonFields(t)
 		for _, k := range slices.Sorted(maps.Keys(m)) {
-			f, known := fields[k]
-			if !known {
-				return path, k, Closest(k, slices.Sorted(maps.Keys(fields))), true
-			}
-			if p, key, s, ok := walkUnknown(m[k], f.Type, join(path, k)); ok {
-				return p, key, s, true
+			if f, known := fields[k]; known {
+				walk(m[k], f.Type, join(path, k), out)
+			} else {
+				*out = append(*out, Field{Path: path, Key: k, Suggestion: Closest(k, slices.Sorted(maps.Keys(fields)))})
 			}
 		}
 	case reflect.Slice:
-		items, isList := v.([]any)
-		if !isList {
-			return "", "", "", false
-		}
-		for i, item := range items {
-			if p, key, s, ok := walkUnknown(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); ok {
-				return p, key, s, true
+		if items, isList := v.([]any); isList {
+			for i, item := range items {
+				walk(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i), out)
 			}
 		}
 	}
-	// A map's keys are the document's own.
-	return "", "", "", false
 }
 
 // jsonFields maps a struct's JSON field names to its fields.
@@ -85,18 +116,6 @@ func join(path, key string) string {
 		return key
 	}
 	return path + "." + key
-}
-
-// Message says where an unknown key is, and what was likely meant.
-func Message(path, key, suggestion string) string {
-	if path == "" {
-		path = "the top level"
-	}
-	msg := fmt.Sprintf("unknown field %q at %s", key, path)
-	if suggestion != "" {
-		msg += fmt.Sprintf("; did you mean %q?", suggestion)
-	}
-	return msg
 }
 
 // Closest returns the candidate the author most likely meant by s, or "".
@@ -147,14 +166,21 @@ func isSubsequence(s, of string) bool {
 	return i == len(s)
 }
 
-// editDistance is the Levenshtein distance of a and b.
+// editDistance is the edit distance of a and b that counts swapping two
+// adjacent characters as one edit, as inserting, deleting or changing one
+// is (the optimal string alignment distance): "nmae" is one edit from
+// "name", as a typo is, not two.
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	// rows[i%3][j] is the distance of a[:i] and b[:j].
+	var rows [3][]int
+	for r := range rows {
+		rows[r] = make([]int, len(b)+1)
+	}
+	for j := range rows[0] {
+		rows[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
+		cur, prev, prev2 := rows[i%3], rows[(i-1)%3], rows[(i+1)%3]
 		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
@@ -162,8 +188,10 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return rows[len(a)%3][len(b)]
 }
