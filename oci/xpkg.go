@@ -15,6 +15,7 @@ import (
 	kyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ocifn/ocifn/internal/k8sname"
 	"github.com/ocifn/ocifn/internal/unknownfield"
 )
 
@@ -210,21 +211,8 @@ func functionWarnings(doc []byte, capabilities []string) []string {
 	return ws
 }
 
-// dns1123Subdomain is what Kubernetes accepts as an object name.
-var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-
 // ValidName reports why name cannot name a Function ("" if it can).
-func ValidName(name string) string {
-	switch {
-	case name == "":
-		return "the name is empty"
-	case len(name) > 253:
-		return "the name is longer than 253 characters"
-	case !dns1123Subdomain.MatchString(name):
-		return "the name must consist of lower case letters, digits, '-' and '.', and start and end with a letter or digit"
-	}
-	return ""
-}
+func ValidName(name string) string { return k8sname.Why(name) }
 
 // ParsePackageMeta validates a package.yaml stream: exactly one Function
 // (meta.pkg.crossplane.io/v1 or v1beta1) and any number of

@@ -14,7 +14,8 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
-	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/ocifn/ocifn/internal/k8sname"
 )
 
 // maxRequirementsIterations caps how often one step is called again to give
@@ -689,5 +690,5 @@ func validName(o Object) bool {
 	if group, _, _ := strings.Cut(o.APIVersion(), "/"); group == "rbac.authorization.k8s.io" && slices.Contains(rbacKinds, o.Kind()) {
 		n = strings.ReplaceAll(n, ":", "")
 	}
-	return len(validation.IsDNS1123Subdomain(n)) == 0
+	return k8sname.Why(n) == ""
 }
