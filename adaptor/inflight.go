@@ -86,13 +86,14 @@ func largestCost(n int64) int64 {
 // reserve takes n bytes of the budget for a request, waiting up to
 // reserveWait for them; why says what they are for.
 func (b *inflight) reserve(ctx context.Context, n int64, why string) error {
-	return b.reserveFor(ctx, n, "this request", why)
+	return b.reserveFor(ctx, n, "this request", func() string { return why })
 }
 
 // reserveFor is reserve for what (this request, or the function's answer).
-func (b *inflight) reserveFor(ctx context.Context, n int64, what, why string) error {
-	timer := time.NewTimer(reserveWait)
-	defer timer.Stop()
+// why is only called to refuse: it formats, and a call reserves once or
+// more for its answer alone.
+func (b *inflight) reserveFor(ctx context.Context, n int64, what string, why func() string) error {
+	var timer *time.Timer // made only when the budget is full
 	for {
 		b.mu.Lock()
 		if b.used+n <= b.limit {
@@ -103,12 +104,16 @@ func (b *inflight) reserveFor(ctx context.Context, n int64, what, why string) er
 		freed := b.freed
 		used := b.used
 		b.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(reserveWait)
+			defer timer.Stop()
+		}
 		select {
 		case <-freed:
 		case <-timer.C:
 			return status.Errorf(codes.ResourceExhausted,
 				"ocifn holds %d bytes of calls in flight and %s needs %d more, %s, past --max-inflight-bytes %d; retry later or raise it",
-				used, what, n, why, b.limit)
+				used, what, n, why(), b.limit)
 		case <-ctx.Done():
 			return callerGone(ctx)
 		}
@@ -138,7 +143,7 @@ func (b *inflight) grow(ctx context.Context, from, to int64, why func() string) 
 	if to > b.limit {
 		return status.Errorf(codes.ResourceExhausted, "this request needs %d bytes of memory, %s, past --max-inflight-bytes %d; raise it or send less", to, why(), b.limit)
 	}
-	return b.reserve(ctx, to-from, why())
+	return b.reserveFor(ctx, to-from, "this request", why)
 }
 
 // bounded returns a copy of desc whose unary handlers reserve the budget
@@ -252,7 +257,7 @@ func (a *answerBudget) take(ctx context.Context, n int64, why func() string) err
 	if request+total > a.b.limit {
 		return status.Errorf(codes.ResourceExhausted, "the function's answer needs %d bytes of memory, %s, and its request holds %d, past --max-inflight-bytes %d; raise it or have the function print less", total, why(), request, a.b.limit)
 	}
-	if err := a.b.reserveFor(ctx, n, "the function's answer", why()); err != nil {
+	if err := a.b.reserveFor(ctx, n, "the function's answer", why); err != nil {
 		return err
 	}
 	a.mu.Lock()

@@ -56,6 +56,29 @@ func TestInflightBudget(t *testing.T) {
 	}
 }
 
+// TestAnswerBudgetFormatsOnlyToRefuse: taking bytes for a function's
+// answer that fit allocates nothing and never formats why; a refusal says
+// why. A call takes bytes for its answer at least once.
+func TestAnswerBudgetFormatsOnlyToRefuse(t *testing.T) {
+	b := newInflight(1<<20, 10, 0)
+	ctx := context.Background()
+	formatted := 0
+	why := func() string { formatted++; return "to hold what the function printed" }
+	a := &answerBudget{b: b}
+	if n := testing.AllocsPerRun(100, func() {
+		if err := a.take(ctx, 512, why); err != nil {
+			t.Fatal(err)
+		}
+		// Not resize, which makes a channel for the next waiters.
+		b.used, a.held = 0, 0
+	}); n != 0 || formatted != 0 {
+		t.Errorf("a take that fits: %.0f allocations, why formatted %d times; want none", n, formatted)
+	}
+	if err := a.take(ctx, 2<<20, why); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "to hold what the function printed") || formatted != 1 {
+		t.Errorf("a take past the limit: %v (why formatted %d times), want RESOURCE_EXHAUSTED saying why", err, formatted)
+	}
+}
+
 // TestRequestCostIsKnownBeforeDecoding: a request is charged what it will
 // cost decoded and encoded, counted from its bytes before it is decoded.
 // One long string of a few megabytes fits a budget sized for the largest
