@@ -42,3 +42,21 @@ func TestPullIsBounded(t *testing.T) {
 		t.Errorf("within the limit: %v %v, want %v", got, err, want)
 	}
 }
+
+// TestParseReferenceSaysWhy: an invalid reference is refused with what is
+// wrong with it, not only that it does not parse.
+func TestParseReferenceSaysWhy(t *testing.T) {
+	for ref, want := range map[string]string{
+		"127.0.0.1:5000/acme/Function-A:v1":       "repository can only contain the characters",
+		"registry.example.com/acme/fn:bad tag":    "tag can only contain the characters",
+		"registry.example.com/acme/fn@sha256:abc": "invalid checksum digest length",
+	} {
+		_, err := ParseReference(ref)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), ref) {
+			t.Errorf("ParseReference(%q) = %v, want an error naming it and %q", ref, err, want)
+		}
+	}
+	if _, err := ParseReference("127.0.0.1:5000/acme/fn:V1"); err != nil {
+		t.Errorf("a tag in upper case is valid: %v", err)
+	}
+}

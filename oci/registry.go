@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -68,6 +69,15 @@ func ParseReference(ref string, opts ...RegistryOption) (name.Reference, error) 
 	}
 	r, err := name.ParseReference(ref, nopts...)
 	if err != nil {
+		// name.ParseReference tries a tag, then a digest, and says only
+		// "could not parse reference"; the parser the reference's form
+		// calls for says what is wrong (a repository in upper case, a
+		// tag with a space).
+		if strings.Contains(ref, "@") {
+			_, err = name.NewDigest(ref, nopts...)
+		} else {
+			_, err = name.NewTag(ref, nopts...)
+		}
 		return nil, fmt.Errorf("invalid image reference %q: %w", ref, err)
 	}
 	return r, nil
