@@ -354,10 +354,20 @@ func packageAPI(api string) string {
 
 // isRuntime refuses an image that is not an ocifn runtime image (`make
 // image`, which labels it with its version): a package built on another
-// would never serve a call.
+// would never serve a call. A package keeps the runtime's labels, so it is
+// refused too: built on one, a package holds two function images and two
+// layers marked as package.yaml's, which inspect and serve refuse and
+// Crossplane will not install.
 func isRuntime(cf *v1.ConfigFile, from string) error {
 	if cf == nil || cf.Config.Labels[oci.LabelVersion] == "" {
 		return fmt.Errorf("%s is not an ocifn runtime image: its config has no %s label (build one with make image)", from, oci.LabelVersion)
+	}
+	// Sorted, dev.ocifn.function comes before io.crossplane.xpkg:…, so
+	// that the error names the same label each time.
+	for _, k := range sortedKeys(cf.Config.Labels) {
+		if k == oci.LabelFunction || strings.HasPrefix(k, oci.AnnotationKey+":") {
+			return fmt.Errorf("%s is a Function package, not the ocifn runtime image: its config has the label %s; build on the runtime image itself (make image)", from, k)
+		}
 	}
 	return nil
 }
