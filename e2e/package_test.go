@@ -839,6 +839,11 @@ func TestBuildRefuses(t *testing.T) {
 			args: []string{"--name", "function-a", "--runtime-image-tarball", filepath.Join(dir, "missing.tar")},
 			want: []string{"cannot read the runtime image tarball", "missing.tar"},
 		},
+		"bad_runtime_reference": {
+			// Refused before the (corrupt) function image is unpacked.
+			args: []string{"--name", "function-a", "--from-oci-tarball", corruptPath, "--runtime-image", "127.0.0.1:5000/ocifn/Runtime:v1"},
+			want: []string{"--runtime-image", "repository can only contain the characters"},
+		},
 		"output_is_a_directory": {
 			args: []string{"--name", "function-a", "-o", existingDir},
 			want: []string{"is a directory", "function-a.xpkg"},
@@ -847,7 +852,10 @@ func TestBuildRefuses(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			out := filepath.Join(dir, name+".xpkg")
-			args := append([]string{"build", "--runtime-image-tarball", rt, "-o", out}, tc.args...)
+			args := append([]string{"build", "-o", out}, tc.args...)
+			if !slices.Contains(tc.args, "--runtime-image") && !slices.Contains(tc.args, "--runtime-image-tarball") {
+				args = append(args, "--runtime-image-tarball", rt)
+			}
 			if !slices.Contains(tc.args, "--from-oci-tarball") {
 				args = append(args, "--from-oci-tarball", image("labelizer.tar"))
 			}

@@ -101,6 +101,13 @@ func (o *buildOptions) check(capabilitiesSet bool) error {
 	if _, err := os.Stat(o.from); err != nil {
 		return fmt.Errorf("cannot read the function image tarball: %w", err)
 	}
+	if o.runtimeImage != "" {
+		// A reference that cannot name an image is refused now, not
+		// after the function image is unpacked.
+		if _, err := oci.ParseReference(o.runtimeImage); err != nil {
+			return fmt.Errorf("--runtime-image: %w", err)
+		}
+	}
 	if o.runtimeTarball != "" {
 		if _, err := os.Stat(o.runtimeTarball); err != nil {
 			return fmt.Errorf("cannot read the runtime image tarball: %w", err)
