@@ -771,6 +771,40 @@ func TestBuildAsUnprivilegedUser(t *testing.T) {
 	mustContain(t, "server log", s.stderr.String(), "digest="+m[1])
 }
 
+// TestBuildRefusesUnwritableOutput: a user who cannot write to the
+// package's directory is told so before the function image is read and
+// unpacked (it is corrupt here, which would be reported instead).
+func TestBuildRefusesUnwritableOutput(t *testing.T) {
+	rt := runtimeImage(t)
+	lab, err := os.ReadFile(image("labelizer.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab[len(lab)/2] ^= 0xff
+	corrupt := filepath.Join(t.TempDir(), "corrupt.tar")
+	if err := os.WriteFile(corrupt, lab, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u, home, _ := userHome(t, map[string]string{corrupt: "function.tar", rt: "runtime.tar"})
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	rootOwned := filepath.Join(home, "root-owned")
+	if err := os.Mkdir(rootOwned, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	xpkg := filepath.Join(rootOwned, "function.xpkg")
+	cmd := exec.Command(ocifnBin, "build", "--from-oci-tarball", filepath.Join(home, "function.tar"), "--name", "function-labelizer",
+		"--runtime-image-tarball", filepath.Join(home, "runtime.tar"), "-o", xpkg)
+	cmd.Dir = home
+	cmd.Env = append(os.Environ(), "HOME="+home, "TMPDIR="+home)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("ocifn build into a directory the user cannot write succeeded:\n%s", out)
+	}
+	mustContain(t, "ocifn build output", string(out), "cannot write the package to "+xpkg, "permission denied")
+}
+
 // TestBuildRefuses checks that bad metadata and bad images are refused with
 // a message that names the problem, and that nothing is written.
 func TestBuildRefuses(t *testing.T) {

@@ -168,6 +168,11 @@ func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
 	if st, err := os.Stat(filepath.Dir(output)); err != nil || !st.IsDir() {
 		return fmt.Errorf("cannot write the package to %s: its directory does not exist", output)
 	}
+	// The package and the scratch files are written next to it, after the
+	// slow steps: a directory the user cannot write to is refused first.
+	if err := unix.Access(filepath.Dir(output), unix.W_OK); err != nil {
+		return fmt.Errorf("cannot write the package to %s: its directory: %w", output, err)
+	}
 	if st, err := os.Stat(output); err == nil && st.IsDir() {
 		return fmt.Errorf("cannot write the package to %s: it is a directory; name the package file (-o %s)", output, filepath.Join(output, meta.Function.Name+".xpkg"))
 	}
