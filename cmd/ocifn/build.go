@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/containers/storage/pkg/unshare"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
@@ -303,7 +305,7 @@ func (o *buildOptions) runtime(ctx context.Context) (v1.Image, func(), error) {
 	}
 	img, err := oci.RemoteImage(ctx, o.runtimeImage, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("cannot get the runtime image: %w", err)
+		return nil, nil, fmt.Errorf("cannot get the runtime image: %w", registryHint(err, o.runtimeImage))
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
@@ -347,10 +349,21 @@ func enterUserNamespace() (code int, reexeced bool, err error) {
 	return code, true, err
 }
 
-// insecureHint explains a failed plain-HTTP registry call.
-func insecureHint(err error, ref string) error {
+// registryHint explains a failed registry call: to a plain-HTTP registry,
+// or refused for want of credentials.
+func registryHint(err error, ref string) error {
 	if err != nil && !strings.Contains(ref, "://") && strings.Contains(err.Error(), "http: server gave HTTP response to HTTPS client") {
 		return fmt.Errorf("%w (a plain-HTTP registry needs --insecure-registry)", err)
+	}
+	// A push's first call is a HEAD, whose 401 carries no message: say
+	// where the credentials come from.
+	var te *transport.Error
+	if errors.As(err, &te) && (te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden) {
+		host := ref
+		if r, perr := name.ParseReference(ref); perr == nil {
+			host = r.Context().RegistryStr()
+		}
+		return fmt.Errorf("%w (the registry refused the credentials of the docker config, or there were none (some registries say so of a repository that does not exist): docker login %s, or set DOCKER_CONFIG to the directory of a config.json that has them)", err, host)
 	}
 	return err
 }

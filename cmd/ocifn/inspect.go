@@ -78,7 +78,7 @@ func inspect(ctx context.Context, what string, insecure bool) (*oci.PackageInfo,
 	}
 	img, err := oci.RemoteImage(ctx, what, opts...)
 	if err != nil {
-		return nil, insecureHint(err, what)
+		return nil, registryHint(err, what)
 	}
 	return inspectImage(what, img)
 }

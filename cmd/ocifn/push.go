@@ -48,7 +48,7 @@ func runPush(ctx context.Context, pkg, ref string, insecure bool) error {
 	status.step("reading " + pkg)
 	d, err := oci.Push(ctx, pkg, ref, opts...)
 	if err != nil {
-		return insecureHint(err, ref)
+		return registryHint(err, ref)
 	}
 	status.done()
 	fmt.Fprintln(os.Stdout, d.String())

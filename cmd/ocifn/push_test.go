@@ -1,0 +1,42 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// TestPushUnauthorizedSaysWhereCredentialsComeFrom: a registry that wants
+// credentials answers a push's first call, a HEAD, with a bare 401; the
+// error says where ocifn takes credentials from, for the registry's host.
+func TestPushUnauthorizedSaysWhereCredentialsComeFrom(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img, err := random.Image(1024, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg := filepath.Join(t.TempDir(), "function.xpkg")
+	if err := tarball.WriteToFile(pkg, nil, img); err != nil {
+		t.Fatal(err)
+	}
+	err = runPush(context.Background(), pkg, host+"/acme/function:v1", true)
+	if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "docker login "+host) {
+		t.Errorf("push to a registry that wants credentials: %v, want the 401 and how to log in", err)
+	}
+	_, err = inspect(context.Background(), host+"/acme/function:v1", true)
+	if err == nil || !strings.Contains(err.Error(), "docker login "+host) {
+		t.Errorf("inspect on a registry that wants credentials: %v, want how to log in", err)
+	}
+}
