@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,7 +70,11 @@ func inspect(ctx context.Context, what string, insecure bool) (*oci.PackageInfo,
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	if strings.HasSuffix(what, ".xpkg") || strings.HasSuffix(what, ".tar") || strings.HasPrefix(what, ".") || strings.HasPrefix(what, "/") {
+	// What is named as a file is not looked for in a registry (Docker Hub,
+	// for a name without a host): "function.tgz", the README's name for a
+	// gzipped tarball, is a valid reference too.
+	if slices.ContainsFunc([]string{".xpkg", ".tar", ".tgz", ".gz", ".zst"}, func(ext string) bool { return strings.HasSuffix(what, ext) }) ||
+		strings.HasPrefix(what, ".") || strings.HasPrefix(what, "/") {
 		return nil, fmt.Errorf("the package %s does not exist", what)
 	}
 	var opts []oci.RegistryOption
