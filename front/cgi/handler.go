@@ -94,6 +94,9 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return fail(hook.Fatal, http.StatusBadGateway, "the function's output is not a CGI response: "+err.Error())
 	}
 	for k, vs := range rsp.Header {
+		if hopByHop[k] {
+			continue
+		}
 		for _, v := range vs {
 			w.Header().Add(k, v)
 		}
@@ -103,4 +106,15 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	_, _ = w.Write(rsp.Body)
 	call.Outcome = hook.OK
 	return rsp.Status
+}
+
+// hopByHop are the header fields of one connection (RFC 9110 section
+// 7.6.1), which ocifn's server sets for its own connection to the caller:
+// a program may not set them (RFC 3875 section 6.3.4), and one that did
+// would break the answer's framing (a Transfer-Encoding of its own beside
+// net/http's chunked, which clients refuse) or the connection. They are
+// dropped, as a reverse proxy drops them.
+var hopByHop = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true,
+	"Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
 }

@@ -89,3 +89,34 @@ func TestSlowBodyIsRefused(t *testing.T) {
 	}
 	leave()
 }
+
+// TestHopByHopHeadersAreDropped: header fields of the connection that a
+// program prints are not sent on: a Transfer-Encoding of its own beside
+// net/http's made an answer no client could read, logged as ok.
+func TestHopByHopHeadersAreDropped(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	srv := httptest.NewServer(New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20}))
+	defer srv.Close()
+	out := "Content-Type: text/plain\nTransfer-Encoding: gzip\nConnection: Upgrade\nUpgrade: websocket\nTrailer: X-Sum\nX-Kept: yes\n\nhello"
+	rsp, err := http.Post(srv.URL, "text/plain", strings.NewReader(out))
+	if err != nil {
+		t.Fatalf("the answer cannot be read: %v", err)
+	}
+	defer rsp.Body.Close()
+	body, err := io.ReadAll(rsp.Body)
+	if err != nil || string(body) != "hello" || rsp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %q %v, want 200 hello", rsp.StatusCode, body, err)
+	}
+	if rsp.Header.Get("X-Kept") != "yes" || rsp.Header.Get("Content-Type") != "text/plain" {
+		t.Errorf("the program's other headers are lost: %v", rsp.Header)
+	}
+	for _, h := range []string{"Upgrade", "Connection", "Trailer"} {
+		if v := rsp.Header.Get(h); v != "" {
+			t.Errorf("%s: %q sent on", h, v)
+		}
+	}
+	if len(rsp.TransferEncoding) != 0 {
+		t.Errorf("Transfer-Encoding %v sent on", rsp.TransferEncoding)
+	}
+}
