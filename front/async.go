@@ -36,8 +36,11 @@ type Invocations struct {
 	ttl      time.Duration
 	maxBytes int64
 	maxBody  int64
-	log      *slog.Logger
-	now      func() time.Time
+	// bodyTimeout, when set, is how long a body may take to arrive
+	// (ReadBodiesWithin).
+	bodyTimeout time.Duration
+	log         *slog.Logger
+	now         func() time.Time
 	// gate, when set, refuses new invocations the calls' gate would
 	// refuse (RefuseWhenFull).
 	gate *admit.Gate
@@ -123,6 +126,13 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 // instead of 202 and a 503 to find when polled.
 func (iv *Invocations) RefuseWhenFull(g *admit.Gate) { iv.gate = g }
 
+// ReadBodiesWithin makes a new invocation's body arrive whole within d, as
+// a call's must (Config.Admit), or answers 400: a client that sends its
+// headers and stalls would otherwise hold its request, and a shutdown
+// (which waits for every request being served) up to the end of its grace
+// period.
+func (iv *Invocations) ReadBodiesWithin(d time.Duration) { iv.bodyTimeout = d }
+
 // CountRefusals has the invocations refused before their call starts
 // (the gate full or draining, a bad body) go through the calls' hooks as
 // the front's refused calls do: counted by outcome, logged with their
@@ -197,7 +207,7 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 	}
-	body, bad := ReadBody(w, r, iv.maxBody, 0)
+	body, bad := ReadBody(w, r, iv.maxBody, iv.bodyTimeout)
 	if bad != nil {
 		iv.refuse(w, r, hook.Error, bad.Status, bad)
 		return

@@ -1,10 +1,12 @@
 package front
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -208,5 +210,42 @@ func TestBoundKeepsTheNewestResults(t *testing.T) {
 	defer again.Close()
 	if n := onDisk(); again.total != n || len(again.index) != len(kept) {
 		t.Errorf("reopened: %d bytes counted in %d entries, want %d in %d", again.total, len(again.index), n, len(kept))
+	}
+}
+
+// TestAsyncSlowBodyIsRefused: an invocation whose body does not arrive
+// within ReadBodiesWithin's time is answered 400 and stored nowhere; it
+// was read without a deadline, so a client that stalled held its request,
+// and a shutdown, as long as it liked.
+func TestAsyncSlowBodyIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	iv, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iv.Close()
+	iv.ReadBodiesWithin(300 * time.Millisecond)
+	srv := httptest.NewServer(iv.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the call ran") })))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Three bytes of the hundred announced, then nothing.
+	if _, err := io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nPrefer: respond-async\r\nContent-Length: 100\r\n\r\nabc"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	rsp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	msg, _ := io.ReadAll(rsp.Body)
+	if rsp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "did not arrive within the call's timeout of 300ms") {
+		t.Errorf("a stalled body: status %d %q, want 400 naming the timeout", rsp.StatusCode, msg)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("stored: %v, want no invocation", entries)
 	}
 }

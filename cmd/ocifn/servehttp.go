@@ -78,6 +78,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 		return err
 	}
 	inv.RefuseWhenFull(gate)
+	inv.ReadBodiesWithin(o.timeout)
 	inv.CountRefusals(chain, o.api)
 	b, err := o.prepare(ctx, log, rt, o.tarball)
 	if err != nil {
