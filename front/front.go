@@ -59,6 +59,10 @@ type Output struct {
 	// Shutdown reports the call was stopped at the end of the server's
 	// grace period (ErrShutdown); Err says where it was.
 	Shutdown bool
+	// CallerGone reports the call was stopped because its caller went
+	// away (its request's context ended) before the answer; Err says
+	// where it was.
+	CallerGone bool
 	// Err is why the container could not run to its end, other than a
 	// timeout or an overflow (crun failed, the caller went away).
 	Err error
@@ -104,6 +108,10 @@ func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdi
 		out.Shutdown, out.Err = true, runErr
 	case runErr != nil && errors.Is(context.Cause(callCtx), ErrTimeout):
 		out.TimedOut = true
+	case runErr != nil && ctx.Err() != nil:
+		// Not the function's, nor the container's: nobody waits for
+		// the answer any more.
+		out.CallerGone, out.Err = true, runErr
 	case runErr != nil:
 		out.Err = runErr
 	case exit.RuntimeError != "":

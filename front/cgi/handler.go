@@ -77,6 +77,12 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		// Not the function's fault: another replica may run it.
 		call.Err = out.Err
 		return fail(hook.Error, http.StatusServiceUnavailable, front.ErrShutdown.Error())
+	case out.CallerGone:
+		// Nobody reads this answer; the log line says what happened,
+		// not that the function could not be run. 499 is the status
+		// proxies (nginx) log a request with whose client closed it.
+		call.Err = fmt.Errorf("the caller went away before the function answered: %w", out.Err)
+		return fail(hook.Error, statusCallerGone, call.Err.Error())
 	case out.Err != nil:
 		call.Err = out.Err
 		return fail(hook.Error, http.StatusInternalServerError, "the function could not be run: "+out.Err.Error())
@@ -107,6 +113,11 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	call.Outcome = hook.OK
 	return rsp.Status
 }
+
+// statusCallerGone is the status logged for a request whose caller went
+// away before its answer (nginx's 499, "client closed request"): none
+// reaches the caller.
+const statusCallerGone = 499
 
 // hopByHop are the header fields of one connection (RFC 9110 section
 // 7.6.1), which ocifn's server sets for its own connection to the caller:

@@ -3,6 +3,7 @@ package cgi
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -118,5 +119,40 @@ func TestHopByHopHeadersAreDropped(t *testing.T) {
 	}
 	if len(rsp.TransferEncoding) != 0 {
 		t.Errorf("Transfer-Encoding %v sent on", rsp.TransferEncoding)
+	}
+}
+
+// blockingRunner runs until its call's context ends, as a container killed
+// then does.
+type blockingRunner struct{ started chan struct{} }
+
+func (b blockingRunner) Call(ctx context.Context, _ bundle.Call) (bundle.Exit, error) {
+	close(b.started)
+	<-ctx.Done()
+	return bundle.Exit{Code: 137}, fmt.Errorf("the function was stopped: %w", ctx.Err())
+}
+
+func (blockingRunner) Args() []string { return []string{"/fn"} }
+
+// TestCallerGoneIsLoggedAsSuch: a caller that goes away mid-call stops
+// the call, and its log line says so; it said status=500 and "the function
+// could not be run: the function was stopped: context canceled".
+func TestCallerGoneIsLoggedAsSuch(t *testing.T) {
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	run := blockingRunner{started: make(chan struct{})}
+	h := New(&front.Config{Runner: run, Hooks: hook.NewChain(log, hook.Log{Logger: log}), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Minute, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-run.started; cancel() }()
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
+	line := logs.String()
+	for _, want := range []string{"outcome=error", "status=499", "caller went away"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log %q does not say %q", line, want)
+		}
+	}
+	if strings.Contains(line, "could not be run") {
+		t.Errorf("log %q blames the function's container", line)
 	}
 }
