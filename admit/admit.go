@@ -59,22 +59,88 @@ func (g *Gate) Max() int { return cap(g.slots) }
 // *FullError, ErrDraining, or ctx's error. Once Drain has begun, every
 // call is refused with ErrDraining at once, those waiting in the queue
 // too: they do not wait for a slot that only frees as the calls running
-// end, which may take the whole grace period.
+// end, which may take the whole grace period. A call whose ctx carries a
+// Reservation of g (WithReservation) enters with it, in the place it
+// holds.
 func (g *Gate) Enter(ctx context.Context) (leave func(), err error) {
+	if r, ok := ctx.Value(reservationKey{}).(*Reservation); ok && r.g == g && r.used.CompareAndSwap(false, true) {
+		return r.enter(ctx)
+	}
+	r, err := g.reserve()
+	if err != nil {
+		return nil, err
+	}
+	return r.enter(ctx)
+}
+
+// Reservation is a place in the gate, a slot or one in the queue, taken
+// ahead of the call that enters with it: a front that answers before the
+// call runs (an asynchronous invocation) refuses at once a call the gate
+// has no room for, rather than accepting it to fail, and calls that come
+// together cannot all see room that only one of them gets.
+type Reservation struct {
+	g *Gate
+	// slot: it holds a slot; otherwise a place in the queue.
+	slot bool
+	used atomic.Bool
+}
+
+// Reserve takes a place for a call that will enter later, with a context
+// that carries it (WithReservation); the error is ErrDraining or a
+// *FullError, as Enter's. The caller calls Release once the call is over,
+// in case it never entered.
+func (g *Gate) Reserve() (*Reservation, error) { return g.reserve() }
+
+// Release gives back the place of a reservation no call entered with. It
+// does nothing to one a call entered with, or to nil.
+func (r *Reservation) Release() {
+	if r == nil || !r.used.CompareAndSwap(false, true) {
+		return
+	}
+	if r.slot {
+		<-r.g.slots
+		return
+	}
+	r.g.queued.Add(-1)
+	r.g.report()
+}
+
+type reservationKey struct{}
+
+// WithReservation returns ctx carrying r, for Enter; r may be nil.
+func WithReservation(ctx context.Context, r *Reservation) context.Context {
+	if r == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, reservationKey{}, r)
+}
+
+// reserve takes a free slot, or else a place in the queue.
+func (g *Gate) reserve() (*Reservation, error) {
 	select {
 	case <-g.draining:
 		return nil, ErrDraining
 	default:
 	}
-	refused := ErrDraining
 	select {
 	case g.slots <- struct{}{}:
+		return &Reservation{g: g, slot: true}, nil
 	default:
-		if g.queued.Add(1) > g.maxQueue {
-			g.queued.Add(-1)
-			return nil, &FullError{Max: cap(g.slots), Queue: int(g.maxQueue)}
-		}
-		g.report()
+	}
+	if g.queued.Add(1) > g.maxQueue {
+		g.queued.Add(-1)
+		return nil, &FullError{Max: cap(g.slots), Queue: int(g.maxQueue)}
+	}
+	g.report()
+	return &Reservation{g: g}, nil
+}
+
+// enter waits, from a place in the queue, for a slot, then admits the
+// call.
+func (r *Reservation) enter(ctx context.Context) (leave func(), err error) {
+	g := r.g
+	refused := ErrDraining
+	if !r.slot {
 		select {
 		case g.slots <- struct{}{}:
 			g.queued.Add(-1)

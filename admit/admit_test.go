@@ -124,3 +124,47 @@ func TestDrainRefusesQueued(t *testing.T) {
 	}
 	g.Drain() // a second Drain returns at once
 }
+
+// TestReservation: a reservation holds its place until the call that
+// carries it enters with it, or it is released; one taken when the gate
+// is full is refused, and one holding a slot when shutdown begins enters
+// as a new call would, refused.
+func TestReservation(t *testing.T) {
+	g := New(1, 1, nil)
+	slot, err := g.Reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := g.Reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var full *FullError
+	if _, err := g.Reserve(); !errors.As(err, &full) {
+		t.Fatalf("a third reservation: %v, want *FullError", err)
+	}
+	if err := g.Refuses(); err == nil {
+		t.Error("Refuses: nil with the slot and the queue reserved")
+	}
+	leave, err := g.Enter(WithReservation(context.Background(), slot))
+	if err != nil {
+		t.Fatalf("entering with the slot's reservation: %v", err)
+	}
+	slot.Release() // used: does nothing
+	queued.Release()
+	if err := g.Refuses(); err != nil {
+		t.Errorf("the released place in the queue is still taken: %v", err)
+	}
+	leave()
+	late, err := g.Reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Drain()
+	for !errors.Is(g.Refuses(), ErrDraining) {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := g.Enter(WithReservation(context.Background(), late)); !errors.Is(err, ErrDraining) {
+		t.Errorf("entering with a reservation after Drain: %v, want ErrDraining", err)
+	}
+}

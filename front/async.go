@@ -212,24 +212,40 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 		iv.refuse(w, r, hook.Error, bad.Status, bad)
 		return
 	}
+	// The check above is a hint, which invocations that come together
+	// all pass: each takes its place in the gate before it is accepted,
+	// and its call enters with it, so that one the gate has no room for
+	// is refused now, not accepted to fail.
+	var place *admit.Reservation
+	if iv.gate != nil {
+		var err error
+		if place, err = iv.gate.Reserve(); err != nil {
+			outcome, status := refusal(w, err)
+			iv.refuse(w, r, outcome, status, err)
+			return
+		}
+	}
 	created := iv.now()
 	id, err := newInvocationID()
 	if err == nil {
 		err = iv.write(id, record{Running: true, Created: created})
 	}
 	if err != nil {
+		place.Release()
 		iv.log.Error("cannot start an asynchronous invocation", "error", err)
 		http.Error(w, "cannot store the invocation", http.StatusInternalServerError)
 		return
 	}
 	// The call outlives the request that started it.
-	r2 := r.Clone(iv.ctx)
+	r2 := r.Clone(admit.WithReservation(iv.ctx, place))
 	r2.Body = io.NopCloser(bytes.NewReader(body))
 	r2.ContentLength = int64(len(body))
 	r2.Header.Del("Prefer")
 	iv.wg.Add(1)
 	go func() {
 		defer iv.wg.Done()
+		// In case the call never entered the gate.
+		defer place.Release()
 		rec := &recorder{header: http.Header{}}
 		next.ServeHTTP(rec, r2)
 		if rec.status == 0 {

@@ -249,3 +249,72 @@ func TestAsyncSlowBodyIsRefused(t *testing.T) {
 		t.Errorf("stored: %v, want no invocation", entries)
 	}
 }
+
+// TestAsyncBurstRefusedAtOnce: invocations that come together, more than
+// the gate's slots and queue hold, are refused at once past what it holds;
+// each checked the gate before any call had entered it, so all were
+// accepted, and those past its room found a 503 when polled.
+func TestAsyncBurstRefusedAtOnce(t *testing.T) {
+	iv, err := OpenInvocations(t.TempDir(), time.Hour, 1<<20, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iv.Close()
+	gate := admit.New(1, 1, nil)
+	iv.RefuseWhenFull(gate)
+	// The calls enter the gate only once every invocation was answered,
+	// as when a burst's requests are all answered before their calls'
+	// goroutines run.
+	burstAnswered := make(chan struct{})
+	release := make(chan struct{})
+	h := iv.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-burstAnswered
+		leave, err := gate.Enter(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer leave()
+		<-release
+	}))
+	var accepted []string
+	refused := 0
+	for range 5 {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+		r.Header.Set("Prefer", "respond-async")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		switch w.Code {
+		case http.StatusAccepted:
+			accepted = append(accepted, w.Header().Get("Location"))
+		case http.StatusServiceUnavailable:
+			refused++
+		default:
+			t.Errorf("POST: %d %q", w.Code, w.Body.String())
+		}
+	}
+	close(burstAnswered)
+	close(release)
+	iv.wg.Wait()
+	if len(accepted) != 2 || refused != 3 {
+		t.Errorf("%d accepted, %d refused; want 2 (a slot and a place in the queue) and 3", len(accepted), refused)
+	}
+	for _, loc := range accepted {
+		g := httptest.NewRecorder()
+		h.ServeHTTP(g, httptest.NewRequest(http.MethodGet, loc, nil))
+		if g.Code != http.StatusOK {
+			t.Errorf("an accepted invocation's result: %d %q, want 200", g.Code, g.Body.String())
+		}
+	}
+	// Every place was given back: the slot, and the place in the queue.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	leave, err := gate.Enter(ctx)
+	if err != nil {
+		t.Fatalf("the gate kept the slot: %v", err)
+	}
+	defer leave()
+	if err := gate.Refuses(); err != nil {
+		t.Errorf("the gate kept the place in the queue: %v", err)
+	}
+}
