@@ -71,7 +71,9 @@ type stored struct {
 
 // record is one invocation on disk.
 type record struct {
-	Running bool        `json:"running"`
+	Running bool `json:"running"`
+	// Created is when the invocation started, and once it is over when
+	// its result was stored: the TTL counts from it.
 	Created time.Time   `json:"created"`
 	Status  int         `json:"status,omitempty"`
 	Header  http.Header `json:"header,omitempty"`
@@ -108,7 +110,7 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 			iv.indexLocked(id, stored{size: size, created: rec.Created})
 			continue
 		}
-		rec.Running, rec.Status, rec.Body = false, http.StatusInternalServerError, []byte(msgCutOff+"\n")
+		rec.Running, rec.Created, rec.Status, rec.Body = false, iv.now(), http.StatusInternalServerError, []byte(msgCutOff+"\n")
 		rec.Header = http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
 		if err := iv.write(id, rec); err == nil {
 			failed++
@@ -251,7 +253,10 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 		if rec.status == 0 {
 			rec.status = http.StatusOK
 		}
-		if err := iv.writeResult(id, record{Created: created, Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}); err != nil {
+		// A result is kept for the TTL from when it is stored, not from
+		// its call's start: a call that ran longer than the TTL had its
+		// result expire as it was stored, and nobody could ever read it.
+		if err := iv.writeResult(id, record{Created: iv.now(), Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}); err != nil {
 			iv.log.Error("cannot store the result of an asynchronous invocation", "error", err)
 		}
 		iv.bound()

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -316,5 +317,41 @@ func TestAsyncBurstRefusedAtOnce(t *testing.T) {
 	defer leave()
 	if err := gate.Refuses(); err != nil {
 		t.Errorf("the gate kept the place in the queue: %v", err)
+	}
+}
+
+// TestResultOfALongCallOutlivesItsCall: a result is kept for the TTL from
+// when it is stored; counted from its call's start, the result of a call
+// that ran longer than the TTL expired as it was stored.
+func TestResultOfALongCallOutlivesItsCall(t *testing.T) {
+	iv, err := OpenInvocations(t.TempDir(), 10*time.Second, 1<<20, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iv.Close()
+	var mu sync.Mutex
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	iv.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); clock = clock.Add(d) }
+	h := iv.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		advance(20 * time.Second) // the call runs twice the TTL
+		_, _ = w.Write([]byte("done"))
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r.Header.Set("Prefer", "respond-async")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	iv.wg.Wait()
+	get := func() *httptest.ResponseRecorder {
+		g := httptest.NewRecorder()
+		h.ServeHTTP(g, httptest.NewRequest(http.MethodGet, w.Header().Get("Location"), nil))
+		return g
+	}
+	if g := get(); g.Code != http.StatusOK || g.Body.String() != "done" {
+		t.Errorf("the result as soon as it is stored: %d %q, want 200 done", g.Code, g.Body.String())
+	}
+	advance(11 * time.Second)
+	if g := get(); g.Code != http.StatusNotFound {
+		t.Errorf("the result past the TTL: %d, want 404", g.Code)
 	}
 }
