@@ -88,6 +88,9 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return fail(hook.Error, http.StatusInternalServerError, "the function could not be run: "+out.Err.Error())
 	case out.Exit.Code != 0:
 		msg := fmt.Sprintf("the function exited with code %d", out.Exit.Code)
+		if out.Exit.OOMKilled != "" {
+			msg = fmt.Sprintf("the function ran out of memory and exited with code %d: %s", out.Exit.Code, out.Exit.OOMKilled)
+		}
 		if len(tail) > 0 {
 			msg += "; the end of its stderr:\n" + string(tail)
 		}

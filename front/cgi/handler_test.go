@@ -156,3 +156,25 @@ func TestCallerGoneIsLoggedAsSuch(t *testing.T) {
 		t.Errorf("log %q blames the function's container", line)
 	}
 }
+
+// oomRunner is a function the kernel's OOM killer killed.
+type oomRunner struct{}
+
+func (oomRunner) Call(context.Context, bundle.Call) (bundle.Exit, error) {
+	return bundle.Exit{Code: 137, OOMKilled: "the container's cgroup hit memory.max (64 MiB)"}, nil
+}
+
+func (oomRunner) Args() []string { return []string{"/fn"} }
+
+// TestOutOfMemoryIsSaid: a function killed for memory is answered saying
+// so, not only with its exit code.
+func TestOutOfMemoryIsSaid(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	h := New(&front.Config{Runner: oomRunner{}, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "ran out of memory and exited with code 137: the container's cgroup hit memory.max") {
+		t.Errorf("got %d %q, want 500 saying the function ran out of memory", w.Code, w.Body.String())
+	}
+}

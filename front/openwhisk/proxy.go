@@ -31,6 +31,9 @@ const (
 	msgInitFailed  = "The action failed to generate or locate a binary. See logs for details."
 	msgNotDict     = "The action did not return a dictionary or array."
 	msgBadArgument = "The action did not receive a dictionary or array as an argument."
+	// msgMemoryExhausted is what OpenWhisk says of an action killed for
+	// memory (its Messages.memoryExhausted).
+	msgMemoryExhausted = "The action exhausted its memory and was aborted."
 )
 
 // Proxy serves one action.
@@ -342,6 +345,10 @@ func (p *Proxy) activate(ctx context.Context, call *hook.Call, bc bundle.Call, v
 	case out.Err != nil:
 		call.Err = out.Err
 		return fail(hook.Error, http.StatusInternalServerError, "Internal error. "+out.Err.Error())
+	case out.Exit.Code != 0 && out.Exit.OOMKilled != "":
+		// Whatever it printed, the kernel ended it: say so, in
+		// OpenWhisk's words, rather than blame its answer.
+		return fail(hook.Fatal, http.StatusBadGateway, fmt.Sprintf("%s (%s)", msgMemoryExhausted, out.Exit.OOMKilled))
 	case !res.OK:
 		return fail(hook.Fatal, http.StatusBadGateway, msgNotDict)
 	}

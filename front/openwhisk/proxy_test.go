@@ -198,3 +198,27 @@ func TestActivationEnvironmentRefused(t *testing.T) {
 		t.Errorf("%d sentinels on stdout, want one per refused activation", n)
 	}
 }
+
+// oomRunner is an action the kernel's OOM killer killed after it printed
+// a result.
+type oomRunner struct{}
+
+func (oomRunner) Call(_ context.Context, c bundle.Call) (bundle.Exit, error) {
+	_, err := io.WriteString(c.Stdout, "{\"partial\": true}\n")
+	return bundle.Exit{Code: 137, OOMKilled: "the container's cgroup hit memory.max (64 MiB)"}, err
+}
+
+func (oomRunner) Args() []string { return []string{"/fn"} }
+
+// TestOutOfMemoryIsSaid: an action killed for memory is answered as
+// OpenWhisk answers it, whatever it printed before.
+func TestOutOfMemoryIsSaid(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	p := New(&front.Config{Runner: oomRunner{}, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 10, WorkDir: t.TempDir()}, "", io.Discard, io.Discard)
+	w := httptest.NewRecorder()
+	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(`{"value": {}}`)))
+	if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), "The action exhausted its memory and was aborted. (the container's cgroup hit memory.max") {
+		t.Errorf("got %d %s, want 502 in OpenWhisk's words", w.Code, w.Body.String())
+	}
+}
