@@ -61,7 +61,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	// the grace period's end they are stopped and still answered.
 	calls, stopCalls := context.WithCancelCause(context.Background())
 	defer stopCalls(nil)
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second,
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(log),
 		BaseContext: func(net.Listener) context.Context { return calls }}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(lis) }()

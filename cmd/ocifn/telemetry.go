@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -50,7 +51,7 @@ func serveMetrics(ctx context.Context, log *slog.Logger, address string, reg *pr
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: httpErrorLog(log)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -104,4 +105,12 @@ func listen(address, what, flag string) (net.Listener, error) {
 		hint = fmt.Sprintf(" (another process, or this one's other port, has it: choose another with %s; --address is :9443 by default, :8080 on the HTTP fronts, and --metrics-address :8080, empty for none)", flag)
 	}
 	return nil, fmt.Errorf("cannot listen on %s%s: %w%s", address, what, err, hint)
+}
+
+// httpErrorLog is where net/http's servers say what they cannot tell a
+// handler (a handler's header they refused, a connection that failed its
+// TLS handshake): ocifn's log, in its format, rather than plain lines on
+// stderr that --log-format json would not parse.
+func httpErrorLog(log *slog.Logger) *stdlog.Logger {
+	return slog.NewLogLogger(log.With("source", "net/http").Handler(), slog.LevelWarn)
 }

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestHTTPErrorLogIsOcifnsLog: what net/http's server logs of its own
+// (here a handler's second WriteHeader) comes out in ocifn's log format,
+// as a warning, not as a plain line on stderr.
+func TestHTTPErrorLogIsOcifnsLog(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	twice := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	srv := httptest.NewUnstartedServer(twice)
+	srv.Config.ErrorLog = httpErrorLog(log)
+	srv.Start()
+	defer srv.Close()
+	rsp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsp.Body.Close()
+	var line map[string]any
+	if err := json.Unmarshal(bytes.SplitN(buf.Bytes(), []byte("\n"), 2)[0], &line); err != nil {
+		t.Fatalf("not a JSON log line: %q", buf.Bytes())
+	}
+	if line["level"] != "WARN" || line["source"] != "net/http" || !strings.Contains(fmt.Sprint(line["msg"]), "superfluous") {
+		t.Errorf("net/http's line: %v, want a WARN from net/http in ocifn's log", line)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a writer and a reader in two goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// Bytes is a copy of what was written so far.
+func (b *syncBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}
