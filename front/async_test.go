@@ -1,12 +1,10 @@
 package front
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ocifn/ocifn/admit"
+	"github.com/ocifn/ocifn/front/fronttest"
 	"github.com/ocifn/ocifn/hook"
 )
 
@@ -228,23 +227,9 @@ func TestAsyncSlowBodyIsRefused(t *testing.T) {
 	iv.ReadBodiesWithin(300 * time.Millisecond)
 	srv := httptest.NewServer(iv.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the call ran") })))
 	defer srv.Close()
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	// Three bytes of the hundred announced, then nothing.
-	if _, err := io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nPrefer: respond-async\r\nContent-Length: 100\r\n\r\nabc"); err != nil {
-		t.Fatal(err)
-	}
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	rsp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("no answer to a stalled body: %v", err)
-	}
-	msg, _ := io.ReadAll(rsp.Body)
-	if rsp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "did not arrive within the call's timeout of 300ms") {
-		t.Errorf("a stalled body: status %d %q, want 400 naming the timeout", rsp.StatusCode, msg)
+	code, msg := fronttest.StalledBody(t, srv.Listener.Addr().String(), "Prefer: respond-async\r\n")
+	if code != http.StatusBadRequest || !strings.Contains(msg, "did not arrive within the call's timeout of 300ms") {
+		t.Errorf("a stalled body: status %d %q, want 400 naming the timeout", code, msg)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("stored: %v, want no invocation", entries)

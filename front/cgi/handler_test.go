@@ -1,12 +1,10 @@
 package cgi
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -66,23 +64,9 @@ func TestSlowBodyIsRefused(t *testing.T) {
 	srv := httptest.NewServer(New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log), Gate: gate, Log: log,
 		Timeout: 300 * time.Millisecond, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20}))
 	defer srv.Close()
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	// Three bytes of the hundred announced, then nothing.
-	if _, err := io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"); err != nil {
-		t.Fatal(err)
-	}
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	rsp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("no answer to a stalled body: %v", err)
-	}
-	msg, _ := io.ReadAll(rsp.Body)
-	if rsp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "did not arrive within the call's timeout of 300ms") {
-		t.Errorf("a stalled body: status %d %q, want 400 naming the timeout", rsp.StatusCode, msg)
+	code, msg := fronttest.StalledBody(t, srv.Listener.Addr().String(), "")
+	if code != http.StatusBadRequest || !strings.Contains(msg, "did not arrive within the call's timeout of 300ms") {
+		t.Errorf("a stalled body: status %d %q, want 400 naming the timeout", code, msg)
 	}
 	leave, err := gate.Enter(context.Background())
 	if err != nil {
