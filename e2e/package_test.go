@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -731,14 +732,8 @@ func TestBuildAsUnprivilegedUser(t *testing.T) {
 	rt := runtimeImage(t)
 	u, home, _ := userHome(t, map[string]string{image("labelizer.oci.tar"): "function.tar", rt: "runtime.tar"})
 	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
 	xpkg := filepath.Join(home, "function.xpkg")
-	cmd := exec.Command(ocifnBin, "build", "--from-oci-tarball", filepath.Join(home, "function.tar"), "--name", "function-labelizer",
-		"--runtime-image-tarball", filepath.Join(home, "runtime.tar"), "-o", xpkg)
-	cmd.Dir = home
-	cmd.Env = append(os.Environ(), "HOME="+home, "TMPDIR="+home)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-	out, err := cmd.CombinedOutput()
+	out, err := buildAsUser(u, home, xpkg)
 	if err != nil {
 		t.Fatalf("ocifn build as %s: %v\n%s", u.Username, err, out)
 	}
@@ -771,6 +766,19 @@ func TestBuildAsUnprivilegedUser(t *testing.T) {
 	mustContain(t, "server log", s.stderr.String(), "digest="+m[1])
 }
 
+// buildAsUser runs ocifn build as user u, in its home, of the function
+// image home/function.tar on home/runtime.tar, into xpkg.
+func buildAsUser(u *user.User, home, xpkg string) ([]byte, error) {
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	cmd := exec.Command(ocifnBin, "build", "--from-oci-tarball", filepath.Join(home, "function.tar"), "--name", "function-labelizer",
+		"--runtime-image-tarball", filepath.Join(home, "runtime.tar"), "-o", xpkg)
+	cmd.Dir = home
+	cmd.Env = append(os.Environ(), "HOME="+home, "TMPDIR="+home)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	return cmd.CombinedOutput()
+}
+
 // TestBuildRefusesUnwritableOutput: a user who cannot write to the
 // package's directory is told so before the function image is read and
 // unpacked (it is corrupt here, which would be reported instead).
@@ -786,19 +794,12 @@ func TestBuildRefusesUnwritableOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	u, home, _ := userHome(t, map[string]string{corrupt: "function.tar", rt: "runtime.tar"})
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
 	rootOwned := filepath.Join(home, "root-owned")
 	if err := os.Mkdir(rootOwned, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	xpkg := filepath.Join(rootOwned, "function.xpkg")
-	cmd := exec.Command(ocifnBin, "build", "--from-oci-tarball", filepath.Join(home, "function.tar"), "--name", "function-labelizer",
-		"--runtime-image-tarball", filepath.Join(home, "runtime.tar"), "-o", xpkg)
-	cmd.Dir = home
-	cmd.Env = append(os.Environ(), "HOME="+home, "TMPDIR="+home)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-	out, err := cmd.CombinedOutput()
+	out, err := buildAsUser(u, home, xpkg)
 	if err == nil {
 		t.Fatalf("ocifn build into a directory the user cannot write succeeded:\n%s", out)
 	}
