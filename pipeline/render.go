@@ -506,8 +506,12 @@ func fetchAll(sels map[string]*fnv1.ResourceSelector, from []Object) map[string]
 }
 
 func fetch(sel *fnv1.ResourceSelector, from []Object) *fnv1.Resources {
+	// In Crossplane's order (xfn.ExistingRequiredResourcesFetcher): by
+	// "namespace/name", compared as one string, so that a selector across
+	// namespaces gives the function what it would get from Crossplane.
+	key := func(o Object) string { return o.Namespace() + "/" + o.Name() }
 	sorted := append([]Object(nil), from...)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Name() < sorted[j].Name() })
+	sort.SliceStable(sorted, func(i, j int) bool { return key(sorted[i]) < key(sorted[j]) })
 	out := &fnv1.Resources{}
 	for _, o := range sorted {
 		if o.APIVersion() != sel.GetApiVersion() || o.Kind() != sel.GetKind() {

@@ -472,3 +472,31 @@ func TestValidName(t *testing.T) {
 		}
 	}
 }
+
+// A selector without a namespace lists every namespace; Crossplane's
+// fetcher sorts what matches by "namespace/name"
+// (xfn.ExistingRequiredResourcesFetcher), so functions, and render's
+// output, see that order, not one by name.
+func TestFetchSortsByNamespaceThenName(t *testing.T) {
+	var from []Object
+	for _, nn := range []string{"z/a", "/c", "b/a", "a/d", "/b", "a-x/a"} {
+		ns, name, _ := strings.Cut(nn, "/")
+		o := mustObject(t, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: "+name+"\n  labels: {app: x}\n")
+		if ns != "" {
+			o.setMeta("namespace", ns)
+		}
+		from = append(from, o)
+	}
+	sel := &fnv1.ResourceSelector{ApiVersion: "v1", Kind: "ConfigMap",
+		Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"app": "x"}}}}
+	var got []string
+	for _, r := range fetch(sel, from).GetItems() {
+		o := Object(r.GetResource().AsMap())
+		got = append(got, o.Namespace()+"/"+o.Name())
+	}
+	// "a-x/" before "a/": the key is compared as one string, '-' < '/'.
+	want := []string{"/b", "/c", "a-x/a", "a/d", "b/a", "z/a"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("order (-want +got):\n%s", d)
+	}
+}
