@@ -104,7 +104,7 @@ func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs,
 		results []Object
 		outputs []any
 	)
-	cin := Inputs{Required: in.Required, BeforeCall: in.BeforeCall}
+	cin := Inputs{Required: clusterObjects(nil, in.Required, in.Credentials), BeforeCall: in.BeforeCall}
 	for _, s := range in.Operation.Steps {
 		fn, ok := in.Functions[s.FunctionRef.Name]
 		if !ok {

@@ -169,6 +169,14 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	if ref, _ := lookup(in.XR, in.Schema.path("compositionRef")...).(map[string]any); len(ref) != 1 || ref["name"] != in.Composition.Name {
 		events = append(events, event{reason: reasonSelectComposition, message: "Successfully selected composition: " + in.Composition.Name})
 	}
+	// What a step may ask for is what the cluster holds: the XR and its
+	// composed resources too, not only --required-resources.
+	var cluster []Object
+	for _, d := range in.Observed {
+		cluster = append(cluster, d.Object)
+	}
+	stepIn := in
+	stepIn.Required = clusterObjects(append([]Object{xr}, cluster...), in.Required, in.Credentials)
 	for _, s := range in.Composition.Steps {
 		fn, ok := in.Functions[s.FunctionRef.Name]
 		if !ok {
@@ -183,7 +191,7 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		if req.Credentials, err = credentials(s, in.Credentials); err != nil {
 			return Outputs{}, fmt.Errorf("pipeline step %q: %w", s.Step, err)
 		}
-		rsp, err := runStep(ctx, fn, req, in, s)
+		rsp, err := runStep(ctx, fn, req, stepIn, s)
 		if err != nil {
 			return Outputs{}, fmt.Errorf("cannot run pipeline step %q: %w", s.Step, err)
 		}
@@ -490,6 +498,38 @@ func tag(req *fnv1.RunFunctionRequest) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// clusterObjects are the objects a step's required resources are found
+// among, as crossplane render's in-memory cluster holds them: own (the XR
+// as the functions observe it and its observed composed resources, or
+// nothing for an Operation), the required resources, then the credentials
+// Secrets (a Secret without a kind is a v1 Secret). An object given again
+// under the same apiVersion, kind, namespace and name replaces the earlier
+// one, as in that cluster.
+func clusterObjects(own, required, secrets []Object) []Object {
+	var out []Object
+	at := map[string]int{}
+	add := func(o Object) {
+		k := o.APIVersion() + "\x00" + o.Kind() + "\x00" + o.Namespace() + "\x00" + o.Name()
+		if i, ok := at[k]; ok {
+			out[i] = o
+			return
+		}
+		at[k] = len(out)
+		out = append(out, o)
+	}
+	for _, o := range append(append([]Object(nil), own...), required...) {
+		add(o)
+	}
+	for _, s := range secrets {
+		if s.Kind() == "" {
+			s = s.deepCopy()
+			s["apiVersion"], s["kind"] = "v1", "Secret"
+		}
+		add(s)
+	}
+	return out
 }
 
 // fetchAll answers resource selectors from the supplied resources. A

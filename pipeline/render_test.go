@@ -500,3 +500,37 @@ func TestFetchSortsByNamespaceThenName(t *testing.T) {
 		t.Errorf("order (-want +got):\n%s", d)
 	}
 }
+
+// In a cluster, and in crossplane render's in-memory one, a step may ask
+// for the XR itself, its composed resources and the credentials Secrets:
+// they exist there as much as --required-resources do.
+func TestRequiredResourcesIncludeTheXRObservedAndCredentials(t *testing.T) {
+	var last *fnv1.RunFunctionRequest
+	fn := scripted(func(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+		last = req
+		return &fnv1.RunFunctionResponse{Desired: req.GetDesired(), Requirements: &fnv1.Requirements{Resources: map[string]*fnv1.ResourceSelector{
+			"xr":     {ApiVersion: "example.org/v1", Kind: "XApp", Namespace: ptr("team-a"), Match: &fnv1.ResourceSelector_MatchName{MatchName: "demo"}},
+			"mine":   {ApiVersion: "v1", Kind: "ConfigMap", Match: &fnv1.ResourceSelector_MatchLabels{MatchLabels: &fnv1.MatchLabels{Labels: map[string]string{"crossplane.io/composite": "demo"}}}},
+			"secret": {ApiVersion: "v1", Kind: "Secret", Namespace: ptr("ns"), Match: &fnv1.ResourceSelector_MatchName{MatchName: "db-creds"}},
+		}}}
+	})
+	observed := []Document{{Object: mustObject(t, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n  namespace: team-a\n  labels: {crossplane.io/composite: demo}\n  annotations: {crossplane.io/composition-resource-name: cm}\n")}}
+	secret := mustObject(t, "metadata:\n  name: db-creds\n  namespace: ns\ndata:\n  password: c2VjcmV0\n")
+	_, err := Render(context.Background(), Inputs{XR: mustObject(t, xrYAML), Composition: composition("s"),
+		Functions: map[string]Function{"fn-s": fn}, Observed: observed, Credentials: []Object{secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr := last.GetRequiredResources()
+	for _, name := range []string{"xr", "mine", "secret"} {
+		if n := len(rr[name].GetItems()); n != 1 {
+			t.Errorf("required resource %q: %d items, want 1", name, n)
+		}
+	}
+	// The XR as the functions observe it.
+	if items := rr["xr"].GetItems(); len(items) == 1 {
+		if d := cmp.Diff(last.GetObserved().GetComposite().GetResource(), items[0].GetResource(), protocmp.Transform()); d != "" {
+			t.Errorf("the XR (-observed +required):\n%s", d)
+		}
+	}
+}
