@@ -99,7 +99,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == "/init" {
-		body, err := front.ReadBody(w, r, p.cfg.MaxRequestBytes, 0)
+		// Within the timeout, as an activation's body: a client that
+		// sends its headers and stalls would otherwise hold its request,
+		// and a shutdown (which waits for every request being served) to
+		// the end of its grace period.
+		body, err := front.ReadBody(w, r, p.cfg.MaxRequestBytes, p.cfg.Timeout)
 		var msg map[string]json.RawMessage
 		if err == nil {
 			msg, err = parseMessage(r.URL.Path, body)

@@ -1,12 +1,14 @@
 package openwhisk
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -220,5 +222,35 @@ func TestOutOfMemoryIsSaid(t *testing.T) {
 	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(`{"value": {}}`)))
 	if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), "The action exhausted its memory and was aborted. (the container's cgroup hit memory.max") {
 		t.Errorf("got %d %s, want 502 in OpenWhisk's words", w.Code, w.Body.String())
+	}
+}
+
+// TestInitSlowBodyIsRefused: an /init whose body stalls is answered 400
+// within --timeout, as an activation's is: it would otherwise hold its
+// request, and a shutdown, which waits for every request being served, to
+// the end of its grace period.
+func TestInitSlowBodyIsRefused(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	p := New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: 300 * time.Millisecond, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 10, WorkDir: t.TempDir()}, "", io.Discard, io.Discard)
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// One byte of the hundred announced, then nothing.
+	if _, err := io.WriteString(conn, "POST /init HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	rsp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to an /init whose body stalled: %v", err)
+	}
+	msg, _ := io.ReadAll(rsp.Body)
+	if rsp.StatusCode != http.StatusBadRequest || !strings.Contains(string(msg), "did not arrive within the call's timeout of 300ms") {
+		t.Errorf("a stalled /init body: status %d %q, want 400 naming the timeout", rsp.StatusCode, msg)
 	}
 }
