@@ -162,3 +162,28 @@ func TestOutOfMemoryIsSaid(t *testing.T) {
 		t.Errorf("got %d %q, want 500 saying the function ran out of memory", w.Code, w.Body.String())
 	}
 }
+
+// TestCallerGoneWhileQueued: a caller that goes away while its call waits
+// for a slot is logged as one gone mid-call is, 499 naming the caller; it
+// said status=503 and error="context canceled", as if ocifn had refused it.
+func TestCallerGoneWhileQueued(t *testing.T) {
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	gate := admit.New(1, 1, nil)
+	leave, err := gate.Enter(context.Background()) // the only slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leave()
+	h := New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log, hook.Log{Logger: log}), Gate: gate, Log: log,
+		Timeout: time.Minute, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
+	line := logs.String()
+	for _, want := range []string{"outcome=error", "status=499", "caller went away while the call waited for a slot"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log %q does not say %q", line, want)
+		}
+	}
+}
