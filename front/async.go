@@ -143,8 +143,11 @@ func (iv *Invocations) CountRefusals(ch *hook.Chain, front string) { iv.hooks, i
 
 // refuse answers an invocation refused before its call with status and
 // err's message, through the hooks.
-func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, o hook.Outcome, status int, err error) {
+func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, received time.Time, o hook.Outcome, status int, err error) {
 	call := NewCall(iv.front, r, r.Header.Get("Event-Id"))
+	// Timed from the request's arrival: a body that failed after
+	// seconds of reading took that long, not the microseconds since.
+	call.Received = received
 	ctx := iv.hooks.Before(r.Context(), call)
 	call.Outcome, call.Reason = o, err.Error()
 	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status, "async", true)
@@ -200,18 +203,19 @@ func prefersAsync(h http.Header) bool {
 }
 
 func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	received := time.Now()
 	// Refused now rather than accepted to fail: the caller would learn
 	// it only when it polls.
 	if iv.gate != nil {
 		if err := iv.gate.Refuses(); err != nil {
 			outcome, status := refusal(w, err)
-			iv.refuse(w, r, outcome, status, err)
+			iv.refuse(w, r, received, outcome, status, err)
 			return
 		}
 	}
 	body, bad := ReadBody(w, r, iv.maxBody, iv.bodyTimeout)
 	if bad != nil {
-		iv.refuse(w, r, hook.Error, bad.Status, bad)
+		iv.refuse(w, r, received, hook.Error, bad.Status, bad)
 		return
 	}
 	// The check above is a hint, which invocations that come together
@@ -223,7 +227,7 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 		var err error
 		if place, err = iv.gate.Reserve(); err != nil {
 			outcome, status := refusal(w, err)
-			iv.refuse(w, r, outcome, status, err)
+			iv.refuse(w, r, received, outcome, status, err)
 			return
 		}
 	}

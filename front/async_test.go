@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -225,6 +226,8 @@ func TestAsyncSlowBodyIsRefused(t *testing.T) {
 	}
 	defer iv.Close()
 	iv.ReadBodiesWithin(300 * time.Millisecond)
+	var logs bytes.Buffer
+	iv.CountRefusals(hook.NewChain(slog.New(slog.DiscardHandler), hook.Log{Logger: slog.New(slog.NewTextHandler(&logs, nil))}), "http")
 	srv := httptest.NewServer(iv.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the call ran") })))
 	defer srv.Close()
 	code, msg := fronttest.StalledBody(t, srv.Listener.Addr().String(), "Prefer: respond-async\r\n")
@@ -233,6 +236,15 @@ func TestAsyncSlowBodyIsRefused(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("stored: %v, want no invocation", entries)
+	}
+	// The refusal is timed from the request's arrival, the body's wait
+	// included.
+	m := regexp.MustCompile(`duration=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no duration in the refusal's log line: %q", logs.String())
+	}
+	if d, err := time.ParseDuration(m[1]); err != nil || d < 300*time.Millisecond {
+		t.Errorf("the refusal's duration %s, want at least the 300ms its body was waited for", m[1])
 	}
 }
 
