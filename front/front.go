@@ -68,6 +68,11 @@ type Output struct {
 	Err error
 }
 
+// StatusCallerGone is the status logged for a request whose caller went
+// away before its answer (nginx's 499, "client closed request"): none
+// reaches the caller.
+const StatusCallerGone = 499
+
 // ErrTimeout is the cause of a call's context when its timeout ends it.
 var ErrTimeout = errors.New("function timeout")
 

@@ -39,7 +39,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			// Gone while its call waited for a slot: logged as one gone
 			// mid-call is, not as a refusal of ocifn's.
 			call.Err = fmt.Errorf("the caller went away while the call waited for a slot: %w", refused.Err)
-			return fail(hook.Error, statusCallerGone, call.Err.Error())
+			return fail(hook.Error, front.StatusCallerGone, call.Err.Error())
 		}
 		// The gate's errors (draining, the caller gone) are the call's;
 		// a bad body is the caller's, said in the reason alone.
@@ -89,7 +89,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		// not that the function could not be run. 499 is the status
 		// proxies (nginx) log a request with whose client closed it.
 		call.Err = fmt.Errorf("the caller went away before the function answered: %w", out.Err)
-		return fail(hook.Error, statusCallerGone, call.Err.Error())
+		return fail(hook.Error, front.StatusCallerGone, call.Err.Error())
 	case out.Err != nil:
 		call.Err = out.Err
 		return fail(hook.Error, http.StatusInternalServerError, "the function could not be run: "+out.Err.Error())
@@ -123,11 +123,6 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	call.Outcome = hook.OK
 	return rsp.Status
 }
-
-// statusCallerGone is the status logged for a request whose caller went
-// away before its answer (nginx's 499, "client closed request"): none
-// reaches the caller.
-const statusCallerGone = 499
 
 // hopByHop are the header fields of one connection (RFC 9110 section
 // 7.6.1), which ocifn's server sets for its own connection to the caller:

@@ -346,6 +346,11 @@ func (p *Proxy) activate(ctx context.Context, call *hook.Call, bc bundle.Call, v
 		// Not the action's fault: another invoker may run it.
 		call.Err = out.Err
 		return fail(hook.Error, http.StatusServiceUnavailable, front.ErrShutdown.Error())
+	case out.CallerGone:
+		// The invoker went away: nobody reads this answer, and the log
+		// line says so rather than blame the action's container.
+		call.Err = fmt.Errorf("the invoker went away before the action answered: %w", out.Err)
+		return fail(hook.Error, front.StatusCallerGone, call.Err.Error())
 	case out.Err != nil:
 		call.Err = out.Err
 		return fail(hook.Error, http.StatusInternalServerError, "Internal error. "+out.Err.Error())

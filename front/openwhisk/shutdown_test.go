@@ -39,3 +39,25 @@ func TestRunStoppedByTheShutdown(t *testing.T) {
 		t.Errorf("%d %s, want 503 naming the grace period", w.Code, w.Body.String())
 	}
 }
+
+// TestInvokerGoneIsLoggedAsSuch: an activation whose invoker went away
+// before its answer is logged as gone, 499, not as an internal error of
+// the action's container.
+func TestInvokerGoneIsLoggedAsSuch(t *testing.T) {
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	p := New(&front.Config{Runner: shutdownRunner{}, Hooks: hook.NewChain(log, hook.Log{Logger: log}), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: 10 * time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 10}, "", io.Discard, io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	p.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(`{"value":{"a":1}}`)).WithContext(ctx))
+	line := logs.String()
+	for _, want := range []string{"outcome=error", "status=499", "invoker went away"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log %q does not say %q", line, want)
+		}
+	}
+	if strings.Contains(line, "Internal error") {
+		t.Errorf("log %q blames the action's container", line)
+	}
+}
