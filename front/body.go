@@ -73,6 +73,11 @@ type Refused struct {
 // caller calls leave once the call has run; on a refusal nothing is held.
 func (c *Config) Admit(ctx context.Context, w http.ResponseWriter, r *http.Request) (body []byte, leave func(), refused *Refused) {
 	leave, err := c.Gate.Enter(ctx)
+	if errors.Is(err, context.Canceled) && !errors.Is(context.Cause(ctx), ErrShutdown) {
+		// Gone while its call waited for a slot: logged as one gone
+		// mid-call is, not as a refusal of ocifn's.
+		return nil, nil, &Refused{hook.Error, StatusCallerGone, fmt.Errorf("the caller went away while the call waited for a slot: %w", err)}
+	}
 	if err != nil {
 		outcome, status := refusal(w, err)
 		return nil, nil, &Refused{outcome, status, err}

@@ -2,7 +2,6 @@ package cgi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -35,12 +34,6 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	body, leave, refused := h.cfg.Admit(ctx, w, r)
 	if refused != nil {
-		if errors.Is(refused.Err, context.Canceled) && !errors.Is(context.Cause(ctx), front.ErrShutdown) {
-			// Gone while its call waited for a slot: logged as one gone
-			// mid-call is, not as a refusal of ocifn's.
-			call.Err = fmt.Errorf("the caller went away while the call waited for a slot: %w", refused.Err)
-			return fail(hook.Error, front.StatusCallerGone, call.Err.Error())
-		}
 		// The gate's errors (draining, the caller gone) are the call's;
 		// a bad body is the caller's, said in the reason alone.
 		if _, badBody := refused.Err.(*front.BodyError); !badBody && refused.Outcome == hook.Error {

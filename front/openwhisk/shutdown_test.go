@@ -61,3 +61,28 @@ func TestInvokerGoneIsLoggedAsSuch(t *testing.T) {
 		t.Errorf("log %q blames the action's container", line)
 	}
 }
+
+// TestInvokerGoneWhileQueuedIsLoggedAsSuch: an activation whose invoker
+// went away while it waited for a slot is logged as gone, 499, not as a
+// refusal of ocifn's (503).
+func TestInvokerGoneWhileQueuedIsLoggedAsSuch(t *testing.T) {
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	gate := admit.New(1, 1, nil)
+	p := New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log, hook.Log{Logger: log}), Gate: gate, Log: log,
+		Timeout: 10 * time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 10}, "", io.Discard, io.Discard)
+	leave, err := gate.Enter(context.Background()) // the only slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leave()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	p.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(`{"value":{"a":1}}`)).WithContext(ctx))
+	line := logs.String()
+	for _, want := range []string{"outcome=error", "status=499", "went away while the call waited for a slot"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log %q does not say %q", line, want)
+		}
+	}
+}
