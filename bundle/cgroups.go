@@ -192,6 +192,19 @@ func processesOf(dir string) string {
 	return strings.Join(out, ", ")
 }
 
+// removeCallCgroup removes the cgroup crun's cgroupfs manager makes for
+// container id, /ID under the root of ocifn's cgroup tree (its configs set
+// no cgroupsPath), if it is there and empty. A crun create killed before
+// it wrote the container's state (its context ended: the pool stopped, a
+// call's deadline passed) leaves it behind, and crun delete, which then
+// knows no such container, does not remove it. Called once the failed
+// creation's processes are killed and reaped.
+func removeCallCgroup(id string) {
+	if mount, ok := cgroupMount.Load().(string); ok {
+		_ = unix.Rmdir(filepath.Join(mount, id))
+	}
+}
+
 // cgroupOf returns the cgroup directory of a process, or "" when calls do
 // not run in cgroups of their own or it cannot be read.
 func cgroupOf(pid int) string {

@@ -346,6 +346,7 @@ func (b *Bundle) createWith(ctx context.Context, config string) (c *container, e
 		default:
 			msg = pidErr.Error()
 		}
+		removeCallCgroup(id)
 		return nil, &RuntimeError{Op: "create", Message: msg}
 	}
 	c = &container{rt: b.runtime, id: id, pid: pid, created: time.Now(), stdin: inW, stdout: outR, stderr: errR, log: log, cgroup: cgroupOf(pid), pidfd: exitFD(pid), setupCPU: runtimeOf(pid)}

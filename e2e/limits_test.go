@@ -335,7 +335,17 @@ func checkPerCallLimits(t *testing.T, cache string, start func(cache string) (*s
 	}
 	eventually(t, 10*time.Second, "only the new server's warm containers' state left", func() bool { return len(containerStates(t, cache)) == s.warm })
 	s.stop()
-	eventually(t, 10*time.Second, "no call cgroup left after the server stopped", func() bool { return len(callCgroups(t, next)) == 0 })
+	deadline := time.Now().Add(10 * time.Second)
+	for left := callCgroups(t, next); len(left) > 0; left = callCgroups(t, next) {
+		if time.Now().After(deadline) {
+			// What each holds says which path left it.
+			for i, name := range left {
+				left[i] = fmt.Sprintf("%s (cgroup.procs %q)", name, readCgroupFile(filepath.Join(next, name), "cgroup.procs"))
+			}
+			t.Fatalf("call cgroups left 10s after the server stopped: %s", strings.Join(left, ", "))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // cgroupRunsSleep reports whether a process of the cgroup runs sleep.
