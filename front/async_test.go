@@ -76,11 +76,7 @@ func TestResultLargerThanTheBound(t *testing.T) {
 	if g.Code != http.StatusInsufficientStorage {
 		t.Errorf("GET: %d, want 507", g.Code)
 	}
-	for _, want := range []string{"status 200", "2000 bytes", "--results-max-bytes (1000)", "not kept"} {
-		if !strings.Contains(g.Body.String(), want) {
-			t.Errorf("GET body %q does not say %q", g.Body.String(), want)
-		}
-	}
+	fronttest.Says(t, "GET body", g.Body.String(), "status 200", "2000 bytes", "--results-max-bytes (1000)", "not kept")
 }
 
 // TestAsyncRefusedWhenFull: with every slot and the queue taken, a new

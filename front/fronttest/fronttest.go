@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -48,4 +49,15 @@ func StalledBody(t testing.TB, addr, headers string) (int, string) {
 	defer rsp.Body.Close()
 	msg, _ := io.ReadAll(rsp.Body)
 	return rsp.StatusCode, string(msg)
+}
+
+// Says fails t, without stopping it, for each of wants that text (what,
+// such as a log line or an answer's body) does not contain.
+func Says(t testing.TB, what, text string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(text, want) {
+			t.Errorf("%s %q does not say %q", what, text, want)
+		}
+	}
 }

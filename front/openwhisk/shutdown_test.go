@@ -14,6 +14,7 @@ import (
 	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/bundle"
 	"github.com/ocifn/ocifn/front"
+	"github.com/ocifn/ocifn/front/fronttest"
 	"github.com/ocifn/ocifn/hook"
 )
 
@@ -52,11 +53,7 @@ func TestInvokerGoneIsLoggedAsSuch(t *testing.T) {
 	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
 	p.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(`{"value":{"a":1}}`)).WithContext(ctx))
 	line := logs.String()
-	for _, want := range []string{"outcome=error", "status=499", "invoker went away"} {
-		if !strings.Contains(line, want) {
-			t.Errorf("log %q does not say %q", line, want)
-		}
-	}
+	fronttest.Says(t, "log", line, "outcome=error", "status=499", "invoker went away")
 	if strings.Contains(line, "Internal error") {
 		t.Errorf("log %q blames the action's container", line)
 	}
@@ -80,9 +77,5 @@ func TestInvokerGoneWhileQueuedIsLoggedAsSuch(t *testing.T) {
 	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
 	p.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(`{"value":{"a":1}}`)).WithContext(ctx))
 	line := logs.String()
-	for _, want := range []string{"outcome=error", "status=499", "went away while the call waited for a slot"} {
-		if !strings.Contains(line, want) {
-			t.Errorf("log %q does not say %q", line, want)
-		}
-	}
+	fronttest.Says(t, "log", line, "outcome=error", "status=499", "went away while the call waited for a slot")
 }
