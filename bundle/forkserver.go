@@ -78,6 +78,7 @@ func (s *forkServer) spawn(exe string) (*net.UnixConn, error) {
 	// The server's descriptor 3 (ExtraFiles[0]).
 	cmd := exec.Command(exe, forkServerFlag, "3")
 	cmd.Args[0] = "crun"
+	cmd.Env = runtimeEnv()
 	cmd.ExtraFiles = []*os.File{theirs}
 	s.stderr = &boundedBuffer{max: 4096}
 	cmd.Stderr = s.stderr

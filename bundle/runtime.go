@@ -822,13 +822,34 @@ func (r *Runtime) forkServerExe() (string, bool) {
 }
 
 func (r *Runtime) command(ctx context.Context, a ...string) *exec.Cmd {
+	var cmd *exec.Cmd
 	if exe := r.sealed.exe(r.path); exe != r.path {
-		cmd := exec.CommandContext(ctx, exe, r.args(a...)...)
+		cmd = exec.CommandContext(ctx, exe, r.args(a...)...)
 		cmd.Args[0] = filepath.Base(r.path)
-		return cmd
+	} else {
+		cmd = exec.CommandContext(ctx, r.path, r.args(a...)...)
 	}
-	return exec.CommandContext(ctx, r.path, r.args(a...)...)
+	cmd.Env = runtimeEnv()
+	return cmd
 }
+
+// containerOrders are the variables crun reads from its own environment as
+// orders for the container it creates: LISTEN_FDS hands it that many of
+// crun's descriptors from 3 on (its log pipe, here) and sets LISTEN_PID;
+// NOTIFY_SOCKET gives it a notify socket and the variable; a seccomp
+// receiver is sent the container's seccomp listener. systemd and podman set
+// the first two for a socket-activated or notifying service, and ocifn
+// run as one would pass them on to every function.
+var containerOrders = []string{"LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "NOTIFY_SOCKET", "RUN_OCI_SECCOMP_RECEIVER"}
+
+// runtimeEnv is ocifn's environment without containerOrders: the
+// environment crun runs with, executed or as the fork server.
+var runtimeEnv = sync.OnceValue(func() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(containerOrders, name)
+	})
+})
 
 // kill sends SIGKILL to a container's init.
 func (r *Runtime) kill(id string) {

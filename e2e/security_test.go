@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,6 +197,44 @@ func TestHostNetworkOnlyWhenAsked(t *testing.T) {
 	if rw, _ := got["sys_rw"].(string); rw != "" {
 		t.Errorf("read-write under /sys with --network host: %q, want none", rw)
 	}
+}
+
+// TestServerEnvironmentStaysOutOfFunctions starts the server with the
+// variables that crun takes from its environment as orders for the
+// container, as systemd or podman set them for a socket-activated or
+// notifying service (LISTEN_FDS, NOTIFY_SOCKET) or an operator might
+// (RUN_OCI_SECCOMP_RECEIVER): the function still gets its three streams
+// and no other descriptor, and none of those variables.
+func TestServerEnvironmentStaysOutOfFunctions(t *testing.T) {
+	dir := t.TempDir()
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: filepath.Join(dir, "notify"), Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+	env := withEnv("LISTEN_FDS=2", "LISTEN_FDNAMES=a:b", "NOTIFY_SOCKET="+filepath.Join(dir, "notify"),
+		"RUN_OCI_SECCOMP_RECEIVER="+filepath.Join(dir, "no-receiver"))
+
+	t.Run("descriptors", func(t *testing.T) {
+		s := startServer(t, []string{"--tarball", image("probe.tar")}, env)
+		got := probeReport(t, s, probeRequest(t, "probe-env", nil, "", ""))
+		if got["fds"] != "0 1 2" {
+			t.Errorf("open descriptors %v, want 0 1 2 only", got["fds"])
+		}
+	})
+	t.Run("variables", func(t *testing.T) {
+		s := startServer(t, []string{"--tarball", image("sh-function.tar")}, env)
+		rsp := s.call(t, shRequest(t, "env", `env | sort | jq -R -s '{desired: {}, context: {env: .}}'`))
+		if len(rsp.GetResults()) != 0 {
+			t.Fatalf("the call failed: %v\n%s", rsp.GetResults(), s.stderr)
+		}
+		got := rsp.GetContext().AsMap()["env"].(string)
+		for _, name := range []string{"LISTEN_", "NOTIFY_SOCKET", "RUN_OCI_"} {
+			if strings.Contains(got, name) {
+				t.Errorf("the function's environment has %s of the server's:\n%s", name, got)
+			}
+		}
+	})
 }
 
 // hostileImage writes a docker-archive of the sh-function image with one
