@@ -52,9 +52,15 @@ func (l Limits) resources() *rspec.LinuxResources {
 func (l Limits) fallbackRlimits(in []rspec.POSIXRlimit) []rspec.POSIXRlimit {
 	out := make([]rspec.POSIXRlimit, 0, len(in)+1)
 	for _, r := range in {
-		// With cgroups, pids.max is the cap: an RLIMIT_NPROC as low would
-		// stop the call first, per user rather than per call.
-		if r.Type == "RLIMIT_NPROC" && l.Pids > 0 && !l.Cgroups {
+		if r.Type == "RLIMIT_NPROC" && l.Pids > 0 {
+			// With cgroups, pids.max is the cap, and no RLIMIT_NPROC is
+			// set: the kernel checks the rlimit first on every fork, so
+			// the default one (1024) would stop a call below a higher
+			// --pids-limit, and at an equal one refuse the forks that
+			// pids.events should count. The function keeps the server's.
+			if l.Cgroups {
+				continue
+			}
 			r.Hard, r.Soft = uint64(l.Pids), uint64(l.Pids)
 		}
 		out = append(out, r)

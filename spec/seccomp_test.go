@@ -83,7 +83,17 @@ func TestGenerateLimits(t *testing.T) {
 	if d := rl(s, "RLIMIT_DATA"); d != nil {
 		t.Errorf("RLIMIT_DATA %+v with cgroups: the cgroup limit is the better one", d)
 	}
-	if p := rl(s, "RLIMIT_NPROC"); p == nil || p.Hard != 1024 {
-		t.Errorf("RLIMIT_NPROC %+v with cgroups, want the default: pids.max is the cap", p)
+	// pids.max is the cap: RLIMIT_NPROC, checked before it on every fork,
+	// must not stop the call first, below a --pids-limit over 1024 or at
+	// it (pids.events would not count the refused forks).
+	for _, pids := range []int64{64, 1024, 4096} {
+		o.Limits.Pids = pids
+		s, err = Generate(imgspec.ImageConfig{Cmd: []string{"cat"}}, User{}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := rl(s, "RLIMIT_NPROC"); p != nil && p.Soft <= uint64(pids) {
+			t.Errorf("RLIMIT_NPROC %+v with cgroups and pids.max %d: the rlimit refuses forks first", p, pids)
+		}
 	}
 }
