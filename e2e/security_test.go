@@ -150,7 +150,7 @@ func TestIsolationFromInside(t *testing.T) {
 	// Seccomp: inside, the denied syscalls fail with the profile's errno;
 	// the same program on the host, outside any filter, gets something
 	// else for each, so the errno is the filter's doing.
-	want := map[string]string{"keyctl": "EPERM", "add_key": "EPERM", "unshare_user": "EPERM", "clone3": "ENOSYS", "io_uring_setup": "ENOSYS", "socket_vsock": "EPERM", "kcmp": "EPERM", "mbind": "EPERM"}
+	want := map[string]string{"keyctl": "EPERM", "add_key": "EPERM", "unshare_user": "EPERM", "clone3": "ENOSYS", "io_uring_setup": "ENOSYS", "socket_vsock": "EPERM", "kcmp": "EPERM", "mbind": "EPERM", "open_tree": "EPERM", "open_tree_attr": "EPERM"}
 	inside := sub(got, "syscalls")
 	out, err := exec.Command(filepath.Join(images, "cache", "stage", "probe", "bin", "probe"), "syscalls").Output()
 	if err != nil {

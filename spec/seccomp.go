@@ -45,6 +45,11 @@ var (
 		// mounts, old and new API
 		"mount", "umount", "umount2", "pivot_root", "chroot",
 		"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
+		// open_tree and mount_setattr in one (Linux 6.15): without
+		// attributes it is open_tree. Newer than crun 1.8.1's libseccomp,
+		// which ignores the name with a warning; ocifn's compiler
+		// (internal/seccompbpf) knows its number.
+		"open_tree_attr",
 		// kernel modules
 		"init_module", "finit_module", "delete_module", "create_module",
 		// clocks

@@ -186,6 +186,12 @@ func compile(p *rspec.LinuxSeccomp, goarch string) ([]unix.SockFilter, error) {
 				if !ok {
 					return nil, unsupported("syscall %q is not in the generated table for %s (go generate ./internal/seccompbpf)", name, a)
 				}
+				if n, newer := newerSyscalls[name]; newer && nr < 0 {
+					nr = n
+					if a == rspec.ArchX32 {
+						nr |= x32Bit
+					}
+				}
 				if m, ok := multiplexed[a][name]; ok {
 					// Filtered twice, as libseccomp does: by its own
 					// number, and as socketcall's call number, whatever
@@ -287,6 +293,20 @@ var multiplexed = map[rspec.Arch]map[string]struct {
 }{
 	rspec.ArchX86: {"socket": {direct: 359, socketcall: 102, call: 1}},
 }
+
+// newerSyscalls are the syscalls of the profile that the libseccomp which
+// generated syscallNumbers does not know (it resolves them to -1), by
+// their number: since Linux 5.1 a new syscall has one number on every
+// architecture (x32's with x32Bit). libseccomp, and so crun compiling the
+// profile, leaves them out; this compiler does not, for a denied call that
+// a newer one does the work of (open_tree_attr, open_tree's) must be
+// denied too on the kernels that have it.
+var newerSyscalls = map[string]int32{
+	"open_tree_attr": 467,
+}
+
+// x32Bit is __X32_SYSCALL_BIT, in the number of every x32 syscall.
+const x32Bit = 0x40000000
 
 // ruleOutcome returns what a rule's syscalls lead to.
 func ruleOutcome(r rspec.LinuxSyscall) (outcome, error) {

@@ -311,6 +311,21 @@ func syscalls(inContainer bool) map[string]string {
 		}
 		return err
 	})
+	// open_tree of / without OPEN_TREE_CLONE is an O_PATH open for any
+	// process; open_tree_attr (Linux 6.15, the same number everywhere)
+	// without attributes is the same call, else ENOSYS. The filter
+	// answers EPERM to both.
+	for name, nr := range map[string]uintptr{"open_tree": 428, "open_tree_attr": 467} {
+		call(name, func() error {
+			root := []byte("/\x00")
+			cwd := unix.AT_FDCWD
+			fd, _, e := unix.RawSyscall6(nr, uintptr(cwd), uintptr(unsafe.Pointer(&root[0])), 0, 0, 0, 0)
+			if e == 0 {
+				unix.Close(int(fd))
+			}
+			return errOf(e)
+		})
+	}
 	// kcmp of the process with itself works without privilege (where the
 	// kernel has it, else ENOSYS).
 	call("kcmp", func() error {
