@@ -947,3 +947,72 @@ func TestBuildWithRuntimeImageFromRegistry(t *testing.T) {
 	}
 	mustContain(t, "ocifn test output", out, "ocifn.dev/labelized", "labelized 2 resources")
 }
+
+// builtDigest is the package digest in ocifn build's last line.
+var builtDigest = regexp.MustCompile(`package (sha256:[0-9a-f]{64})`)
+
+// TestPackageDigestIsThePushedOne checks that the digest build prints and
+// inspect shows for a package file is the one the package has in the
+// registry once pushed, by ocifn push or crossplane xpkg push: the digest a
+// Function's spec.package pins. Pushing annotates the metadata layer, which
+// a docker-save file cannot hold, and so changes the manifest.
+func TestPackageDigestIsThePushedOne(t *testing.T) {
+	rt := runtimeImage(t)
+	xpkg := filepath.Join(t.TempDir(), "labelizer.xpkg")
+	out, err := runOcifn(t, "build", "--from-oci-tarball", image("labelizer.tar"), "--name", "function-labelizer",
+		"--runtime-image-tarball", rt, "-o", xpkg)
+	if err != nil {
+		t.Fatalf("ocifn build: %v\n%s", err, out)
+	}
+	m := builtDigest.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("ocifn build printed no package digest:\n%s", out)
+	}
+	built := m[1]
+	out, err = runOcifn(t, "inspect", "-o", "json", xpkg)
+	if err != nil {
+		t.Fatalf("ocifn inspect: %v\n%s", err, out)
+	}
+	var info struct{ Digest string }
+	if err := json.Unmarshal([]byte(out), &info); err != nil {
+		t.Fatalf("ocifn inspect -o json: %v\n%s", err, out)
+	}
+
+	reg := startRegistry(t)
+	out, err = runOcifn(t, "push", "--insecure-registry", xpkg, reg.addr+"/functions/labelizer:v0.1.0")
+	if err != nil {
+		t.Fatalf("ocifn push: %v\n%s", err, out)
+	}
+	p := pushedRef.FindStringSubmatch(out)
+	if p == nil {
+		t.Fatalf("ocifn push did not print the reference by digest:\n%s", out)
+	}
+	pushed := p[1][strings.LastIndex(p[1], "@")+1:]
+
+	// crossplane xpkg push writes the same manifest.
+	xp := filepath.Join(repoRoot, "build", "crossplane", "crossplane")
+	if _, err := os.Stat(xp); err == nil {
+		cmd := exec.Command(xp, "xpkg", "push", "-f", xpkg, reg.addr+"/functions/labelizer-xp:v0.1.0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("crossplane xpkg push: %v\n%s", err, out)
+		}
+		ref, err := name.ParseReference(reg.addr+"/functions/labelizer-xp:v0.1.0", name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := remote.Image(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.String() != pushed {
+			t.Errorf("crossplane xpkg push gave %s, ocifn push %s", d, pushed)
+		}
+	}
+	if built != pushed || info.Digest != pushed {
+		t.Errorf("the package file's digest is not the pushed one: build printed %s, inspect shows %s, the registry has %s", built, info.Digest, pushed)
+	}
+}

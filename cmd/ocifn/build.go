@@ -259,7 +259,14 @@ func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
 		return err
 	}
 	status.done()
-	digest, err := pkg.Digest()
+	// The digest the package has once pushed, which a Function's
+	// spec.package can pin: push annotates the metadata layer, which the
+	// docker-save file cannot, and that changes the manifest.
+	pushed, err := oci.AnnotateLayers(pkg)
+	if err != nil {
+		return err
+	}
+	digest, err := pushed.Digest()
 	if err != nil {
 		return err
 	}

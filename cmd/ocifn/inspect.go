@@ -66,7 +66,14 @@ func inspect(ctx context.Context, what string, insecure bool) (*oci.PackageInfo,
 			return nil, err
 		}
 		defer img.Close()
-		return inspectImage(what, img.Image())
+		// A file is described as it will be pushed, its metadata layer
+		// annotated, so that its digest is the one the registry will
+		// have, as build prints it.
+		pushed, err := oci.AnnotateLayers(img.Image())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		return inspectImage(what, pushed)
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
