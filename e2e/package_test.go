@@ -1016,3 +1016,85 @@ func TestPackageDigestIsThePushedOne(t *testing.T) {
 		t.Errorf("the package file's digest is not the pushed one: build printed %s, inspect shows %s, the registry has %s", built, info.Digest, pushed)
 	}
 }
+
+// TestCrossplaneCLIReadsPackageYAML checks packages ocifn builds with the
+// real crossplane CLI's reader of package.yaml (xpkg get-crds, as resource
+// validate reads a Function extension): it takes the metadata layer as a
+// YAML stream in the raw tar and drops its last document as the tar's
+// padding, so package.yaml must end with a separator, as crossplane xpkg
+// build writes it. Without one, the CLI dropped a Function's last CRD, and
+// panicked on a package with no CRD.
+func TestCrossplaneCLIReadsPackageYAML(t *testing.T) {
+	cli, _ := crossplaneOracle(t)
+	rt := runtimeImage(t)
+	reg := startRegistry(t)
+	work := t.TempDir()
+	const crd = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: inputs.fn.example.org
+spec:
+  group: fn.example.org
+  names: {kind: Input, listKind: InputList, plural: inputs, singular: input}
+  scope: Namespaced
+  versions:
+  - name: v1beta1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {greeting: {type: string}}}
+`
+	for _, tc := range []struct {
+		name, meta string
+		crds       []string // files get-crds must write
+	}{
+		{"no crd", "", nil},
+		{"one crd", "---\n" + crd, []string{"fn.example.org/v1beta1/input.yaml"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(work, strings.ReplaceAll(tc.name, " ", "-"))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			meta := filepath.Join(dir, "crossplane.yaml")
+			fn := "apiVersion: meta.pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: function-labelizer\n"
+			if err := os.WriteFile(meta, []byte(fn+tc.meta), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			xpkg := filepath.Join(dir, "function.xpkg")
+			if out, err := runOcifn(t, "build", "--from-oci-tarball", image("labelizer.tar"), "--package-file", meta,
+				"--runtime-image-tarball", rt, "-o", xpkg); err != nil {
+				t.Fatalf("ocifn build: %v\n%s", err, out)
+			}
+			ref := reg.addr + "/functions/" + filepath.Base(dir) + ":v0.1.0"
+			if out, err := runOcifn(t, "push", "--insecure-registry", xpkg, ref); err != nil {
+				t.Fatalf("ocifn push: %v\n%s", err, out)
+			}
+			ext := filepath.Join(dir, "function.yaml")
+			if err := os.WriteFile(ext, []byte("apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: function-labelizer\nspec:\n  package: "+ref+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			crds := filepath.Join(dir, "crds")
+			cmd := exec.Command(cli, "xpkg", "get-crds", ext, "--cache-dir", filepath.Join(dir, "cache"), "--output-dir", crds)
+			cmd.Env = append(os.Environ(), "HOME="+dir)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("crossplane xpkg get-crds: %v\n%s", err, out)
+			}
+			var got []string
+			_ = filepath.WalkDir(crds, func(p string, d os.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					rel, _ := filepath.Rel(crds, p)
+					got = append(got, rel)
+				}
+				return nil
+			})
+			if !slices.Equal(got, tc.crds) {
+				t.Errorf("crossplane xpkg get-crds wrote %q, want %q:\n%s", got, tc.crds, out)
+			}
+		})
+	}
+}

@@ -315,12 +315,17 @@ func ParsePackageMeta(data []byte) (*PackageMeta, error) {
 	if fnDoc == 0 {
 		return nil, fmt.Errorf("no %s object (apiVersion %s) in the package metadata (%d documents)", FunctionKind, strings.Join(FunctionAPIVersions, " or "), len(docs))
 	}
+	// Each document opens with a separator and a last one closes the
+	// stream, as crossplane xpkg build writes it: the crossplane CLI
+	// (resource validate, xpkg get-crds) reads the metadata layer's raw tar
+	// as a YAML stream and drops its last document as the tar's padding.
 	var buf bytes.Buffer
 	for _, d := range docs {
 		buf.WriteString("---\n")
 		buf.Write(d)
 		buf.WriteString("\n")
 	}
+	buf.WriteString("---\n")
 	pm.Raw = buf.Bytes()
 	return &pm, nil
 }
