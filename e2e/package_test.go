@@ -1022,8 +1022,9 @@ func TestPackageDigestIsThePushedOne(t *testing.T) {
 // validate reads a Function extension): it takes the metadata layer as a
 // YAML stream in the raw tar and drops its last document as the tar's
 // padding, so package.yaml must end with a separator, as crossplane xpkg
-// build writes it. Without one, the CLI dropped a Function's last CRD, and
-// panicked on a package with no CRD.
+// build writes it, and the Function must come first. Without the
+// separator, the CLI dropped a Function's last CRD, and panicked on a
+// package with no CRD; a CRD first was taken for the Function.
 func TestCrossplaneCLIReadsPackageYAML(t *testing.T) {
 	cli, _ := crossplaneOracle(t)
 	rt := runtimeImage(t)
@@ -1053,6 +1054,8 @@ spec:
 	}{
 		{"no crd", "", nil},
 		{"one crd", "---\n" + crd, []string{"fn.example.org/v1beta1/input.yaml"}},
+		// The CLI takes the first document for the Function.
+		{"crd first", crd + "---\n", []string{"fn.example.org/v1beta1/input.yaml"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(work, strings.ReplaceAll(tc.name, " ", "-"))
@@ -1061,7 +1064,11 @@ spec:
 			}
 			meta := filepath.Join(dir, "crossplane.yaml")
 			fn := "apiVersion: meta.pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: function-labelizer\n"
-			if err := os.WriteFile(meta, []byte(fn+tc.meta), 0o644); err != nil {
+			stream := fn + tc.meta
+			if strings.HasSuffix(tc.meta, "---\n") {
+				stream = tc.meta + fn
+			}
+			if err := os.WriteFile(meta, []byte(stream), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			xpkg := filepath.Join(dir, "function.xpkg")

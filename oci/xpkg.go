@@ -86,7 +86,8 @@ type PackageMeta struct {
 	Function FunctionMeta `json:"function"`
 	// CRDs are the names of the CustomResourceDefinitions in the stream.
 	CRDs []string `json:"crds,omitempty"`
-	// Raw is package.yaml as it goes into the package.
+	// Raw is package.yaml as it goes into the package: the documents of
+	// the stream, the Function first, as crossplane xpkg build orders them.
 	Raw []byte `json:"-"`
 	// Warnings name what in the stream Crossplane would ignore or not
 	// know; it is packaged as it is.
@@ -310,7 +311,13 @@ func ParsePackageMeta(data []byte) (*PackageMeta, error) {
 			return nil, fmt.Errorf("%s cannot be in a Function package: package.yaml holds one %s (%s) and any number of %s (%s), nothing else",
 				what, FunctionKind, strings.Join(FunctionAPIVersions, " or "), CRDKind, CRDAPIVersion)
 		}
-		docs = append(docs, bytes.TrimSpace(doc))
+		if fnDoc == idx {
+			// The Function goes first, as crossplane xpkg build puts it:
+			// the crossplane CLI takes the first document for it.
+			docs = slices.Insert(docs, 0, bytes.TrimSpace(doc))
+		} else {
+			docs = append(docs, bytes.TrimSpace(doc))
+		}
 	}
 	if fnDoc == 0 {
 		return nil, fmt.Errorf("no %s object (apiVersion %s) in the package metadata (%d documents)", FunctionKind, strings.Join(FunctionAPIVersions, " or "), len(docs))
