@@ -113,27 +113,44 @@ func isIndex(mt types.MediaType, blob []byte) bool {
 }
 
 // resolveManifest follows d through nested indexes down to one image
-// manifest, picking linux/GOARCH where an index lists platforms.
-func resolveManifest(idx *tarIndex, d v1.Descriptor, namedBy string, depth int) (v1.Descriptor, []byte, error) {
+// manifest, picking linux/GOARCH where an index lists platforms. It also
+// returns the platforms of the last index it picked from.
+func resolveManifest(idx *tarIndex, d v1.Descriptor, namedBy string, depth int) (v1.Descriptor, []byte, []string, error) {
 	if depth > maxIndexDepth {
-		return v1.Descriptor{}, nil, fmt.Errorf(errIndexTooDeep, maxIndexDepth)
+		return v1.Descriptor{}, nil, nil, fmt.Errorf(errIndexTooDeep, maxIndexDepth)
 	}
 	b, err := readBlob(idx, d, "manifest", namedBy)
 	if err != nil {
-		return v1.Descriptor{}, nil, err
+		return v1.Descriptor{}, nil, nil, err
 	}
 	if !isIndex(d.MediaType, b) {
-		return d, b, nil
+		return d, b, nil, nil
 	}
 	im, err := v1.ParseIndexManifest(bytes.NewReader(b))
 	if err != nil {
-		return v1.Descriptor{}, nil, fmt.Errorf(errBadIndex+": %w", d.Digest, err)
+		return v1.Descriptor{}, nil, nil, fmt.Errorf(errBadIndex+": %w", d.Digest, err)
 	}
 	child, err := pickPlatform(im.Manifests, d.Digest.String())
 	if err != nil {
-		return v1.Descriptor{}, nil, err
+		return v1.Descriptor{}, nil, nil, err
 	}
-	return resolveManifest(idx, child, "index "+d.Digest.String(), depth+1)
+	md, raw, platforms, err := resolveManifest(idx, child, "index "+d.Digest.String(), depth+1)
+	if platforms == nil {
+		platforms = platformNames(im.Manifests)
+	}
+	return md, raw, platforms, err
+}
+
+// platformNames lists the platforms of index entries, attestations left
+// out.
+func platformNames(ds []v1.Descriptor) []string {
+	var names []string
+	for _, d := range ds {
+		if d.Platform != nil && d.Annotations[annotationReferenceType] == "" {
+			names = append(names, d.Platform.String())
+		}
+	}
+	return names
 }
 
 // wantPlatform is the platform of the containers this program runs.

@@ -79,6 +79,9 @@ type Image struct {
 	file   *os.File
 	// ioMode is the I/O mode of the package the image came from.
 	ioMode string
+	// platforms are those of the multi-platform image this one was
+	// picked from (linux/GOARCH), if any.
+	platforms []string
 }
 
 // Open reads the image tarball at path: `docker save` output or an OCI
@@ -104,15 +107,16 @@ func Open(path string, opts ...OpenOption) (*Image, error) {
 // openImage selects and loads one image from an indexed archive.
 func openImage(idx *tarIndex, want string) (*Image, error) {
 	var (
-		core *imageCore
-		name string
-		err  error
+		core      *imageCore
+		name      string
+		platforms []string
+		err       error
 	)
 	switch {
 	case idx.has(dockerManifestName):
 		core, name, err = openDockerSave(idx, want)
 	case idx.has(ociIndexName):
-		core, name, err = openOCILayout(idx, want)
+		core, name, platforms, err = openOCILayout(idx, want)
 	default:
 		err = errors.New(errUnknownFormat)
 	}
@@ -131,7 +135,7 @@ func openImage(idx *tarIndex, want string) (*Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot compute manifest digest: %w", err)
 	}
-	return &Image{img: img, name: name, cfg: cfg, digest: digest}, nil
+	return &Image{img: img, name: name, cfg: cfg, digest: digest, platforms: platforms}, nil
 }
 
 // openDockerSave selects an image of a docker-save manifest.json.
@@ -152,18 +156,19 @@ func openDockerSave(idx *tarIndex, want string) (*imageCore, string, error) {
 }
 
 // openOCILayout selects an image of an OCI layout's index.json, following
-// nested indexes down to the manifest for this platform.
-func openOCILayout(idx *tarIndex, want string) (*imageCore, string, error) {
+// nested indexes down to the manifest for this platform. It also returns
+// the platforms of the multi-platform image it was picked from, if any.
+func openOCILayout(idx *tarIndex, want string) (*imageCore, string, []string, error) {
 	im, cs, err := ociCandidates(idx)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	chosen, err := chooseCandidates(cs, want)
 	if err != nil {
 		// Several unnamed entries that each name a platform are one
 		// multi-platform image spread over index.json itself.
 		if want != "" || !allPlatformsOneName(im.Manifests) {
-			return nil, "", err
+			return nil, "", nil, err
 		}
 		chosen = make([]int, len(im.Manifests))
 		for i := range chosen {
@@ -171,21 +176,26 @@ func openOCILayout(idx *tarIndex, want string) (*imageCore, string, error) {
 		}
 	}
 	top := im.Manifests[chosen[0]]
+	var platforms []string
 	if len(chosen) > 1 {
 		ds := make([]v1.Descriptor, len(chosen))
 		for i, c := range chosen {
 			ds[i] = im.Manifests[c]
 		}
 		if top, err = pickPlatform(ds, ociIndexName); err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
+		platforms = platformNames(ds)
 	}
-	md, raw, err := resolveManifest(idx, top, ociIndexName, 0)
+	md, raw, nested, err := resolveManifest(idx, top, ociIndexName, 0)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
+	}
+	if nested != nil {
+		platforms = nested
 	}
 	core, err := ociImage(idx, md, raw)
-	return core, chosenName(candidate{names: descriptorNames(top)}, want), err
+	return core, chosenName(candidate{names: descriptorNames(top)}, want), platforms, err
 }
 
 // chooseCandidates returns the indexes of the candidates that want selects. Without
@@ -248,6 +258,11 @@ func allPlatformsOneName(ds []v1.Descriptor) bool {
 
 // Image returns the image as a go-containerregistry v1.Image.
 func (i *Image) Image() v1.Image { return i.img }
+
+// Platforms returns the platforms of the multi-platform image (an index)
+// that Open picked this one from, for this machine's; nil if the archive
+// held no index of platforms.
+func (i *Image) Platforms() []string { return i.platforms }
 
 // Name returns the image's name as stored in the tarball ("" if it has none).
 func (i *Image) Name() string { return i.name }

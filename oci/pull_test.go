@@ -6,11 +6,15 @@ import (
 	"log"
 	"net/http/httptest"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
@@ -58,5 +62,45 @@ func TestParseReferenceSaysWhy(t *testing.T) {
 	}
 	if _, err := ParseReference("127.0.0.1:5000/acme/fn:V1"); err != nil {
 		t.Errorf("a tag in upper case is valid: %v", err)
+	}
+}
+
+// TestPushRefusesMultiPlatformImages: ocifn push pushes one image; an
+// archive of a multi-platform image (top-level platforms, or a nested
+// index) is refused, naming its platforms, instead of pushing only the
+// one for this machine under the tag.
+func TestPushRefusesMultiPlatformImages(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	layer := makeTar(t, entFile("a/file1", "x"))
+	platforms := func() v1.ImageIndex {
+		return mutate.AppendManifests(empty.Index,
+			mutate.IndexAddendum{Add: newImageFor(t, otherArch(), gzipLayer, layer),
+				Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: otherArch()}}},
+			mutate.IndexAddendum{Add: newImage(t, gzipLayer, layer),
+				Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: runtime.GOARCH}}},
+		)
+	}
+	cases := map[string]v1.ImageIndex{
+		"top_level_platforms": platforms(),
+		"nested_index": mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: platforms(),
+			Descriptor: v1.Descriptor{Annotations: map[string]string{annotationRefName: "foo:latest"}}}),
+	}
+	for name, ii := range cases {
+		t.Run(name, func(t *testing.T) {
+			path := writeArchive(t, t.TempDir(), ociFiles(t, ii), false)
+			d, err := Push(context.Background(), path, host+"/fn:"+name, WithInsecureRegistry())
+			if err == nil || !strings.Contains(err.Error(), "linux/"+otherArch()) {
+				t.Errorf("Push of a two-platform image: %v, %v; want refused, naming linux/%s", d, err, otherArch())
+			}
+		})
+	}
+	// One image in an index of one platform is pushed.
+	one := mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: newImage(t, gzipLayer, layer),
+		Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: runtime.GOARCH}}})
+	path := writeArchive(t, t.TempDir(), ociFiles(t, one), false)
+	if _, err := Push(context.Background(), path, host+"/fn:one", WithInsecureRegistry()); err != nil {
+		t.Errorf("Push of a one-platform index: %v", err)
 	}
 }

@@ -192,6 +192,12 @@ func Push(ctx context.Context, path, ref string, opts ...RegistryOption) (name.D
 		return name.Digest{}, err
 	}
 	defer pkg.Close()
+	// Open picks this machine's image out of a multi-platform one: pushed
+	// under the tag, the other platforms would be lost without a word.
+	if ps := pkg.Platforms(); len(ps) > 1 {
+		return name.Digest{}, fmt.Errorf("%s is a multi-platform image (%s), and ocifn push pushes one image: crossplane xpkg push -f PKG1,PKG2 pushes one package per platform under one tag, skopeo copy --all copies a whole index",
+			filepath.Base(path), strings.Join(ps, ", "))
+	}
 	img, err := AnnotateLayers(pkg.Image())
 	if err != nil {
 		return name.Digest{}, err
