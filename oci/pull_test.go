@@ -104,3 +104,16 @@ func TestPushRefusesMultiPlatformImages(t *testing.T) {
 		t.Errorf("Push of a one-platform index: %v", err)
 	}
 }
+
+// TestPushSaysItPushesOneImage: a docker-save tarball of several images is
+// refused with what to do about it; Open's advice, to choose one by name,
+// is for commands that can (build --image), and push cannot.
+func TestPushSaysItPushesOneImage(t *testing.T) {
+	files := dockerLegacyFiles(t, tagged{[]string{"aa:latest"}, newImage(t, gzipLayer, makeTar(t, entFile("a", "1")))},
+		tagged{[]string{"bb:latest"}, newImage(t, gzipLayer, makeTar(t, entFile("b", "2")))})
+	path := writeArchive(t, t.TempDir(), files, false)
+	_, err := Push(context.Background(), path, "127.0.0.1:1/fn:v1", WithInsecureRegistry())
+	if err == nil || !strings.Contains(err.Error(), "ocifn push pushes one image") {
+		t.Errorf("Push of a tarball of two images: %v, want refused, saying push takes one", err)
+	}
+}

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -188,6 +189,11 @@ func Push(ctx context.Context, path, ref string, opts ...RegistryOption) (name.D
 		return name.Digest{}, err
 	}
 	pkg, err := Open(path)
+	if errors.Is(err, ErrSeveralImages) {
+		// Open's advice, to choose one by name, is for the commands that
+		// can (build --image).
+		return name.Digest{}, fmt.Errorf("%w; ocifn push pushes one image and cannot choose: give it a file of one (ocifn build writes one)", err)
+	}
 	if err != nil {
 		return name.Digest{}, err
 	}
