@@ -36,6 +36,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
@@ -1104,4 +1105,43 @@ spec:
 			}
 		})
 	}
+}
+
+// TestBuildRefusesAnotherPlatformsFunction: a function image for another
+// platform than the runtime's (arm64 on an amd64 runtime, say) would fail
+// every call of the package with "Exec format error"; build refuses it,
+// naming both platforms.
+func TestBuildRefusesAnotherPlatformsFunction(t *testing.T) {
+	rt := runtimeImage(t)
+	tag, err := name.NewTag("labelizer:latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := tarball.ImageFromPath(image("labelizer.tar"), &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "arm64"
+	if cf.Architecture == other {
+		other = "amd64"
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture = other
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	fn := filepath.Join(t.TempDir(), "labelizer-"+other+".tar")
+	if err := tarball.WriteToFile(fn, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runOcifn(t, "build", "--from-oci-tarball", fn, "--name", "function-labelizer",
+		"--runtime-image-tarball", rt, "-o", filepath.Join(t.TempDir(), "f.xpkg"))
+	if err == nil {
+		t.Fatalf("ocifn build of a linux/%s function on the %s runtime succeeded:\n%s", other, runtime.GOARCH, out)
+	}
+	mustContain(t, "build output", out, "linux/"+other, "linux/"+runtime.GOARCH)
 }

@@ -103,6 +103,13 @@ func BuildPackage(in PackageInput) (v1.Image, error) {
 	if len(base.Config.Entrypoint) == 0 && len(base.Config.Cmd) == 0 {
 		return nil, errors.New("the runtime image has neither Entrypoint nor Cmd: Crossplane would have nothing to run")
 	}
+	// The function runs on the runtime's machine: one built for another
+	// platform fails every call ("Exec format error"). An image that does
+	// not say its platform is not held to one.
+	if fcf := in.Function.ConfigFile(); fcf != nil && fcf.Architecture != "" && base.Architecture != "" &&
+		(fcf.OS != base.OS || fcf.Architecture != base.Architecture) {
+		return nil, fmt.Errorf("the function image is for %s and the runtime image for %s, where the function's programs cannot run: build both for one platform", platform(fcf), platform(base))
+	}
 	layers, err := in.Runtime.Layers()
 	if err != nil {
 		return nil, fmt.Errorf("cannot list the runtime image's layers: %w", err)
