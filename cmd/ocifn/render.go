@@ -17,8 +17,8 @@ import (
 type renderOptions struct {
 	functionFlags
 	observed          string
-	extraResources    string
-	requiredResources string
+	extraResources    []string
+	requiredResources []string
 	credentials       string
 	contextFiles      []string
 	contextValues     []string
@@ -107,8 +107,9 @@ those resources.`,
 	_ = f.MarkHidden("image")
 	o.chooseImage = "the Function's annotation " + pipeline.AnnotationImage + ": NAME"
 	f.StringVarP(&o.observed, "observed-resources", "o", "", "YAML file or directory of composed resources that exist already, each with its crossplane.io/composition-resource-name annotation")
-	f.StringVar(&o.extraResources, "extra-resources", "", "YAML file or directory of resources the functions may ask for (same as --required-resources)")
-	f.StringVarP(&o.requiredResources, "required-resources", "e", "", "YAML file or directory of resources the functions may ask for")
+	// Repeatable, as crossplane render's are: each file adds resources.
+	f.StringArrayVar(&o.extraResources, "extra-resources", nil, "YAML file or directory of resources the functions may ask for (same as --required-resources; repeatable)")
+	f.StringArrayVarP(&o.requiredResources, "required-resources", "e", nil, "YAML file or directory of resources the functions may ask for (repeatable)")
 	f.StringVar(&o.credentials, "function-credentials", "", "YAML file or directory of Secrets that pipeline steps name as credentials")
 	f.StringArrayVar(&o.contextFiles, "context-files", nil, "context value from a JSON or YAML file, as KEY=FILE (repeatable)")
 	f.StringArrayVar(&o.contextValues, "context-values", nil, "context value as KEY=JSON (or YAML, as crossplane render reads it; repeatable); wins over --context-files")
@@ -243,10 +244,9 @@ func (o *renderOptions) load(xrPath, compPath, fnsPath string) (*renderInputs, e
 // required resources, credentials and context.
 func (o *renderOptions) loadShared(r *renderInputs) error {
 	var err error
-	for _, p := range []string{o.extraResources, o.requiredResources} {
-		if p == "" {
-			continue
-		}
+	// In crossplane render's order: every --required-resources, then every
+	// --extra-resources.
+	for _, p := range append(append([]string(nil), o.requiredResources...), o.extraResources...) {
 		docs, err := pipeline.ReadDocuments(p)
 		if err != nil {
 			return fmt.Errorf("cannot read the required resources: %w", err)
@@ -312,8 +312,9 @@ func (o *renderOptions) run(ctx context.Context, xrPath, compPath, fnsPath strin
 			return err
 		}
 	}
-	if readableTwice(append([]string{xrPath, compPath, fnsPath, o.observed, o.extraResources, o.requiredResources, o.credentials, o.xrd},
-		contextFilePaths(o.contextFiles)...)...) {
+	inputs := append([]string{xrPath, compPath, fnsPath, o.observed, o.credentials, o.xrd}, o.requiredResources...)
+	inputs = append(append(inputs, o.extraResources...), contextFilePaths(o.contextFiles)...)
+	if readableTwice(inputs...) {
 		if _, err := o.load(xrPath, compPath, fnsPath); err != nil {
 			return err
 		}
