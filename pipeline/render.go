@@ -316,7 +316,16 @@ func observedXR(in Inputs) (Object, error) {
 	if ns := in.Composition.WriteConnectionSecretsToNamespace; in.Schema == SchemaLegacy && ns != "" && lookup(xr, "spec", "writeConnectionSecretToRef") == nil {
 		setPath(xr, map[string]any{"name": xr.metaString("uid"), "namespace": ns}, "spec", "writeConnectionSecretToRef")
 	}
-	setConditions(xr, newCondition(conditionResponsive, "True", "WatchCircuitClosed", ""))
+	// Crossplane's reconciler marks it through a conditions manager that
+	// records the XR's metadata.generation as its observedGeneration. The
+	// conditions it marks after the pipeline have none in crossplane
+	// render's output: by then the XR was written back without its
+	// generation.
+	responsive := newCondition(conditionResponsive, "True", "WatchCircuitClosed", "")
+	if g, _ := xr.metadata()["generation"].(int64); g != 0 {
+		responsive["observedGeneration"] = g
+	}
+	setConditions(xr, responsive)
 	return xr, nil
 }
 
