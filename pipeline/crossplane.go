@@ -28,6 +28,13 @@ const (
 	reasonSelectComposition   = "SelectComposition"
 	reasonComposeResources    = "ComposeResources"
 	reasonNamespaceOverridden = "NamespaceOverridden"
+	reasonPaused              = "ReconciliationPaused"
+)
+
+// Annotations of an XR that Crossplane's reconciler acts on.
+const (
+	// annotationPaused "true" stops the reconciler before it composes.
+	annotationPaused = "crossplane.io/paused"
 )
 
 // maxNameLength is the longest name Kubernetes allows most objects, and

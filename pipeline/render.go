@@ -133,10 +133,14 @@ func Check(xr Object, comp *Composition, functions []string) error {
 // with the metadata Crossplane adds. A Fatal result stops the pipeline with
 // a *FatalError.
 func Render(ctx context.Context, in Inputs) (Outputs, error) {
-	xr, err := observedXR(in)
+	xr, err := reconciledXR(in)
 	if err != nil {
 		return Outputs{}, err
 	}
+	if out, ok := notComposed(xr); ok {
+		return out, nil
+	}
+	xr = observedXR(in, xr)
 	xrStruct, err := xr.Struct()
 	if err != nil {
 		return Outputs{}, fmt.Errorf("the composite resource: %w", err)
@@ -281,11 +285,10 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	return out, nil
 }
 
-// observedXR is the XR as the functions observe it once Crossplane's
-// reconciler has prepared it: a uid, a resourceVersion, the
-// crossplane.io/composite label, the selected Composition, references to
-// the observed composed resources and a Responsive condition.
-func observedXR(in Inputs) (Object, error) {
+// reconciledXR is the XR as Crossplane's reconciler holds it before it
+// looks at the Composition: a uid, a resourceVersion, references to the
+// observed composed resources and a Responsive condition.
+func reconciledXR(in Inputs) (Object, error) {
 	xr := in.XR.deepCopy()
 	if xr.metaString("uid") == "" {
 		xr.setMeta("uid", XRUID(xr))
@@ -307,6 +310,54 @@ func observedXR(in Inputs) (Object, error) {
 		}
 		setPath(xr, refs, in.Schema.path("resourceRefs")...)
 	}
+	markConditions(xr, newCondition(conditionResponsive, "True", "WatchCircuitClosed", ""))
+	return xr, nil
+}
+
+// markConditions sets conditions on the XR as Crossplane's reconciler
+// marks them: through a conditions manager that records the XR's
+// metadata.generation as their observedGeneration. The conditions it marks
+// after the pipeline have none in crossplane render's output (by then the
+// XR was written back without its generation), so they are set directly.
+func markConditions(xr Object, cs ...Object) {
+	if g, _ := xr.metadata()["generation"].(int64); g != 0 {
+		for _, c := range cs {
+			c["observedGeneration"] = g
+		}
+	}
+	setConditions(xr, cs...)
+}
+
+// notComposed is what Crossplane's reconciler writes for an XR it does not
+// compose: one paused (the crossplane.io/paused annotation is "true") or
+// being deleted (it has a metadata.deletionTimestamp). It runs no function
+// and writes the XR back whole, with a condition that says why; ok is
+// false for any other XR.
+func notComposed(xr Object) (out Outputs, ok bool) {
+	switch {
+	case xr.Annotations()[annotationPaused] == "true":
+		markConditions(xr, newCondition(conditionSynced, "False", "ReconcilePaused", "Reconciliation (including deletion) is paused via the pause annotation"))
+		out.Results = []Object{event{reason: reasonPaused, message: "Reconciliation is paused via the pause annotation"}.object()}
+	case xr.metadata()["deletionTimestamp"] != nil:
+		// Its finalizer is a no-op in crossplane render: the XR is left
+		// as it is, composed resources and all.
+		markConditions(xr, newCondition(conditionReady, "False", "Deleting", ""))
+		markConditions(xr, newCondition(conditionSynced, "True", "ReconcileSuccess", ""))
+	default:
+		return Outputs{}, false
+	}
+	if err := fixConditionTimes(xr); err != nil {
+		// Not reached: markConditions made the status an object.
+		return Outputs{}, false
+	}
+	out.XR = xr
+	return out, true
+}
+
+// observedXR is the XR as the functions observe it: the reconciled XR with
+// the crossplane.io/composite label, the selected Composition and, for a
+// legacy XR, where its connection Secret goes.
+func observedXR(in Inputs, xr Object) Object {
 	if xr.Labels()[LabelComposite] == "" {
 		xr.addToMetaMap("labels", map[string]string{LabelComposite: xr.Name()})
 	}
@@ -316,17 +367,7 @@ func observedXR(in Inputs) (Object, error) {
 	if ns := in.Composition.WriteConnectionSecretsToNamespace; in.Schema == SchemaLegacy && ns != "" && lookup(xr, "spec", "writeConnectionSecretToRef") == nil {
 		setPath(xr, map[string]any{"name": xr.metaString("uid"), "namespace": ns}, "spec", "writeConnectionSecretToRef")
 	}
-	// Crossplane's reconciler marks it through a conditions manager that
-	// records the XR's metadata.generation as its observedGeneration. The
-	// conditions it marks after the pipeline have none in crossplane
-	// render's output: by then the XR was written back without its
-	// generation.
-	responsive := newCondition(conditionResponsive, "True", "WatchCircuitClosed", "")
-	if g, _ := xr.metadata()["generation"].(int64); g != 0 {
-		responsive["observedGeneration"] = g
-	}
-	setConditions(xr, responsive)
-	return xr, nil
+	return xr
 }
 
 // renderedXR is the XR as Crossplane writes it at the end of a reconcile:
