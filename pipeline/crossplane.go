@@ -25,16 +25,20 @@ const (
 
 // Event reasons of Crossplane's XR reconciler.
 const (
-	reasonSelectComposition   = "SelectComposition"
-	reasonComposeResources    = "ComposeResources"
-	reasonNamespaceOverridden = "NamespaceOverridden"
-	reasonPaused              = "ReconciliationPaused"
+	reasonSelectComposition       = "SelectComposition"
+	reasonComposeResources        = "ComposeResources"
+	reasonNamespaceOverridden     = "NamespaceOverridden"
+	reasonPaused                  = "ReconciliationPaused"
+	reasonReconcileRequestHandled = "ReconcileRequestHandled"
 )
 
 // Annotations of an XR that Crossplane's reconciler acts on.
 const (
 	// annotationPaused "true" stops the reconciler before it composes.
 	annotationPaused = "crossplane.io/paused"
+	// annotationReconcileRequestedAt asks for a reconcile; the reconciler
+	// records the token it handled in status.lastHandledReconcileAt.
+	annotationReconcileRequestedAt = "crossplane.io/reconcile-requested-at"
 )
 
 // maxNameLength is the longest name Kubernetes allows most objects, and

@@ -137,7 +137,8 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	if err != nil {
 		return Outputs{}, err
 	}
-	if out, ok := notComposed(xr); ok {
+	early, out, done := beforeComposing(xr)
+	if done {
 		return out, nil
 	}
 	xr = observedXR(in, xr)
@@ -161,7 +162,7 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	}
 
 	var (
-		events       []event
+		events       = early
 		fnConditions []Object
 		// claimTypes are the types of the conditions a function set for
 		// the claim too (TARGET_COMPOSITE_AND_CLAIM), in order.
@@ -227,7 +228,7 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		}
 	}
 
-	out := Outputs{}
+	out = Outputs{}
 	var unready []string
 	uid := xr.metaString("uid")
 	for _, name := range sortedKeys(desired.GetResources()) {
@@ -328,30 +329,46 @@ func markConditions(xr Object, cs ...Object) {
 	setConditions(xr, cs...)
 }
 
-// notComposed is what Crossplane's reconciler writes for an XR it does not
-// compose: one paused (the crossplane.io/paused annotation is "true") or
-// being deleted (it has a metadata.deletionTimestamp). It runs no function
-// and writes the XR back whole, with a condition that says why; ok is
-// false for any other XR.
-func notComposed(xr Object) (out Outputs, ok bool) {
-	switch {
-	case xr.Annotations()[annotationPaused] == "true":
+// beforeComposing does what Crossplane's reconciler does with the XR
+// before it composes, in its order. A paused XR (the crossplane.io/paused
+// annotation is "true") or one being deleted (it has a
+// metadata.deletionTimestamp) is not composed: no function runs, and the
+// reconciler writes the XR back whole with a condition that says why; done
+// is true and out is what it wrote. A reconcile request (the
+// crossplane.io/reconcile-requested-at annotation) the XR's
+// status.lastHandledReconcileAt does not show yet is recorded there, with
+// an event.
+func beforeComposing(xr Object) (events []event, out Outputs, done bool) {
+	if xr.Annotations()[annotationPaused] == "true" {
 		markConditions(xr, newCondition(conditionSynced, "False", "ReconcilePaused", "Reconciliation (including deletion) is paused via the pause annotation"))
-		out.Results = []Object{event{reason: reasonPaused, message: "Reconciliation is paused via the pause annotation"}.object()}
-	case xr.metadata()["deletionTimestamp"] != nil:
+		events = append(events, event{reason: reasonPaused, message: "Reconciliation is paused via the pause annotation"})
+		return nil, wholeXR(xr, events), true
+	}
+	if token := xr.Annotations()[annotationReconcileRequestedAt]; token != "" {
+		if handled, _ := lookup(xr, "status", "lastHandledReconcileAt").(string); handled != token {
+			events = append(events, event{reason: reasonReconcileRequestHandled, message: "Handling reconcile request"})
+			setPath(xr, token, "status", "lastHandledReconcileAt")
+		}
+	}
+	if xr.metadata()["deletionTimestamp"] != nil {
 		// Its finalizer is a no-op in crossplane render: the XR is left
 		// as it is, composed resources and all.
 		markConditions(xr, newCondition(conditionReady, "False", "Deleting", ""))
 		markConditions(xr, newCondition(conditionSynced, "True", "ReconcileSuccess", ""))
-	default:
-		return Outputs{}, false
+		return nil, wholeXR(xr, events), true
 	}
-	if err := fixConditionTimes(xr); err != nil {
-		// Not reached: markConditions made the status an object.
-		return Outputs{}, false
+	return events, Outputs{}, false
+}
+
+// wholeXR is what render prints of an XR the reconciler wrote back whole.
+func wholeXR(xr Object, events []event) Outputs {
+	// markConditions made its status an object: this cannot fail.
+	_ = fixConditionTimes(xr)
+	out := Outputs{XR: xr}
+	for _, e := range events {
+		out.Results = append(out.Results, e.object())
 	}
-	out.XR = xr
-	return out, true
+	return out
 }
 
 // observedXR is the XR as the functions observe it: the reconciled XR with
