@@ -93,7 +93,9 @@ type OperationOutputs struct {
 func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs, error) {
 	op := in.Operation.Object.deepCopy()
 	op.setMeta("resourceVersion", "999")
-	setConditions(op, newCondition("Succeeded", "Unknown", "PipelineRunning", ""), newCondition("ValidPipeline", "True", "ValidPipeline", ""))
+	// The Operation reconciler marks every condition with the Operation's
+	// metadata.generation.
+	markConditions(op, newCondition("Succeeded", "Unknown", "PipelineRunning", ""), newCondition("ValidPipeline", "True", "ValidPipeline", ""))
 
 	desired := &fnv1.State{}
 	fctx, err := structpb.NewStruct(in.Context)
@@ -173,7 +175,7 @@ func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs,
 	if len(refs) > 0 {
 		st["appliedResourceRefs"] = refs
 	}
-	setConditions(op, newCondition(conditionSynced, "True", "ReconcileSuccess", ""), newCondition("Succeeded", "True", "PipelineSuccess", ""))
+	markConditions(op, newCondition(conditionSynced, "True", "ReconcileSuccess", ""), newCondition("Succeeded", "True", "PipelineSuccess", ""))
 	out.Operation = typedOperation(op)
 	if fctx != nil {
 		out.Context = Object{"apiVersion": "render.crossplane.io/v1beta1", "kind": "Context", "fields": fctx.AsMap()}

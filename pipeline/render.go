@@ -315,18 +315,19 @@ func reconciledXR(in Inputs) (Object, error) {
 	return xr, nil
 }
 
-// markConditions sets conditions on the XR as Crossplane's reconciler
-// marks them: through a conditions manager that records the XR's
-// metadata.generation as their observedGeneration. The conditions it marks
-// after the pipeline have none in crossplane render's output (by then the
-// XR was written back without its generation), so they are set directly.
-func markConditions(xr Object, cs ...Object) {
-	if g, _ := xr.metadata()["generation"].(int64); g != 0 {
+// markConditions sets conditions on an XR or Operation as Crossplane's
+// reconcilers mark them: through a conditions manager that records the
+// object's metadata.generation as their observedGeneration. The conditions
+// the XR reconciler marks after the pipeline have none in crossplane
+// render's output (by then the XR was written back without its
+// generation), so they are set directly.
+func markConditions(o Object, cs ...Object) {
+	if g, _ := o.metadata()["generation"].(int64); g != 0 {
 		for _, c := range cs {
 			c["observedGeneration"] = g
 		}
 	}
-	setConditions(xr, cs...)
+	setConditions(o, cs...)
 }
 
 // beforeComposing does what Crossplane's reconciler does with the XR
