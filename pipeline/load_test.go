@@ -22,7 +22,11 @@ func writeFile(t *testing.T, dir, name, content string) string {
 func TestReadDocuments(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "b.yaml", "---\n# only a comment\n---\napiVersion: v1\nkind: A\nmetadata: {name: a}\n---\napiVersion: v1\nkind: B\n")
-	writeFile(t, dir, "a.json", `{"apiVersion": "v1", "kind": "J"}`)
+	writeFile(t, dir, "a.yml", "apiVersion: v1\nkind: Yml\n")
+	// Not read, as crossplane render does not read them: only .yaml and
+	// .yml files are.
+	writeFile(t, dir, "c.json", `{"apiVersion": "v1", "kind": "J"}`)
+	writeFile(t, dir, "d.YAML", "apiVersion: v1\nkind: U\n")
 	writeFile(t, dir, "notes.txt", "not read")
 	docs, err := ReadDocuments(dir)
 	if err != nil {
@@ -33,11 +37,19 @@ func TestReadDocuments(t *testing.T) {
 		kinds = append(kinds, d.Object.Kind())
 		sources = append(sources, filepath.Base(d.Source))
 	}
-	if d := cmp.Diff([]string{"J", "A", "B"}, kinds); d != "" {
+	if d := cmp.Diff([]string{"Yml", "A", "B"}, kinds); d != "" {
 		t.Errorf("kinds in file then document order (-want +got):\n%s", d)
 	}
 	if sources[2] != "b.yaml, document 3" {
 		t.Errorf("source of the last document: %q", sources[2])
+	}
+
+	// A directory without a YAML file is a mistake, as in crossplane
+	// render, not an empty input.
+	none := t.TempDir()
+	writeFile(t, none, "c.json", `{"apiVersion": "v1", "kind": "J"}`)
+	if _, err := ReadDocuments(none); err == nil || !strings.Contains(err.Error(), none) || !strings.Contains(err.Error(), "no YAML file") {
+		t.Errorf("a directory without a YAML file: err = %v", err)
 	}
 
 	bad := writeFile(t, dir, "bad.yml", "apiVersion: v1\n---\n- a list\n")

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"google.golang.org/protobuf/types/known/structpb"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
@@ -143,7 +142,7 @@ func (o Object) deepCopy() Object {
 }
 
 // ReadDocuments reads every object in a YAML (or JSON) file, a stream of
-// documents separated by "---", or in every .yaml, .yml and .json file of a
+// documents separated by "---", or in every .yaml and .yml file of a
 // directory (not its subdirectories), in name order. Empty documents are
 // skipped.
 func ReadDocuments(path string) ([]Document, error) {
@@ -158,14 +157,20 @@ func ReadDocuments(path string) ([]Document, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The files crossplane render reads of a directory, so that both read
+	// the same objects: other files (.json, .YAML) are left alone, and a
+	// directory without any is refused rather than read as nothing.
 	var names []string
 	for _, e := range entries {
-		switch strings.ToLower(filepath.Ext(e.Name())) {
-		case ".yaml", ".yml", ".json":
+		switch filepath.Ext(e.Name()) {
+		case ".yaml", ".yml":
 			if !e.IsDir() {
 				names = append(names, e.Name())
 			}
 		}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%s: no YAML file (.yaml or .yml) in the directory", path)
 	}
 	sort.Strings(names)
 	var docs []Document
