@@ -528,8 +528,10 @@ func runStep(ctx context.Context, fn Function, req *fnv1.RunFunctionRequest, in 
 		}
 		req.RequiredResources = maps.Clone(bootstrap)
 	}
+	// Crossplane tags the request once, before the first call: the calls
+	// that give the function the resources it asked for keep that tag.
+	req.Meta = &fnv1.RequestMeta{Tag: tag(req), Capabilities: capabilities}
 	for i := 0; i <= maxRequirementsIterations; i++ {
-		req.Meta = &fnv1.RequestMeta{Tag: tag(req), Capabilities: capabilities}
 		if in.BeforeCall != nil {
 			in.BeforeCall(s.Step, s.FunctionRef.Name, i)
 		}
