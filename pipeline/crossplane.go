@@ -108,32 +108,35 @@ func ChildName(generateName, ownerUID, resourceName string) string {
 
 // conditions reads status.conditions the way Crossplane's typed condition
 // list does: each condition keeps only type, status, lastTransitionTime,
-// reason, message and observedGeneration. ok is false when status is not an
-// object or a condition is not one.
-func conditions(o Object) (conds []Object, ok bool) {
+// reason, message and observedGeneration, and a field of another type than
+// its own is read as empty (as encoding/json leaves it: `status: True`,
+// unquoted, is a YAML boolean) rather than losing the list; exact is then
+// false. ok is false when status is not an object or a condition is not
+// one.
+func conditions(o Object) (conds []Object, ok, exact bool) {
 	st, isMap := o["status"].(map[string]any)
 	if _, has := o["status"]; !has || (!isMap && o["status"] != nil) {
-		return nil, false
+		return nil, false, false
 	}
 	list, isList := st["conditions"].([]any)
 	if st["conditions"] != nil && !isList {
-		return nil, false
+		return nil, false, false
 	}
+	exact = true
 	for _, e := range list {
 		m, isMap := e.(map[string]any)
 		if !isMap {
-			return nil, false
+			return nil, false, false
 		}
 		c := Object{}
-		for _, k := range []string{"type", "status", "reason", "lastTransitionTime"} {
+		for _, k := range []string{"type", "status", "reason", "lastTransitionTime", "message"} {
 			s, isString := m[k].(string)
 			if m[k] != nil && !isString {
-				return nil, false
+				exact = false
 			}
-			c[k] = s
-		}
-		if s, _ := m["message"].(string); s != "" {
-			c["message"] = s
+			if s != "" || k != "message" {
+				c[k] = s
+			}
 		}
 		// int64 from a file (ParseObject), float64 from a function's
 		// answer (a protobuf Struct).
@@ -142,17 +145,20 @@ func conditions(o Object) (conds []Object, ok bool) {
 			if g != int64(0) && g != float64(0) {
 				c["observedGeneration"] = g
 			}
+		case nil:
+		default:
+			exact = false
 		}
 		conds = append(conds, c)
 	}
-	return conds, true
+	return conds, true, exact
 }
 
 // setConditions sets conditions as Crossplane's SetConditions does: a
 // condition replaces the one of its type (kept in place when they differ
 // only in time), others are appended.
 func setConditions(o Object, cs ...Object) {
-	conds, _ := conditions(o)
+	conds, _, _ := conditions(o)
 	for _, c := range cs {
 		found := false
 		for i, e := range conds {
@@ -194,8 +200,10 @@ func sameCondition(a, b Object) bool {
 // is not a condition list, are left alone. A status that is null fails, as
 // it fails the CLI (which would set status.conditions in it).
 func fixConditionTimes(o Object) error {
-	conds, ok := conditions(o)
-	if !ok {
+	// Crossplane reads the conditions strictly here: a field of the wrong
+	// type leaves the status as it is.
+	conds, ok, exact := conditions(o)
+	if !ok || !exact {
 		return nil
 	}
 	st, _ := o["status"].(map[string]any)

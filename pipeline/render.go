@@ -409,7 +409,7 @@ func renderedXR(in Inputs, observed Object, desired *fnv1.State, composed []Obje
 	if st, ok := d["status"]; ok {
 		status["status"] = st
 	}
-	before, _ := conditions(observed)
+	before, _, _ := conditions(observed)
 	setConditions(status, before...)
 	for _, c := range fnConditions {
 		if !isSystemCondition(fmt.Sprint(c["type"])) {
