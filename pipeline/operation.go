@@ -102,10 +102,12 @@ func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs,
 	if err != nil {
 		return OperationOutputs{}, fmt.Errorf("the context: %w", err)
 	}
-	var (
-		results []Object
-		outputs []any
-	)
+	// The reconciler adds to what the Operation's status holds: the outputs
+	// and applied resources of an earlier run stay.
+	st, _ := op["status"].(map[string]any)
+	outputs, _ := st["pipeline"].([]any)
+	refs, _ := st["appliedResourceRefs"].([]any)
+	var results []Object
 	cin := Inputs{Required: clusterObjects(nil, in.Required, in.Credentials), BeforeCall: in.BeforeCall}
 	for _, s := range in.Operation.Steps {
 		fn, ok := in.Functions[s.FunctionRef.Name]
@@ -155,7 +157,6 @@ func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs,
 	}
 
 	out := OperationOutputs{Results: results}
-	var refs []any
 	for _, name := range sortedKeys(desired.GetResources()) {
 		r := Object(desired.GetResources()[name].GetResource().AsMap())
 		if err := fixConditionTimes(r); err != nil {
@@ -168,7 +169,6 @@ func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs,
 		}
 		refs = addAppliedRef(refs, ref)
 	}
-	st, _ := op["status"].(map[string]any)
 	if len(outputs) > 0 {
 		st["pipeline"] = outputs
 	}
@@ -187,7 +187,7 @@ func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs,
 // earlier output of the same step.
 func setStepOutput(pipeline []any, step string, output Object) []any {
 	for _, p := range pipeline {
-		if m := p.(map[string]any); m["step"] == step {
+		if m, _ := p.(map[string]any); m != nil && m["step"] == step {
 			m["output"] = map[string]any(output)
 			return pipeline
 		}
@@ -199,7 +199,7 @@ func setStepOutput(pipeline []any, step string, output Object) []any {
 // Crossplane does (by apiVersion, kind, namespace and name run together).
 func addAppliedRef(refs []any, ref map[string]any) []any {
 	key := func(r any) string {
-		m := r.(map[string]any)
+		m, _ := r.(map[string]any)
 		ns, _ := m["namespace"].(string)
 		return fmt.Sprint(m["apiVersion"], m["kind"], ns, m["name"])
 	}
