@@ -11,6 +11,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
+// defaultRetryLimit is how many failures Crossplane's Operation reconciler
+// allows an Operation without a spec.retryLimit.
+const defaultRetryLimit = 5
+
 // Operation is what render needs of an ops.crossplane.io Operation.
 type Operation struct {
 	// Object is the Operation as given.
@@ -93,6 +97,18 @@ type OperationOutputs struct {
 func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs, error) {
 	op := in.Operation.Object.deepCopy()
 	op.setMeta("resourceVersion", "999")
+	// The reconciler runs an Operation no more once it failed
+	// spec.retryLimit times: it marks it failed instead.
+	failures, _ := lookup(op, "status", "failures").(int64)
+	limit, ok := lookup(op, "spec", "retryLimit").(int64)
+	if !ok {
+		limit = defaultRetryLimit
+	}
+	if failures >= limit {
+		markConditions(op, newCondition(conditionSynced, "True", "ReconcileSuccess", ""),
+			newCondition("Succeeded", "False", "PipelineError", fmt.Sprintf("failure limit of %d reached", limit)))
+		return OperationOutputs{Operation: typedOperation(op)}, nil
+	}
 	// The Operation reconciler marks every condition with the Operation's
 	// metadata.generation.
 	markConditions(op, newCondition("Succeeded", "Unknown", "PipelineRunning", ""), newCondition("ValidPipeline", "True", "ValidPipeline", ""))
