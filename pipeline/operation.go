@@ -43,6 +43,18 @@ func ParseOperation(o Object) (*Operation, error) {
 	if err := remarshal(o, &op); err != nil {
 		return nil, fmt.Errorf("Operation %q: %w", o.Name(), err)
 	}
+	// Crossplane's Operation reconciler leaves alone an Operation being
+	// deleted or complete (it runs one once): there is nothing to render.
+	// (The crossplane CLI fails on them without saying why.)
+	if o.metadata()["deletionTimestamp"] != nil {
+		return nil, fmt.Errorf("Operation %q is being deleted (it has a metadata.deletionTimestamp): Crossplane does not run it", o.Name())
+	}
+	conds, _, _ := conditions(o)
+	for _, c := range conds {
+		if c["type"] == "Succeeded" && (c["status"] == "True" || c["status"] == "False") {
+			return nil, fmt.Errorf("Operation %q is complete (its Succeeded condition is %s): Crossplane runs an Operation once; leave out its status to render it", o.Name(), c["status"])
+		}
+	}
 	if len(op.Spec.Pipeline) == 0 {
 		return nil, fmt.Errorf("Operation %q has no spec.pipeline steps", o.Name())
 	}
