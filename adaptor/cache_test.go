@@ -88,3 +88,36 @@ func TestRunUsesCache(t *testing.T) {
 		t.Errorf("a call with another tag did not run the function (err %v)", err)
 	}
 }
+
+// Crossplane tags a pipeline step's request once, then calls the function
+// again under that tag with the required resources it asked for and the
+// context it returned: the cache must not answer those calls with the
+// first one's response, or the function never gets what it asked for.
+func TestCacheTellsCallsOfOneStepApart(t *testing.T) {
+	r := &scriptedRunner{stdout: `{"meta": {"ttl": "60s"}, "desired": {}, "requirements": {"resources": {"cm": {"apiVersion": "v1", "kind": "ConfigMap", "matchName": "a"}}}}`}
+	f := NewFunction(r, quiet(), WithCache(1<<20, 0))
+	first := request(t, req1)
+	if _, err := f.Run(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	cm, err := structpb.NewStruct(map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := proto.Clone(first).(*fnv1.RunFunctionRequest)
+	again.RequiredResources = map[string]*fnv1.Resources{"cm": {Items: []*fnv1.Resource{{Resource: cm}}}}
+	again.Context, _ = structpb.NewStruct(map[string]any{"step": "asked"})
+	for name, req := range map[string]*fnv1.RunFunctionRequest{
+		"with the required resources": again,
+		"with another context":        {Meta: first.Meta, Observed: first.Observed, Desired: first.Desired, Input: first.Input, Context: again.Context},
+	} {
+		r.stdin = nil
+		if _, err := f.Run(context.Background(), req); err != nil || r.stdin == nil {
+			t.Errorf("the call %s, under the first call's tag, did not run the function (err %v)", name, err)
+		}
+	}
+	r.stdin = nil
+	if _, err := f.Run(context.Background(), again); err != nil || r.stdin != nil {
+		t.Errorf("the same call again ran the function (err %v)", err)
+	}
+}

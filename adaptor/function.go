@@ -3,6 +3,8 @@ package adaptor
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -159,7 +161,7 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 	if !noUnknownFields(ctx) {
 		f.checkUnknown(req)
 	}
-	call := &hook.Call{Front: "crossplane", Method: "RunFunction", Tag: tag, Received: time.Now(), CacheKey: tag}
+	call := &hook.Call{Front: "crossplane", Method: "RunFunction", Tag: tag, Received: time.Now(), CacheKey: cacheKey(req)}
 	call.Carrier = incomingCarrier{ctx}
 	ctx = f.hooks.Before(ctx, call)
 	var later bool // the hooks run after the answer: see admitAndRun
@@ -183,6 +185,35 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 		}
 	}
 	return res.Response, nil
+}
+
+// cacheKey is the key of a call in the response cache: the request's tag
+// and, when the request carries any, a digest of the fields Crossplane
+// changes between the calls of one pipeline step. Crossplane tags a step's
+// request once, then calls the function again under that tag with the
+// required resources (and schemas) it asked for and the context it
+// returned; keyed by the tag alone, those calls would get the first call's
+// response and the function never what it asked for.
+func cacheKey(req *fnv1.RunFunctionRequest) string {
+	tag := req.GetMeta().GetTag()
+	if tag == "" {
+		return ""
+	}
+	varying := &fnv1.RunFunctionRequest{
+		RequiredResources: req.GetRequiredResources(),
+		ExtraResources:    req.GetExtraResources(), //nolint:staticcheck // Crossplane still fills the deprecated field.
+		RequiredSchemas:   req.GetRequiredSchemas(),
+		Context:           req.GetContext(),
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(varying)
+	if err != nil {
+		return "" // not cached
+	}
+	if len(b) == 0 {
+		return tag
+	}
+	sum := sha256.Sum256(b)
+	return tag + "/" + hex.EncodeToString(sum[:])
 }
 
 // after runs the hooks after a call: the cache's store at once (a call
