@@ -96,29 +96,49 @@ func (x *XRD) ApplyDefaults(xr Object) error {
 	if s == nil {
 		return fmt.Errorf("CompositeResourceDefinition %q: version %s has no schema (spec.versions[].schema.openAPIV3Schema): Crossplane cannot derive its CRD", x.Name, version)
 	}
-	s, _ = deepCopyJSON(s).(map[string]any)
-	// The CRD Crossplane derives from the XRD adds its own spec fields;
-	// only compositionUpdatePolicy has a default.
-	if x.updatePolicy != "" {
-		path := x.Schema.path("compositionUpdatePolicy")
-		cur := s
-		for _, p := range path {
-			props, _ := cur["properties"].(map[string]any)
-			if props == nil {
-				props = map[string]any{}
-				cur["properties"] = props
-			}
-			next, _ := props[p].(map[string]any)
-			if next == nil {
-				next = map[string]any{"type": "object"}
-				props[p] = next
-			}
-			cur = next
-		}
-		cur["default"] = x.updatePolicy
-	}
-	applyDefaults(map[string]any(xr), s)
+	applyDefaults(map[string]any(xr), x.crdSchema(s))
 	return nil
+}
+
+// crdSchema is what of a version's schema the CRD Crossplane derives from
+// the XRD keeps (xcrd.ForCompositeResource), and so what the API server
+// defaults an XR with: the properties of spec and status, with
+// Crossplane's own fields in place of any of the same names (of which
+// only compositionUpdatePolicy has a default, the XRD's
+// defaultCompositionUpdatePolicy). The root, metadata, spec and status
+// themselves have no default there, and other top-level properties are
+// not kept.
+func (x *XRD) crdSchema(s map[string]any) map[string]any {
+	properties := func(name string) map[string]any {
+		props, _ := s["properties"].(map[string]any)
+		o, _ := props[name].(map[string]any)
+		p, _ := deepCopyJSON(o["properties"]).(map[string]any)
+		if p == nil {
+			p = map[string]any{}
+		}
+		return p
+	}
+	spec, status := properties("spec"), properties("status")
+	policy := map[string]any{"type": "string"}
+	if x.updatePolicy != "" {
+		policy["default"] = x.updatePolicy
+	}
+	if x.Schema == SchemaLegacy {
+		for _, k := range []string{"compositionRef", "compositionSelector", "compositionRevisionRef", "compositionRevisionSelector", "resourceRefs", "claimRef", "writeConnectionSecretToRef"} {
+			delete(spec, k)
+		}
+		spec["compositionUpdatePolicy"] = policy
+		for _, k := range []string{"conditions", "connectionDetails", "claimConditionTypes"} {
+			delete(status, k)
+		}
+	} else {
+		spec["crossplane"] = map[string]any{"type": "object", "properties": map[string]any{"compositionUpdatePolicy": policy}}
+		delete(status, "conditions")
+	}
+	object := func(props map[string]any) map[string]any {
+		return map[string]any{"type": "object", "properties": props}
+	}
+	return object(map[string]any{"spec": object(spec), "status": object(status)})
 }
 
 // applyDefaults is Kubernetes' structural defaulting: a missing (or null,
