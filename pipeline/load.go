@@ -185,17 +185,29 @@ type Runtime struct {
 }
 
 // Runtime decides how to run the Function: a development target when one
-// is annotated (or the runtime is "Development"); else the tarball of the
-// render.ocifn.dev/tarball annotation; else spec.package, as a file when it
-// is a path (starts with "/", "./" or "../"), as a registry reference
-// otherwise.
+// is annotated (unless the runtime is "Docker") or the runtime is
+// "Development"; else the tarball of the render.ocifn.dev/tarball
+// annotation; else spec.package, as a file when it is a path (starts with
+// "/", "./" or "../"), as a registry reference otherwise. Another runtime
+// is refused, as crossplane render refuses it.
 func (f FunctionObject) Runtime() (Runtime, error) {
 	a := f.Annotations
-	if t := a[AnnotationDevelopmentTarget]; t != "" {
-		return Runtime{Kind: RuntimeTarget, Location: t}, nil
-	}
-	if a[AnnotationRuntime] == "Development" {
-		return Runtime{Kind: RuntimeTarget, Location: defaultDevelopmentTarget}, nil
+	target := a[AnnotationDevelopmentTarget]
+	switch rt := a[AnnotationRuntime]; rt {
+	case "Development":
+		if target == "" {
+			target = defaultDevelopmentTarget
+		}
+		return Runtime{Kind: RuntimeTarget, Location: target}, nil
+	case "":
+		// The target alone says what is meant (see the README).
+		if target != "" {
+			return Runtime{Kind: RuntimeTarget, Location: target}, nil
+		}
+	case "Docker":
+		// The image itself, which ocifn runs in its own containers.
+	default:
+		return Runtime{}, fmt.Errorf("Function %q: unsupported %s %q: want Development, or Docker (the image, run by ocifn)", f.Name, AnnotationRuntime, rt)
 	}
 	if p := a[AnnotationTarball]; p != "" {
 		return Runtime{Kind: RuntimeTarball, Location: f.resolve(p), Image: a[AnnotationImage]}, nil

@@ -217,6 +217,20 @@ spec: {package: xpkg.example.org/fn:v1}
 ---
 apiVersion: pkg.crossplane.io/v1
 kind: Function
+metadata:
+  name: docker
+  annotations: {render.crossplane.io/runtime: Docker, render.crossplane.io/runtime-development-target: "fn:9443", render.ocifn.dev/tarball: build/fn.tar}
+spec: {package: xpkg.example.org/fn:v1}
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: typo
+  annotations: {render.crossplane.io/runtime: Developement, render.crossplane.io/runtime-development-target: "fn:9443"}
+spec: {package: xpkg.example.org/fn:v1}
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
 metadata: {name: nothing}
 `)
 	docs, err := ReadDocuments(p)
@@ -233,12 +247,23 @@ metadata: {name: nothing}
 		"tarball":     {Kind: RuntimeTarball, Location: filepath.Join(dir, "build/fn.tar"), Image: "fn:v2"},
 		"path":        {Kind: RuntimeTarball, Location: filepath.Join(dir, "../fn.xpkg")},
 		"registry":    {Kind: RuntimeRegistry, Location: "xpkg.example.org/fn:v1"},
+		// Docker, said outright, is the image itself, as crossplane
+		// render runs it: not the development target.
+		"docker": {Kind: RuntimeTarball, Location: filepath.Join(dir, "build/fn.tar")},
 	}
 	for _, f := range fns {
 		rt, err := f.Runtime()
-		if f.Name == "nothing" {
+		switch f.Name {
+		case "nothing":
 			if err == nil || !strings.Contains(err.Error(), "has no spec.package") {
 				t.Errorf("nothing: err = %v", err)
+			}
+			continue
+		case "typo":
+			// crossplane render refuses a runtime it does not know; the
+			// Function must not run some other way without a word.
+			if err == nil || !strings.Contains(err.Error(), `render.crossplane.io/runtime "Developement"`) {
+				t.Errorf("typo: err = %v", err)
 			}
 			continue
 		}
