@@ -293,3 +293,39 @@ func TestKilledDuringUnpack(t *testing.T) {
 	s2.call(t, shRequest(t, "after-restart", okScript))
 	assertNoLeaks(t, s2, cache, tmp)
 }
+
+// TestTerminatedDuringUnpack: SIGTERM while the image is still being
+// unpacked stops the server as it does once serving: it exits 0, says it
+// stopped, and leaves nothing in the cache directory. A pod deleted while
+// it starts is not a failed pod.
+func TestTerminatedDuringUnpack(t *testing.T) {
+	big := gzipImage(t, t.TempDir(), "zeros", 256<<20)
+	for _, api := range []string{"crossplane", "http"} {
+		t.Run(api, func(t *testing.T) {
+			cache := cacheDir(t)
+			s := startProcess(t, []string{"--insecure", "--api", api, "--address", "127.0.0.1:0", "--tarball", big, "--cache-dir", cache})
+			eventually(t, 60*time.Second, "the image being unpacked", func() bool {
+				for _, pid := range processesWith(t, cache) {
+					cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+					if strings.HasPrefix(string(cmdline), "storage-applyLayer") {
+						return true
+					}
+				}
+				return false
+			})
+			if err := s.cmd.Process.Signal(unix.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			log := s.wait(t)
+			if !s.cmd.ProcessState.Success() {
+				t.Errorf("SIGTERM during the unpack: %v, want exit 0\n%s", s.cmd.ProcessState, log)
+			}
+			mustContain(t, "log", log, "stopped")
+			// The HTTP fronts' results of asynchronous invocations are
+			// kept for the next start.
+			if left, _ := filepath.Glob(filepath.Join(cache, "bundle-*")); len(left) > 0 {
+				t.Errorf("the cache directory still holds %v", left)
+			}
+		})
+	}
+}

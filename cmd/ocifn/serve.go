@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"os/signal"
@@ -221,6 +222,18 @@ func drainWithin(grace context.Context, drain func()) bool {
 	}
 }
 
+// stoppedWhileStarting returns err, the failure of a step of the startup,
+// unless a SIGTERM or SIGINT (ctx) cut the step short: then the server
+// stops as it does once serving, with exit code 0, for a pod deleted
+// while it unpacks its image has not failed.
+func stoppedWhileStarting(ctx context.Context, log *slog.Logger, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	log.Info("stopped before serving", "interrupted", err.Error())
+	return nil
+}
+
 func (o *serveOptions) run(ctx context.Context) error {
 	log, err := newLogger(o.logFormat, o.debug)
 	if err != nil {
@@ -354,7 +367,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	b, err := o.prepare(ctx, log, rt, o.tarball)
 	if err != nil {
-		return err
+		return stoppedWhileStarting(ctx, log, err)
 	}
 	registerPoolMetrics(reg, b)
 	registerFunctionCPU(reg, b)

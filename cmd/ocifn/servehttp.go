@@ -82,7 +82,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	inv.CountRefusals(chain, o.api)
 	b, err := o.prepare(ctx, log, rt, o.tarball)
 	if err != nil {
-		return err
+		return stoppedWhileStarting(ctx, log, err)
 	}
 	registerFunctionCPU(reg, b)
 	// The fronts' files go with the bundle: removed on shutdown, swept at
