@@ -105,12 +105,34 @@ func (o *functionFlags) check() (*bundle.Runtime, error) {
 	if o.maxOutputBytes <= 0 {
 		return nil, fmt.Errorf("--max-output-bytes %d: must be positive", o.maxOutputBytes)
 	}
+	if err := checkIDMap(o.idMapStart, o.idMapSize); err != nil {
+		return nil, err
+	}
 	if o.io != "" {
 		if _, err := codec.ByName(o.io); err != nil {
 			return nil, fmt.Errorf("--io: %w", err)
 		}
 	}
 	return bundle.FindRuntime(o.runtime)
+}
+
+// maxHostID is the largest id a user namespace can map to: (uid_t)-1 is
+// no id, and the kernel refuses a map that reaches or wraps past it.
+const maxHostID = 1<<32 - 2
+
+// checkIDMap refuses host id ranges that the kernel would refuse at every
+// call (the server would start and answer only Fatal results) or that give
+// the function root on the host.
+func checkIDMap(start, size uint32) error {
+	switch {
+	case size == 0:
+		return errors.New("--id-map-size 0: the containers need at least root (container id 0) mapped")
+	case start == 0:
+		return errors.New("--id-map-start 0: root in the function would be root on the host; choose an unprivileged range (the default is 100000)")
+	case uint64(start)+uint64(size)-1 > maxHostID:
+		return fmt.Errorf("--id-map-start %d, --id-map-size %d: the range ends past %d, the last host id", start, size, maxHostID)
+	}
+	return nil
 }
 
 // makeCacheDir creates the cache directory if it is not there, searchable
