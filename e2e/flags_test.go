@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,34 +18,71 @@ func TestServeRefusesFlagsThatCannotWork(t *testing.T) {
 	cases := []struct {
 		name string
 		args []string
+		env  []string
 		want []string
 	}{
 		// crun cannot write such a map: the server served, and every call
 		// got a Fatal result "writing file /proc/PID/gid_map: Invalid
 		// argument".
-		{"id_map_past_the_last_id", []string{"--id-map-start", "4294967295"}, []string{"--id-map-start", "--id-map-size"}},
-		{"id_map_of_no_ids", []string{"--id-map-size", "0"}, []string{"--id-map-size"}},
+		{"id_map_past_the_last_id", []string{"--id-map-start", "4294967295"}, nil, []string{"--id-map-start", "--id-map-size"}},
+		{"id_map_of_no_ids", []string{"--id-map-size", "0"}, nil, []string{"--id-map-size"}},
 		// Root in the function would be root on the host.
-		{"id_map_from_host_root", []string{"--id-map-start", "0"}, []string{"--id-map-start", "root"}},
+		{"id_map_from_host_root", []string{"--id-map-start", "0"}, nil, []string{"--id-map-start", "root"}},
+		// The HTTP fronts' calls are not RunFunctionRequests: the mode
+		// was ignored.
+		{"io_with_the_http_front", []string{"--api", "http", "--io", "krm"}, nil, []string{"--io krm", "--api http", "CGI"}},
+		{"io_with_the_openwhisk_front", []string{"--api", "openwhisk", "--io", "json"}, nil, []string{"--io json", "--api openwhisk"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"serve", "--insecure", "--address", "127.0.0.1:0", "--metrics-address", "", "--cache-dir", cacheDir(t), "--tarball", image("labelizer.tar")}, tc.args...)
-			ctx, cancel := context.WithTimeout(context.Background(), patient(20*time.Second))
-			defer cancel()
-			cmd := exec.CommandContext(ctx, ocifnBin, args...)
-			cmd.Env = append(os.Environ(), "TLS_SERVER_CERTS_DIR=")
-			out, err := cmd.CombinedOutput()
-			if ctx.Err() != nil {
-				t.Fatalf("ocifn %s started and served until killed:\n%s", strings.Join(args, " "), out)
+			out, err := runWithin(t, tc.env, args...)
+			if strings.Contains(out, "msg=serving ") {
+				t.Errorf("the server reported serving:\n%s", out)
 			}
 			if err == nil {
 				t.Fatalf("ocifn %s exited 0:\n%s", strings.Join(args, " "), out)
 			}
-			if strings.Contains(string(out), "msg=serving ") {
-				t.Errorf("the server reported serving before it failed:\n%s", out)
-			}
-			mustContain(t, "output", string(out), tc.want...)
+			mustContain(t, "output", out, tc.want...)
 		})
 	}
+}
+
+// TestIOFromTheEnvironmentWithAnHTTPFront: a package built before ocifn
+// build refused --io with --api http carries OCIFN_IO: it is served, and
+// the log says the mode is ignored.
+func TestIOFromTheEnvironmentWithAnHTTPFront(t *testing.T) {
+	f := startCGI(t, nil, "OCIFN_IO=functionio")
+	mustContain(t, "log", f.stderr.String(), "OCIFN_IO in the environment is ignored", "--api http")
+}
+
+// TestBuildRefusesIOForHTTPFronts: ocifn build --io records an I/O mode
+// that ocifn serve --api http or openwhisk cannot use.
+func TestBuildRefusesIOForHTTPFronts(t *testing.T) {
+	pkg := filepath.Join(t.TempDir(), "fn.tar")
+	out, err := runWithin(t, nil, "build", "--from-oci-tarball", image("cgi.tar"), "--name", "fn", "--api", "http", "--io", "krm",
+		"--runtime-image-tarball", runtimeImage(t), "-o", pkg)
+	if err == nil {
+		t.Fatalf("ocifn build --api http --io krm wrote a package:\n%s", out)
+	}
+	mustContain(t, "output", out, "--io krm", "--api http")
+	if _, err := os.Stat(pkg); err == nil {
+		t.Errorf("%s was written", pkg)
+	}
+}
+
+// runWithin runs ocifn with env added and returns its combined output; it
+// fails the test if ocifn is still running after 20 s (a server that
+// started instead of refusing its flags).
+func runWithin(t *testing.T, env []string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patient(20*time.Second))
+	defer cancel()
+	cmd := exec.CommandContext(ctx, ocifnBin, args...)
+	cmd.Env = append(append(os.Environ(), "TLS_SERVER_CERTS_DIR="), env...)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("ocifn %s still ran after %s, killed:\n%s", strings.Join(args, " "), patient(20*time.Second), out)
+	}
+	return string(out), err
 }

@@ -100,6 +100,9 @@ func (o *buildOptions) check(capabilitiesSet bool) error {
 			return fmt.Errorf("--io: %w", err)
 		}
 	}
+	if err := checkIOFront(o.api, o.io); err != nil {
+		return fmt.Errorf("--io %s: %w", o.io, err)
+	}
 	if _, err := os.Stat(o.from); err != nil {
 		return fmt.Errorf("cannot read the function image tarball: %w", err)
 	}

@@ -71,6 +71,18 @@ func checkAPI(api string) error {
 	return fmt.Errorf("want %s, %s or %s", apiCrossplane, apiOpenWhisk, apiHTTP)
 }
 
+// checkIOFront says why an I/O mode cannot go with api, if it cannot. An
+// I/O mode is how a RunFunctionRequest reaches the function; the HTTP
+// fronts' calls are no such request and reach it in their own protocol,
+// so a mode given with them would be ignored without a word.
+func checkIOFront(api, io string) error {
+	protocols := map[string]string{apiOpenWhisk: "OpenWhisk's action interface", apiHTTP: "CGI (RFC 3875)"}
+	if io == "" || protocols[api] == "" {
+		return nil
+	}
+	return fmt.Errorf("an I/O mode is how a Crossplane RunFunctionRequest reaches the function, and applies to --api %s only: --api %s calls reach it as %s defines", apiCrossplane, api, protocols[api])
+}
+
 // defaultMaxRequestBytes bounds an HTTP front's request body.
 const defaultMaxRequestBytes = 64 << 20
 
@@ -78,7 +90,10 @@ type serveOptions struct {
 	functionFlags
 	// warmIgnored says that --warm was given to an HTTP front, which
 	// cannot use warm containers.
-	warmIgnored     bool
+	warmIgnored bool
+	// ioIgnored says why OCIFN_IO was ignored: it came with an HTTP
+	// front, which has no use for an I/O mode.
+	ioIgnored       error
 	api             string
 	maxRequestBytes byteSize
 	resultTTL       time.Duration
@@ -137,6 +152,14 @@ another I/O mode.`,
 				if err := checkAPI(v); err != nil {
 					return fmt.Errorf("%s=%s in the environment (ocifn build --api sets it in a package): %w", oci.EnvAPI, v, err)
 				}
+			}
+			if err := checkIOFront(o.api, o.io); err != nil {
+				if f.Changed("io") {
+					return fmt.Errorf("--io %s: %w", o.io, err)
+				}
+				// A package built before ocifn build refused the pair
+				// carries both: it is served, with a warning.
+				o.ioIgnored, o.io = err, ""
 			}
 			// The HTTP fronts serve metrics on their own port, where the
 			// gRPC front's defaults would collide.
@@ -254,6 +277,9 @@ func (o *serveOptions) run(ctx context.Context) error {
 		// OpenWhisk and Kubeless talk plain HTTP to their runtimes.
 		if o.tlsDir != "" {
 			log.Warn("--tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) applies to the gRPC front only: this front serves plain HTTP, for the platform's proxy to terminate TLS", "api", o.api, "tls_server_certs_dir", o.tlsDir)
+		}
+		if o.ioIgnored != nil {
+			log.Warn(oci.EnvIO+" in the environment is ignored", "reason", o.ioIgnored.Error())
 		}
 		if o.warmIgnored {
 			log.Warn("--warm does not apply to the HTTP fronts: each call sets its own environment, which a container created ahead cannot take, so every call gets a container of its own", "api", o.api)
