@@ -32,6 +32,10 @@ func TestServeRefusesFlagsThatCannotWork(t *testing.T) {
 		// was ignored.
 		{"io_with_the_http_front", []string{"--api", "http", "--io", "krm"}, nil, []string{"--io krm", "--api http", "CGI"}},
 		{"io_with_the_openwhisk_front", []string{"--api", "openwhisk", "--io", "json"}, nil, []string{"--io json", "--api openwhisk"}},
+		// Profiles are served on the metrics address, off here (the
+		// harness passes --metrics-address "") and by default on the
+		// HTTP fronts: --profiling did nothing.
+		{"profiling_without_metrics", []string{"--profiling"}, nil, []string{"--profiling", "--metrics-address"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -265,6 +265,11 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if err := checkAPI(o.api); err != nil {
 		return fmt.Errorf("--api %q: %w", o.api, err)
 	}
+	// The profiles are served on the metrics address only: without one,
+	// --profiling would do nothing.
+	if o.profiling && o.metricsAddress == "" {
+		return errors.New("--profiling serves Go's profiles on --metrics-address, which is empty (no metrics; the default of the HTTP fronts): give one too, such as --metrics-address 127.0.0.1:6060")
+	}
 	if o.maxRequestBytes <= 0 {
 		return fmt.Errorf("--max-request-bytes %d: must be positive", o.maxRequestBytes)
 	}
