@@ -6,6 +6,9 @@ import (
 	"runtime/metrics"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ocifn/ocifn/adaptor"
 )
 
 // heapFree is the heap's free memory that Go still holds from the kernel.
@@ -66,5 +69,26 @@ func TestOnceFile(t *testing.T) {
 	}
 	if err := f.Set("b.yaml"); err == nil || !strings.Contains(err.Error(), "a.yaml, then b.yaml") || f.String() != "a.yaml" {
 		t.Errorf("second: %v, kept %q; want it refused, naming both, a.yaml kept", err, f.String())
+	}
+}
+
+// TestKubelessTimeout: FUNC_TIMEOUT is a positive number of seconds; any
+// other value is refused naming FUNC_TIMEOUT, not --timeout, which the
+// user did not give.
+func TestKubelessTimeout(t *testing.T) {
+	for v, want := range map[string]time.Duration{"30": 30 * time.Second, "0.5": 500 * time.Millisecond, "": adaptor.DefaultTimeout} {
+		t.Setenv("FUNC_TIMEOUT", v)
+		o := &serveOptions{}
+		o.timeout = adaptor.DefaultTimeout
+		if err := o.kubelessTimeout(); err != nil || o.timeout != want {
+			t.Errorf("FUNC_TIMEOUT=%q: %v, %s; want %s", v, err, o.timeout, want)
+		}
+	}
+	for _, v := range []string{"0", "-1", "soon", "NaN", "Inf", "1e20", "1e-10"} {
+		t.Setenv("FUNC_TIMEOUT", v)
+		o := &serveOptions{}
+		if err := o.kubelessTimeout(); err == nil || !strings.Contains(err.Error(), "FUNC_TIMEOUT") {
+			t.Errorf("FUNC_TIMEOUT=%q: got %v (timeout %s), want an error naming FUNC_TIMEOUT", v, err, o.timeout)
+		}
 	}
 }

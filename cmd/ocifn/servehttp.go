@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -28,11 +29,15 @@ func (o *serveOptions) kubelessTimeout() error {
 	if v == "" {
 		return nil
 	}
+	// NaN, infinities and values past what a Duration holds (292 years)
+	// convert to a negative Duration, which --timeout's check would then
+	// blame on a flag not given; under a nanosecond rounds to 0.
 	secs, err := strconv.ParseFloat(v, 64)
-	if err != nil || secs <= 0 {
-		return fmt.Errorf("FUNC_TIMEOUT %q: want a positive number of seconds", v)
+	d := time.Duration(secs * float64(time.Second))
+	if err != nil || !(secs > 0 && secs < float64(math.MaxInt64/time.Second)) || d <= 0 {
+		return fmt.Errorf("FUNC_TIMEOUT %q: want a positive number of seconds, at least a nanosecond and within 292 years", v)
 	}
-	o.timeout = time.Duration(secs * float64(time.Second))
+	o.timeout = d
 	return nil
 }
 
