@@ -115,6 +115,13 @@ const lockFile = "lock"
 // Create unpacks img into a new directory under parent and writes the
 // runtime config every call will use. The caller must Close the bundle.
 func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Options) (b *Bundle, err error) {
+	// A relative parent (--cache-dir cache) is made absolute: the walk up
+	// to / in checkReachable would never reach / from "." and spin, and
+	// the bundle's paths are handed to crun, whose working directory is
+	// not ours.
+	if parent, err = filepath.Abs(parent); err != nil {
+		return nil, fmt.Errorf("cannot find the cache directory: %w", err)
+	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the image config: %w", err)

@@ -90,3 +90,28 @@ func runWithin(t *testing.T, env []string, args ...string) (string, error) {
 	}
 	return string(out), err
 }
+
+// TestRelativeCacheDir: --cache-dir may be relative to the working
+// directory, as any path on a command line. Run as root, ocifn walked up
+// from it to / to check the containers' ids could reach it, and
+// filepath.Dir of a relative path ends at ".", never "/": it spun at
+// 100% CPU for ever.
+func TestRelativeCacheDir(t *testing.T) {
+	wd := cacheDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), patient(30*time.Second))
+	defer cancel()
+	cmd := exec.CommandContext(ctx, ocifnBin, "test", "--cache-dir", "cache", image("labelizer.tar"),
+		filepath.Join(repoRoot, "testdata", "functions", "labelizer", "request.json"))
+	cmd.Dir = wd
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("ocifn test --cache-dir cache still ran after %s, killed:\n%s", patient(30*time.Second), out)
+	}
+	if err != nil {
+		t.Fatalf("ocifn test --cache-dir cache: %v\n%s", err, out)
+	}
+	mustContain(t, "output", string(out), "ocifn.dev/labelized")
+	if left, _ := filepath.Glob(filepath.Join(wd, "cache", "bundle-*")); len(left) > 0 {
+		t.Errorf("the cache directory still holds %v", left)
+	}
+}
