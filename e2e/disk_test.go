@@ -6,9 +6,11 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -325,6 +327,72 @@ func TestTerminatedDuringUnpack(t *testing.T) {
 			// kept for the next start.
 			if left, _ := filepath.Glob(filepath.Join(cache, "bundle-*")); len(left) > 0 {
 				t.Errorf("the cache directory still holds %v", left)
+			}
+		})
+	}
+}
+
+// TestHTTPCallsWaitingForTheUnpack: a call that came to an HTTP front
+// while its image was being unpacked waits for it; if the server stops
+// instead (SIGTERM, or an image that cannot be unpacked), the call is
+// answered 503 saying it did not run, as calls are while the server
+// drains, rather than left with a connection closed without an answer.
+// (OpenWhisk's invoker sends /init as soon as the port takes connections.)
+func TestHTTPCallsWaitingForTheUnpack(t *testing.T) {
+	big := gzipImage(t, t.TempDir(), "zeros", 512<<20)
+	listening := regexp.MustCompile(`msg=listening api=http address=(\S+)`)
+	for _, tc := range []struct {
+		name string
+		args []string
+		stop bool
+	}{
+		{"sigterm", nil, true},
+		{"unpack_fails", []string{"--max-rootfs-bytes", "256Mi"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cache := cacheDir(t)
+			s := startProcess(t, append([]string{"--api", "http", "--address", "127.0.0.1:0", "--tarball", big, "--cache-dir", cache}, tc.args...))
+			var addr string
+			eventually(t, 30*time.Second, "listening", func() bool {
+				m := listening.FindStringSubmatch(s.stderr.String())
+				if m != nil {
+					addr = m[1]
+				}
+				return m != nil
+			})
+			type answer struct {
+				code int
+				body string
+				err  error
+			}
+			answered := make(chan answer, 1)
+			go func() {
+				rsp, err := http.Get("http://" + addr + "/call")
+				if err != nil {
+					answered <- answer{err: err}
+					return
+				}
+				defer rsp.Body.Close()
+				b, _ := io.ReadAll(rsp.Body)
+				answered <- answer{code: rsp.StatusCode, body: string(b)}
+			}()
+			if tc.stop {
+				// The call is in before the signal: the unpack of 512 MiB
+				// takes longer.
+				time.Sleep(200 * time.Millisecond)
+				if err := s.cmd.Process.Signal(unix.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var a answer
+			select {
+			case a = <-answered:
+			case <-time.After(patient(60 * time.Second)):
+				t.Fatalf("no answer to the call within %s\n%s", patient(60*time.Second), s.stderr)
+			}
+			s.wait(t)
+			if a.err != nil || a.code != http.StatusServiceUnavailable || !strings.Contains(a.body, "did not run") {
+				t.Errorf("the waiting call got %d %q, %v; want 503 saying it did not run\n%s", a.code, a.body, a.err, s.stderr)
 			}
 		})
 	}

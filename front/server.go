@@ -3,6 +3,7 @@ package front
 import (
 	"encoding/json"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,12 +20,22 @@ type Server struct {
 	handler  atomic.Pointer[http.Handler]
 	ready    chan struct{}
 	draining atomic.Bool
+	// abandoned is closed when the server stops before it was ready.
+	abandoned chan struct{}
+	abandon   sync.Once
 }
 
 // NewServer returns a server exposing reg at /metrics.
 func NewServer(reg *prometheus.Registry) *Server {
-	return &Server{metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), ready: make(chan struct{})}
+	return &Server{metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), ready: make(chan struct{}), abandoned: make(chan struct{})}
 }
+
+// Abandon says the server stops before it was ready (a signal, or an
+// image that could not be prepared): the calls waiting for it, and those
+// that come until the port closes, are answered 503 at once, as calls are
+// while the server drains, instead of waiting for a handler that will not
+// come and losing their connection without an answer.
+func (s *Server) Abandon() { s.abandon.Do(func() { close(s.abandoned) }) }
 
 // Ready makes h serve the front's routes. It must be called once.
 func (s *Server) Ready(h http.Handler) {
@@ -55,6 +66,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h = s.handler.Load()
 		case <-r.Context().Done():
 			WriteJSONError(w, http.StatusServiceUnavailable, "the function image was still being unpacked; retry shortly")
+			return
+		case <-s.abandoned:
+			WriteJSONError(w, http.StatusServiceUnavailable, "ocifn stopped before the function image was ready: the call did not run")
 			return
 		}
 	}

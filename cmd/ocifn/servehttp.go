@@ -72,6 +72,18 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	go func() { served <- hs.Serve(lis) }()
 	defer hs.Close()
 	log.Info("listening", "api", o.api, "address", lis.Addr().String())
+	// Calls that come before the front is ready wait for it: if it never
+	// is (a signal, an image that cannot be prepared), they are answered
+	// before the port closes.
+	ready := false
+	defer func() {
+		if !ready {
+			srv.Abandon()
+			actx, cancel := context.WithTimeout(context.Background(), answerGrace)
+			defer cancel()
+			_ = hs.Shutdown(actx)
+		}
+	}()
 
 	// Results of asynchronous invocations outlive a restart in the cache
 	// directory.
@@ -124,6 +136,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	}()
 	returnHeap()
 	srv.Ready(inv.Wrap(h))
+	ready = true
 	log.Info("serving", "address", lis.Addr().String(), "api", o.api, "max_concurrency", o.maxConcurrency, "max_queue", o.maxQueue, "timeout", o.timeout)
 
 	select {
