@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +114,18 @@ func TestRelativeCacheDir(t *testing.T) {
 	mustContain(t, "output", string(out), "ocifn.dev/labelized")
 	if left, _ := filepath.Glob(filepath.Join(wd, "cache", "bundle-*")); len(left) > 0 {
 		t.Errorf("the cache directory still holds %v", left)
+	}
+}
+
+// TestStartupWarningsOnce: each warning of the startup is logged once,
+// also where ocifn re-executes itself in namespaces of its own (as root on
+// a hybrid cgroup host, and whenever it is started unprivileged): the
+// process that re-executes logged them too.
+func TestStartupWarningsOnce(t *testing.T) {
+	f := startCGI(t, []string{"--warm", "3", "--tls-server-certs-dir", t.TempDir()}, "OCIFN_IO=krm")
+	for _, w := range []string{"--tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) applies", "OCIFN_IO in the environment is ignored", "--warm does not apply"} {
+		if n := len(regexp.MustCompile(regexp.QuoteMeta(w)).FindAllString(f.stderr.String(), -1)); n != 1 {
+			t.Errorf("%q logged %d times, want once:\n%s", w, n, f.stderr)
+		}
 	}
 }

@@ -245,6 +245,24 @@ func drainWithin(grace context.Context, drain func()) bool {
 	}
 }
 
+// warnIgnored warns of what the HTTP fronts ignore. It runs once ocifn is
+// in its own namespaces: the process that re-executes itself there would
+// log every warning a second time.
+func (o *serveOptions) warnIgnored(log *slog.Logger) {
+	if o.api == apiCrossplane {
+		return
+	}
+	if o.tlsDir != "" {
+		log.Warn("--tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) applies to the gRPC front only: this front serves plain HTTP, for the platform's proxy to terminate TLS", "api", o.api, "tls_server_certs_dir", o.tlsDir)
+	}
+	if o.ioIgnored != nil {
+		log.Warn(oci.EnvIO+" in the environment is ignored", "reason", o.ioIgnored.Error())
+	}
+	if o.warmIgnored {
+		log.Warn("--warm does not apply to the HTTP fronts: each call sets its own environment, which a container created ahead cannot take, so every call gets a container of its own", "api", o.api)
+	}
+}
+
 // stoppedWhileStarting returns err, the failure of a step of the startup,
 // unless a SIGTERM or SIGINT (ctx) cut the step short: then the server
 // stops as it does once serving, with exit code 0, for a pod deleted
@@ -279,16 +297,8 @@ func (o *serveOptions) run(ctx context.Context) error {
 	var creds credentials.TransportCredentials
 	switch {
 	case o.api != apiCrossplane:
-		// OpenWhisk and Kubeless talk plain HTTP to their runtimes.
-		if o.tlsDir != "" {
-			log.Warn("--tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) applies to the gRPC front only: this front serves plain HTTP, for the platform's proxy to terminate TLS", "api", o.api, "tls_server_certs_dir", o.tlsDir)
-		}
-		if o.ioIgnored != nil {
-			log.Warn(oci.EnvIO+" in the environment is ignored", "reason", o.ioIgnored.Error())
-		}
-		if o.warmIgnored {
-			log.Warn("--warm does not apply to the HTTP fronts: each call sets its own environment, which a container created ahead cannot take, so every call gets a container of its own", "api", o.api)
-		}
+		// OpenWhisk and Kubeless talk plain HTTP to their runtimes
+		// (warnIgnored says so).
 	case o.tlsDir != "" && o.insecure:
 		return errors.New("--insecure and --tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) exclude each other: pass one")
 	case o.tlsDir != "":
@@ -335,6 +345,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		}
 		return exitError{code: code}
 	}
+	o.warnIgnored(log)
 
 	// Go's heap grows to twice what is live between collections; a soft
 	// limit below the in-flight bound makes the collector run before the
