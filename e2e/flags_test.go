@@ -36,6 +36,8 @@ func TestServeRefusesFlagsThatCannotWork(t *testing.T) {
 		// Profiles are served on the metrics address, off here (the
 		// harness passes --metrics-address "") and by default on the
 		// HTTP fronts: --profiling did nothing.
+		// The cache was off: --cache-ttl was ignored.
+		{"cache_off_with_a_ttl", []string{"--cache=false", "--cache-ttl", "1m"}, nil, []string{"--cache=false", "--cache-ttl 1m0s"}},
 		{"profiling_without_metrics", []string{"--profiling"}, nil, []string{"--profiling", "--metrics-address"}},
 	}
 	for _, tc := range cases {

@@ -328,6 +328,11 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if o.cacheTTL < 0 || o.cacheMaxBytes <= 0 {
 		return fmt.Errorf("--cache-ttl %s, --cache-max-bytes %d: want a TTL of 0 or more and a positive size", o.cacheTTL, o.cacheMaxBytes)
 	}
+	// --cache-ttl asks for every response to be cached, --cache=false for
+	// none: which one was meant cannot be told.
+	if !o.cache && o.cacheTTL > 0 {
+		return fmt.Errorf("--cache=false and --cache-ttl %s exclude each other: the first turns the response cache off, the second caches every response", o.cacheTTL)
+	}
 	if o.maxQueue == 0 {
 		o.maxQueue = 4 * o.maxConcurrency
 	}
