@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,4 +132,42 @@ func TestStartupWarningsOnce(t *testing.T) {
 			t.Errorf("%q logged %d times, want once:\n%s", w, n, f.stderr)
 		}
 	}
+}
+
+// TestHTTPFrontListensOnThePlatformsPort: Kubeless tells its runtimes the
+// port to listen on in FUNC_PORT (the function's port, 8080 unless
+// deployed with another), Knative in PORT (the container port); without
+// --address, --api http listens there, as their runtimes do.
+func TestHTTPFrontListensOnThePlatformsPort(t *testing.T) {
+	for _, env := range []string{"FUNC_PORT", "PORT"} {
+		t.Run(env, func(t *testing.T) {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
+			lis.Close()
+			cmd := exec.Command(ocifnBin, "serve", "--api", "http", "--tarball", image("cgi.tar"), "--cache-dir", cacheDir(t))
+			cmd.Env = append(os.Environ(), env+"="+port)
+			f := &httpFront{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+			cmd.Stdout, cmd.Stderr = f.stdout, f.stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				_ = cmd.Wait()
+				close(f.exited)
+			}()
+			t.Cleanup(f.stop)
+			f.awaitServing(t)
+			if !strings.HasSuffix(f.url, ":"+port) {
+				t.Fatalf("%s=%s: the front serves on %s\n%s", env, port, f.url, f.stderr)
+			}
+		})
+	}
+	out, err := runWithin(t, []string{"FUNC_PORT=http"}, "serve", "--api", "http", "--tarball", image("cgi.tar"), "--cache-dir", cacheDir(t))
+	if err == nil {
+		t.Fatalf("FUNC_PORT=http was taken:\n%s", out)
+	}
+	mustContain(t, "output", out, "FUNC_PORT")
 }

@@ -177,6 +177,12 @@ another I/O mode.`,
 				}
 				o.warm = 0
 			}
+			if o.api == apiHTTP && !f.Changed("address") {
+				var err error
+				if o.address, err = platformAddress(); err != nil {
+					return err
+				}
+			}
 			if o.api == apiHTTP && !f.Changed("timeout") {
 				if err := o.kubelessTimeout(); err != nil {
 					return err
@@ -204,7 +210,7 @@ another I/O mode.`,
 	f.IntVar(&o.warm, "warm", defaultWarm, "fewest containers to keep created ahead of calls, so that a call only has to start one; each still serves a single call; the pool grows to as many calls as ran at once, and by one for each call that found it empty though large enough, up to --max-concurrency (0: off)")
 	f.DurationVar(&o.warmIdle, "warm-idle", defaultWarmIdle, "after this long without a call, let every warm container go; the next call refills the pool (0: never)")
 	f.StringVar(&o.tarball, "tarball", defaultTarball, "image tarball of the function: docker save output (optionally gzipped) or an OCI archive")
-	f.StringVar(&o.address, "address", ":9443", "address to serve on; :8080 by default for the HTTP fronts")
+	f.StringVar(&o.address, "address", ":9443", "address to serve on; :8080 by default for the HTTP fronts, and with --api http the port in FUNC_PORT (Kubeless) or else PORT (Knative) when set")
 	f.BoolVar(&o.insecure, "insecure", false, "serve plaintext gRPC without TLS (local development only)")
 	f.StringVar(&o.tlsDir, "tls-server-certs-dir", os.Getenv("TLS_SERVER_CERTS_DIR"), "directory with tls.crt, tls.key and ca.crt; client certificates are required (env TLS_SERVER_CERTS_DIR)")
 	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on SIGTERM, how long running calls may take to finish (0: stop them at once)")

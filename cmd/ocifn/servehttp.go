@@ -41,6 +41,25 @@ func (o *serveOptions) kubelessTimeout() error {
 	return nil
 }
 
+// platformAddress is where --api http listens when --address is not
+// given: on the port Kubeless (FUNC_PORT, the function's port) or Knative
+// (PORT, the container's port) tells its runtimes to listen on, which the
+// platform's Service or proxy sends the calls to; else on :8080.
+func platformAddress() (string, error) {
+	for _, env := range []string{"FUNC_PORT", "PORT"} {
+		v := os.Getenv(env)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("%s %q: want a port number from 1 to 65535", env, v)
+		}
+		return ":" + strconv.Itoa(n), nil
+	}
+	return httpAddress, nil
+}
+
 // closer is a front that holds files until it is closed.
 type closer interface{ Close() error }
 
