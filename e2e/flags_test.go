@@ -171,3 +171,23 @@ func TestHTTPFrontListensOnThePlatformsPort(t *testing.T) {
 	}
 	mustContain(t, "output", out, "FUNC_PORT")
 }
+
+// TestTwoHTTPServersOnOneCacheDir: the results of asynchronous
+// invocations live in the cache directory, /var/cache/ocifn for every
+// server run as root. A second server there took the first one's running
+// invocations for ones a restart had cut off, and rewrote them as failed
+// (500 "cut off by a restart") while they ran; their sizes and ages were
+// bounded by both. The second server now refuses to start, naming the
+// directory and --cache-dir; once the first has stopped, it starts.
+func TestTwoHTTPServersOnOneCacheDir(t *testing.T) {
+	cache := cacheDir(t)
+	first := startCGI(t, []string{"--cache-dir", cache})
+	args := []string{"serve", "--api", "http", "--address", "127.0.0.1:0", "--tarball", image("cgi.tar"), "--cache-dir", cache}
+	out, err := runWithin(t, nil, args...)
+	if err == nil {
+		t.Fatalf("a second server on the cache directory exited 0:\n%s", out)
+	}
+	mustContain(t, "output", out, "invocations-http", "--cache-dir")
+	first.stop()
+	startCGI(t, []string{"--cache-dir", cache})
+}

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/hook"
 )
@@ -60,6 +62,9 @@ type Invocations struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
+	// lock holds dir for this process (see lockInvocations) until Close.
+	lock     *os.File
+	closeDir sync.Once
 }
 
 // stored is what the index knows of a record on disk.
@@ -86,13 +91,18 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create the invocations directory %s: %w", dir, err)
 	}
+	lock, err := lockInvocations(dir)
+	if err != nil {
+		return nil, err
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("cannot read the invocations directory %s: %w", dir, err)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	iv := &Invocations{dir: dir, ttl: ttl, maxBytes: maxBytes, maxBody: maxBody, log: log, now: time.Now, ctx: ctx, cancel: cancel,
-		index: map[string]stored{}}
+		index: map[string]stored{}, lock: lock}
 	failed := 0
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
@@ -160,6 +170,41 @@ func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, received t
 func (iv *Invocations) Close() {
 	iv.cancel(ErrShutdown)
 	iv.wg.Wait()
+	iv.closeDir.Do(func() { iv.lock.Close() })
+}
+
+// lockWait is how long lockInvocations waits for another process to let
+// go of the directory.
+const lockWait = 2 * time.Second
+
+// lockInvocations takes dir for this process, or says which directory
+// another holds. Records a previous run left running are marked failed
+// when the directory is opened, and the size and age bounds remove the
+// oldest records: a second server in the same directory (two servers on
+// one --cache-dir, such as the default of every server run as root)
+// would fail the first one's invocations while they run, and remove its
+// results. The lock is the directory's own flock, let go when the process
+// ends however it ends, so a restart finds the directory free.
+func lockInvocations(dir string) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open the invocations directory %s: %w", dir, err)
+	}
+	// A server killed a moment ago may still be dying (the child ocifn
+	// re-executed dies after its parent): it is given lockWait to go.
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	for deadline := time.Now().Add(lockWait); errors.Is(err, unix.EWOULDBLOCK) && time.Now().Before(deadline); {
+		time.Sleep(lockWait / 40)
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	}
+	if err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another ocifn serve keeps its asynchronous invocations in %s: give each server its own --cache-dir", dir)
+		}
+		return nil, fmt.Errorf("cannot lock the invocations directory %s: %w", dir, err)
+	}
+	return f, nil
 }
 
 // Wait waits for the calls running now, up to ctx's end.

@@ -200,6 +200,8 @@ func TestBoundKeepsTheNewestResults(t *testing.T) {
 	if n := onDisk(); n > 1600 || n != iv.total || len(iv.index) != len(kept) {
 		t.Errorf("%d bytes on disk, %d counted in %d entries; want them equal, at most 1600, for %d results", n, iv.total, len(iv.index), len(kept))
 	}
+	// A restart: the first holds the directory until it is closed.
+	iv.Close()
 	again, err := OpenInvocations(dir, time.Hour, 1600, 1<<20, log)
 	if err != nil {
 		t.Fatal(err)
@@ -347,4 +349,24 @@ func TestResultOfALongCallOutlivesItsCall(t *testing.T) {
 	if g := get(); g.Code != http.StatusNotFound {
 		t.Errorf("the result past the TTL: %d, want 404", g.Code)
 	}
+}
+
+// TestInvocationsDirectoryHeldByOne: one process at a time keeps its
+// invocations in a directory; a second is refused, naming it and
+// --cache-dir, until the first is closed.
+func TestInvocationsDirectoryHeldByOne(t *testing.T) {
+	dir := t.TempDir()
+	first, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "--cache-dir") {
+		t.Fatalf("second open while the first holds the directory: %v, want it refused naming %s and --cache-dir", err, dir)
+	}
+	first.Close()
+	again, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("open after the first closed: %v", err)
+	}
+	again.Close()
 }
