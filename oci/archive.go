@@ -12,6 +12,7 @@ import (
 
 const (
 	errEmptyFile     = "the file is empty"
+	errNotRegular    = "it is %s, not a regular file: an image tarball is read at random; save it to a file first"
 	errNotTar        = "not a tar archive"
 	errTruncated     = "the archive is truncated"
 	errNoEndMarker   = "it has no end-of-archive marker"
@@ -21,6 +22,21 @@ const (
 	maxLinkHops      = 16
 	maxMetadataBytes = 16 << 20 // cap on index.json, manifests, configs read into memory
 )
+
+// fileKind names the kind of a file that is not a regular one.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a pipe"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "of mode " + m.Type().String()
+}
 
 // tarEntry is where one regular file's bytes are inside the (uncompressed)
 // outer tar.
@@ -42,6 +58,13 @@ type tarIndex struct {
 // scratchDir when it is compressed, and indexes the tar inside. The returned
 // file must be closed by the caller; it backs every reader of the index.
 func openArchive(p, scratchDir string, limit int64) (*os.File, *tarIndex, error) {
+	// The tarball is read at random (its index, then each blob where it
+	// lies), which a pipe (bash's <(...)), a fifo or a device cannot be;
+	// they were reported "empty" (a pipe's size is 0), and opening a fifo
+	// that has no writer would block for ever, signals or not.
+	if fi, err := os.Stat(p); err == nil && !fi.Mode().IsRegular() {
+		return nil, nil, fmt.Errorf(errNotRegular, fileKind(fi.Mode()))
+	}
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, nil, err

@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
 )
 
 // The layers every format test unpacks: whiteouts of a file and of a
@@ -315,6 +317,36 @@ func TestOpenRejects(t *testing.T) {
 			name:      "empty_file",
 			archive:   func(t *testing.T, dir string) string { return writeRawFile(t, dir, nil) },
 			errSubstr: []string{"cannot read image tarball", "the file is empty"},
+		},
+		{
+			// bash's <(...): its size is 0, and it was said to be empty.
+			name: "a_pipe",
+			archive: func(t *testing.T, dir string) string {
+				r, w, err := os.Pipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { r.Close(); w.Close() })
+				return fmt.Sprintf("/proc/self/fd/%d", r.Fd())
+			},
+			errSubstr: []string{"cannot read image tarball", "it is a pipe, not a regular file"},
+		},
+		{
+			// Opening it would block until a writer comes.
+			name: "a_fifo_without_a_writer",
+			archive: func(t *testing.T, dir string) string {
+				p := filepath.Join(dir, "fifo")
+				if err := unix.Mkfifo(p, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			},
+			errSubstr: []string{"it is a pipe, not a regular file"},
+		},
+		{
+			name:      "a_directory",
+			archive:   func(t *testing.T, dir string) string { return dir },
+			errSubstr: []string{"it is a directory, not a regular file"},
 		},
 		{
 			name: "not_a_tar",
