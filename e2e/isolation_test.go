@@ -137,6 +137,10 @@ func TestUnprivileged(t *testing.T) {
 // use a keyring at all.
 func TestContainersMakeNoKeyrings(t *testing.T) {
 	u, home, as := unprivileged(t, "trivial.tar")
+	// The keys the user holds already: its user and user session keyrings,
+	// once anything that ran as the user made them (buildah, a login),
+	// live as long as the machine.
+	before := keysOf(t, u.Uid)
 	s := startServer(t, []string{"--tarball", filepath.Join(home, "trivial.tar"), "--cache-dir", filepath.Join(home, "cache"),
 		"--warm", "4", "--metrics-address", "127.0.0.1:0"}, as)
 	eventually(t, 10*time.Second, "four warm containers", func() bool { return s.metric(t, "ocifn_warm_containers") == 4 })
@@ -147,8 +151,8 @@ func TestContainersMakeNoKeyrings(t *testing.T) {
 	// Four warm containers, and four more made for the pool after the
 	// calls: with a keyring each, the user would hold eight keys or so
 	// until the kernel collected those of the containers that are gone.
-	if n := keysOf(t, u.Uid); n > 0 {
-		t.Errorf("the user ocifn runs as holds %d keys with 4 warm containers after 4 calls, want none (/proc/key-users)", n)
+	if n := keysOf(t, u.Uid); n > before {
+		t.Errorf("the user ocifn runs as holds %d keys with 4 warm containers after 4 calls, want no more than the %d before (/proc/key-users)", n, before)
 	}
 }
 
