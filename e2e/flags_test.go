@@ -191,3 +191,34 @@ func TestTwoHTTPServersOnOneCacheDir(t *testing.T) {
 	first.stop()
 	startCGI(t, []string{"--cache-dir", cache})
 }
+
+// TestServeErrorsSayWhatWasGiven: a refused startup names the value it
+// was given, where it came from, and advice that fits it.
+func TestServeErrorsSayWhatWasGiven(t *testing.T) {
+	cases := []struct {
+		name      string
+		args      []string
+		env       []string
+		want, not []string
+	}{
+		// The HTTP fronts set --warm to 0 before it was checked: -1 was
+		// accepted without a word, where the gRPC front refuses it.
+		{"negative_warm_with_the_http_front", []string{"--api", "http", "--warm", "-1"}, nil, []string{"--warm -1", "must not be negative"}, nil},
+		{"negative_warm_with_the_openwhisk_front", []string{"--api", "openwhisk", "--warm", "-1"}, nil, []string{"--warm -1", "must not be negative"}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"serve", "--insecure", "--address", "127.0.0.1:0", "--metrics-address", "", "--cache-dir", cacheDir(t), "--tarball", image("labelizer.tar")}, tc.args...)
+			out, err := runWithin(t, tc.env, args...)
+			if err == nil {
+				t.Fatalf("ocifn %s exited 0:\n%s", strings.Join(args, " "), out)
+			}
+			mustContain(t, "output", out, tc.want...)
+			for _, s := range tc.not {
+				if strings.Contains(out, s) {
+					t.Errorf("the output says %q:\n%s", s, out)
+				}
+			}
+		})
+	}
+}

@@ -172,10 +172,12 @@ another I/O mode.`,
 				}
 				// Their calls set arguments and environment per call, which
 				// a container created ahead cannot take: each gets its own.
-				if f.Changed("warm") && o.warm > 0 {
-					o.warmIgnored = true
+				// A negative --warm is left for check to refuse, as
+				// the gRPC front does.
+				if o.warm > 0 {
+					o.warmIgnored = f.Changed("warm")
+					o.warm = 0
 				}
-				o.warm = 0
 			}
 			if o.api == apiHTTP && !f.Changed("address") {
 				var err error
