@@ -40,8 +40,13 @@ type Runtime struct {
 // that it runs.
 func FindRuntime(name string) (*Runtime, error) {
 	path, err := exec.LookPath(name)
+	if err != nil && strings.Contains(name, "/") {
+		// A path is not looked up on PATH: what is wrong is the file
+		// it names (missing, not executable).
+		return nil, fmt.Errorf("cannot use the OCI runtime %s (--runtime): %w", name, err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot find the OCI runtime %q: ocifn needs crun on PATH (Debian/Ubuntu: apt-get install crun): %w", name, err)
+		return nil, fmt.Errorf("cannot find the OCI runtime %q on PATH: ocifn needs crun (Debian/Ubuntu: apt-get install crun), or its path in --runtime: %w", name, err)
 	}
 	out, err := exec.Command(path, "--version").Output()
 	if err != nil {

@@ -205,6 +205,8 @@ func TestServeErrorsSayWhatWasGiven(t *testing.T) {
 		// accepted without a word, where the gRPC front refuses it.
 		{"negative_warm_with_the_http_front", []string{"--api", "http", "--warm", "-1"}, nil, []string{"--warm -1", "must not be negative"}, nil},
 		{"negative_warm_with_the_openwhisk_front", []string{"--api", "openwhisk", "--warm", "-1"}, nil, []string{"--warm -1", "must not be negative"}, nil},
+		// A path was said to need crun on PATH.
+		{"runtime_path_not_there", []string{"--runtime", "/nonexistent/crun"}, nil, []string{"/nonexistent/crun", "--runtime"}, []string{"on PATH"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
