@@ -207,6 +207,8 @@ func TestServeErrorsSayWhatWasGiven(t *testing.T) {
 		{"negative_warm_with_the_openwhisk_front", []string{"--api", "openwhisk", "--warm", "-1"}, nil, []string{"--warm -1", "must not be negative"}, nil},
 		// A path was said to need crun on PATH.
 		{"runtime_path_not_there", []string{"--runtime", "/nonexistent/crun"}, nil, []string{"/nonexistent/crun", "--runtime"}, []string{"on PATH"}},
+		// "pass one" of two things of which the user passed only one.
+		{"insecure_with_the_certs_dir_from_the_environment", nil, []string{"TLS_SERVER_CERTS_DIR=/etc/certs"}, []string{"--insecure", "TLS_SERVER_CERTS_DIR=/etc/certs", "environment"}, []string{"pass one"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

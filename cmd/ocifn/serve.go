@@ -114,6 +114,10 @@ type serveOptions struct {
 	profiling       bool
 	debug           bool
 	logFormat       string
+
+	// tlsDirFlag says that tlsDir came from --tls-server-certs-dir, not
+	// from TLS_SERVER_CERTS_DIR.
+	tlsDirFlag bool
 }
 
 func newServeCommand() *cobra.Command {
@@ -141,6 +145,7 @@ another I/O mode.`,
 		Args: noArgs("--tarball"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
+			o.tlsDirFlag = f.Changed("tls-server-certs-dir")
 			// A bad value from the environment is named as such: no flag
 			// was given.
 			if v := os.Getenv(oci.EnvIO); v != "" && !f.Changed("io") {
@@ -307,8 +312,11 @@ func (o *serveOptions) run(ctx context.Context) error {
 	case o.api != apiCrossplane:
 		// OpenWhisk and Kubeless talk plain HTTP to their runtimes
 		// (warnIgnored says so).
+	case o.tlsDir != "" && o.insecure && !o.tlsDirFlag:
+		// Not given on the command line: "pass one" would not fit.
+		return fmt.Errorf("--insecure and TLS_SERVER_CERTS_DIR=%s in the environment exclude each other: unset the variable to serve plaintext, or drop --insecure to serve mTLS with its certificates", o.tlsDir)
 	case o.tlsDir != "" && o.insecure:
-		return errors.New("--insecure and --tls-server-certs-dir (or TLS_SERVER_CERTS_DIR) exclude each other: pass one")
+		return errors.New("--insecure and --tls-server-certs-dir exclude each other: pass one")
 	case o.tlsDir != "":
 		if creds, err = adaptor.LoadServerTLS(o.tlsDir); err != nil {
 			return err
