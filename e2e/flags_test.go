@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -222,6 +223,49 @@ func TestServeErrorsSayWhatWasGiven(t *testing.T) {
 				if strings.Contains(out, s) {
 					t.Errorf("the output says %q:\n%s", s, out)
 				}
+			}
+		})
+	}
+}
+
+// TestFatalErrorIsAJSONLogRecord: with --log-format json, the error ocifn
+// exits with is a JSON record like every other line of its log, whether
+// it stops at its flags or once it serves in its own namespaces. It was a
+// plain "ocifn: ..." line, which a collector parsing the log as JSON
+// drops or mangles.
+func TestFatalErrorIsAJSONLogRecord(t *testing.T) {
+	notAnImage := filepath.Join(t.TempDir(), "function.tar")
+	if err := os.WriteFile(notAnImage, []byte("not a tarball\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"flag", []string{"--tarball", image("labelizer.tar"), "--max-concurrency", "0"}, "--max-concurrency 0"},
+		{"image", []string{"--tarball", notAnImage}, notAnImage},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"serve", "--insecure", "--log-format", "json", "--address", "127.0.0.1:0", "--metrics-address", "", "--cache-dir", cacheDir(t)}, tc.args...)
+			out, err := runWithin(t, nil, args...)
+			if err == nil {
+				t.Fatalf("ocifn %s exited 0:\n%s", strings.Join(args, " "), out)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			for _, l := range lines {
+				var rec map[string]any
+				if err := json.Unmarshal([]byte(l), &rec); err != nil {
+					t.Errorf("a line of the log is not JSON (%v): %s", err, l)
+				}
+			}
+			var last struct{ Level, Error string }
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+				t.Fatalf("the last line is not JSON: %v\n%s", err, out)
+			}
+			if last.Level != "ERROR" || !strings.Contains(last.Error, tc.want) {
+				t.Errorf("the last record is %+v, want level ERROR and an error naming %q:\n%s", last, tc.want, out)
 			}
 		})
 	}

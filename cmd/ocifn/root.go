@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -38,17 +39,31 @@ gRPC RunFunction calls by running each call in a fresh rootless container.`,
 }
 
 func execute() int {
-	err := newRootCommand().Execute()
+	cmd, err := newRootCommand().ExecuteC()
 	var ee exitError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ee):
 		return ee.code
+	case jsonLogs(cmd):
+		// The last line of a JSON log is a record too, for the
+		// collector that parses the rest of it.
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("exiting", "error", err.Error())
+		return 1
 	default:
 		fmt.Fprintln(os.Stderr, "ocifn:", err)
 		return 1
 	}
+}
+
+// jsonLogs reports whether cmd was asked for JSON logs (--log-format json).
+func jsonLogs(cmd *cobra.Command) bool {
+	if cmd == nil {
+		return false
+	}
+	f := cmd.Flags().Lookup("log-format")
+	return f != nil && f.Value.String() == "json"
 }
 
 // noArgs refuses positional arguments to a command that takes its input
