@@ -3,6 +3,7 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -403,7 +404,15 @@ func TestHostileImageTarballs(t *testing.T) {
 			name:    "layer_inflating_past_max_rootfs_bytes",
 			tarball: bomb,
 			args:    []string{"--max-rootfs-bytes", "64Mi"},
-			wantErr: []string{"layer 5/5", "larger than the limit of 67108864 uncompressed bytes"},
+			wantErr: []string{"layer 5/5", "larger than the limit of 67108864 uncompressed bytes", "--max-rootfs-bytes"},
+		},
+		{
+			// docker save | gzip: decompressed to the cache directory
+			// before it is read, within the same limit.
+			name:    "gzipped_tarball_past_max_rootfs_bytes",
+			tarball: file("gzipped.tar.gz", gzipped(t, good)),
+			args:    []string{"--max-rootfs-bytes", "1Mi"},
+			wantErr: []string{"decompresses to more than 1048576 bytes", "--max-rootfs-bytes"},
 		},
 		{
 			name: "escapes_setuid_devices_and_fifos_are_neutralised",
@@ -483,4 +492,18 @@ func TestHostileImageTarballs(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// gzipped is data compressed with gzip, as docker save | gzip writes it.
+func gzipped(t *testing.T, data []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }

@@ -131,7 +131,7 @@ func decompressToScratch(f *os.File, dir string, limit int64) (*os.File, error) 
 		err = cerr
 	}
 	if err == nil && n > limit {
-		err = fmt.Errorf("the tarball decompresses to more than %d bytes", limit)
+		err = tooLarge{fmt.Sprintf("the tarball decompresses to more than %d bytes", limit)}
 	}
 	if err != nil {
 		_ = out.Close()

@@ -201,7 +201,7 @@ func openScratch(f *os.File, dir string, limit int64) (*Image, error) {
 // new unlinked file in dir.
 func copyToScratch(name string, r io.Reader, size int64, dir string, limit int64) (*os.File, error) {
 	if size > limit {
-		return nil, fmt.Errorf("%s is "+errTooBig, name, limit)
+		return nil, tooLarge{fmt.Sprintf("%s is "+errTooBig, name, limit)}
 	}
 	f, err := os.CreateTemp(dir, "ocifn-function-*.tar")
 	if err != nil {

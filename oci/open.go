@@ -27,6 +27,17 @@ type severalImages struct{ msg string }
 func (e severalImages) Error() string        { return e.msg }
 func (e severalImages) Is(target error) bool { return target == ErrSeveralImages }
 
+// ErrTooLarge is wrapped by the errors of an image past the size limit its
+// caller set (WithMaxBytes, WithMaxScratchBytes), so that the caller can
+// name the setting that raises it.
+var ErrTooLarge = errors.New("image past its size limit")
+
+// tooLarge is an error of an image past its size limit.
+type tooLarge struct{ msg string }
+
+func (e tooLarge) Error() string        { return e.msg }
+func (e tooLarge) Is(target error) bool { return target == ErrTooLarge }
+
 // OpenOption changes how Open reads an image tarball.
 type OpenOption func(*openOptions)
 

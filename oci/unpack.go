@@ -381,11 +381,11 @@ func (g *guardedReader) Read(p []byte) (int, error) {
 func (g *guardedReader) charge(n int64) error {
 	g.budget.used += n
 	if g.budget.limit > 0 && g.budget.used > g.budget.limit {
-		format := g.budget.exceeded
-		if format == "" {
-			format = errMaxBytes
+		if g.budget.exceeded != "" {
+			g.err = fmt.Errorf(g.budget.exceeded, g.budget.limit)
+		} else {
+			g.err = tooLarge{fmt.Sprintf(errMaxBytes, g.budget.limit)}
 		}
-		g.err = fmt.Errorf(format, g.budget.limit)
 		return g.err
 	}
 	return nil

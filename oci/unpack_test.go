@@ -388,6 +388,10 @@ func TestUnpackLimitsAndCancel(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "larger than the limit of 262144 uncompressed bytes") || !strings.Contains(err.Error(), "layer 2/2") {
 			t.Fatalf("error %v, want the limit named for layer 2", err)
 		}
+		// The caller names its own setting of the limit.
+		if !errors.Is(err, ErrTooLarge) {
+			t.Errorf("error %v is not ErrTooLarge", err)
+		}
 	})
 	t.Run("max_bytes_not_exceeded", func(t *testing.T) {
 		if err := unpackLayers(t, filepath.Join(t.TempDir(), "rootfs"), [][]byte{small, big}, WithMaxBytes(2<<20)); err != nil {

@@ -167,7 +167,7 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 			}
 			return nil, fmt.Errorf("%w (choose with %s)", err, how)
 		}
-		return nil, err
+		return nil, o.nameRootfsLimit(err)
 	}
 	defer img.Close()
 	if o.codec, err = ioMode(o.io, img); err != nil {
@@ -193,12 +193,26 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cannot prepare the function image %s: %w", tarball, err)
+		return nil, o.nameRootfsLimit(fmt.Errorf("cannot prepare the function image %s: %w", tarball, err))
 	}
 	log.Info("image unpacked", "tarball", tarball, "image", img.Name(), "digest", img.Digest().String(),
 		"id_mode", mode, "io", o.codec.Name(), "duration", time.Since(start).Round(time.Millisecond), "runtime", rt.Version(), "crun", rt.Launch(), "dev", b.Dev())
 	log.Debug("runtime config", "args", b.Spec().Process.Args, "user", b.Spec().Process.User, "uid_mappings", b.Spec().Linux.UIDMappings)
 	return b, nil
+}
+
+// nameRootfsLimit names --max-rootfs-bytes in err when err is of an image
+// past the limit that flag sets, so that the user knows what raises it.
+func (o *functionFlags) nameRootfsLimit(err error) error {
+	switch {
+	case !errors.Is(err, oci.ErrTooLarge):
+		return err
+	case o.maxRootfsBytes == 0:
+		// No limit for the layers; the tarball's decompressed size and
+		// an embedded image keep oci's.
+		return fmt.Errorf("%w (with --max-rootfs-bytes 0, a decompressed tarball and the image a package embeds are still limited to %d bytes)", err, int64(oci.DefaultMaxScratchBytes))
+	}
+	return fmt.Errorf("%w (--max-rootfs-bytes %d: raise it for a larger image)", err, o.maxRootfsBytes)
 }
 
 // ioMode resolves the I/O mode of a function image: --io (flag) wins over the
