@@ -42,6 +42,9 @@ func TestServeRefusesFlagsThatCannotWork(t *testing.T) {
 		// The cache was off: --cache-ttl was ignored.
 		{"cache_off_with_a_ttl", []string{"--cache=false", "--cache-ttl", "1m"}, nil, []string{"--cache=false", "--cache-ttl 1m0s"}},
 		{"profiling_without_metrics", []string{"--profiling"}, nil, []string{"--profiling", "--metrics-address"}},
+		// 512 bytes, the unit left out: every call ended "exited with
+		// code 139 (stderr was empty)".
+		{"memory_limit_without_a_unit", []string{"--memory-limit", "512"}, nil, []string{"--memory-limit 512", "without a unit", "512Mi"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -51,6 +51,8 @@ type functionFlags struct {
 	// (see bundle.PoolOptions); set by serve only.
 	warmMax  int
 	warmIdle time.Duration
+	// memoryLimitUnitless says --memory-limit was given without a unit.
+	memoryLimitUnitless bool
 }
 
 func (o *functionFlags) register(f *pflag.FlagSet) {
@@ -65,7 +67,7 @@ func (o *functionFlags) register(f *pflag.FlagSet) {
 	f.Uint32Var(&o.idMapStart, "id-map-start", 100000, "when run as root: first host uid/gid that container ids map to")
 	f.Uint32Var(&o.idMapSize, "id-map-size", 65536, "when run as root: how many container uids/gids are mapped")
 	o.memoryLimit, o.maxRootfsBytes = bundle.DefaultMemoryLimit, DefaultMaxRootfsBytes
-	f.Var(&o.memoryLimit, "memory-limit", "memory of one call (e.g. 512Mi; 0: no limit): a cgroup limit where cgroup v2 is delegated, else RLIMIT_DATA per process")
+	f.Var(unitSize{&o.memoryLimit, &o.memoryLimitUnitless}, "memory-limit", "memory of one call (e.g. 512Mi; 0: no limit): a cgroup limit where cgroup v2 is delegated, else RLIMIT_DATA per process")
 	f.Int64Var(&o.pidsLimit, "pids-limit", bundle.DefaultPidsLimit, "processes and threads of one call: a cgroup limit where cgroup v2 is delegated, else RLIMIT_NPROC")
 	f.Var(&o.maxRootfsBytes, "max-rootfs-bytes", "largest unpacked size of the function image (e.g. 4Gi; 0: no limit)")
 	f.StringVar(&o.io, "io", o.io, "I/O mode of the function: "+strings.Join(codec.Names(), ", ")+" (default: the mode the image or package records, else json)")
@@ -106,6 +108,9 @@ func (o *functionFlags) check() (*bundle.Runtime, error) {
 		return nil, fmt.Errorf("--max-output-bytes %d: must be positive", o.maxOutputBytes)
 	}
 	if err := checkIDMap(o.idMapStart, o.idMapSize); err != nil {
+		return nil, err
+	}
+	if err := o.checkMemoryLimit(); err != nil {
 		return nil, err
 	}
 	if o.io != "" {

@@ -47,6 +47,47 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
+// unitSize is a byteSize flag that remembers whether it was last given
+// without a unit, so that a value absurd in bytes can be told from one
+// the user wrote in bytes on purpose.
+type unitSize struct {
+	*byteSize
+	unitless *bool
+}
+
+func (u unitSize) Set(s string) error {
+	if err := u.byteSize.Set(s); err != nil {
+		return err
+	}
+	_, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	*u.unitless = err == nil
+	return nil
+}
+
+// minUnitlessMemory is the least --memory-limit given in plain bytes
+// that is taken as meant. Below it hardly a function starts (measured
+// under RLIMIT_DATA: a shell's cat needs 256 KiB, the jq images 2 MiB;
+// a cgroup charges kernel memory too), and a call then ends "exited with
+// code 139 (stderr was empty)", which does not point at the flag. Such a
+// value is a unit left out: 512 for 512Mi.
+const minUnitlessMemory = 1 << 20
+
+// checkMemoryLimit refuses a --memory-limit given without a unit that is
+// too small for a function, naming the unit that was likely meant; a
+// limit that small is taken when written with its unit (512Ki).
+func (o *functionFlags) checkMemoryLimit() error {
+	n := int64(o.memoryLimit)
+	if !o.memoryLimitUnitless || n == 0 || n >= minUnitlessMemory {
+		return nil
+	}
+	// The same number in MiB, unless that is more than 64 GiB.
+	meant := "512Mi"
+	if n <= 64<<10 {
+		meant = fmt.Sprintf("%dMi", n)
+	}
+	return fmt.Errorf("--memory-limit %d: a size without a unit is in bytes, too little for a function to start (a jq image needs about 2 MiB); give the unit, as in --memory-limit %s (a limit below 1 MiB is taken with its unit, as 512Ki)", n, meant)
+}
+
 // limits decides how the per-call caps are enforced and says so once when
 // they fall back to rlimits. It must run inside ocifn's own namespaces.
 func (o *functionFlags) limits(log *slog.Logger) spec.Limits {
