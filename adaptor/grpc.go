@@ -68,10 +68,22 @@ func WithRecvTimeout(d time.Duration) ServerOption {
 // worker keeps the stack it grew. Give it the calls that may run at once:
 // a call waiting for its turn holds a worker too, so beyond that many
 // calls, running or waiting, the rest get goroutines of their own, as
-// before, which costs only this saving.
+// before, which costs only this saving. At most maxStreamWorkers are
+// started.
 func WithStreamWorkers(n int) ServerOption {
-	return func(o *serverOptions) { o.streamWorkers = uint32(max(n, 0)) }
+	return func(o *serverOptions) { o.streamWorkers = uint32(min(max(n, 0), maxStreamWorkers())) }
 }
+
+// maxStreamWorkers bounds the stream workers. Each is started with the
+// server and kept for its life, with the stack it grew: about 1.4 KB
+// each before any call, so a worker per slot of a huge --max-concurrency
+// (1,000,000) held 1.3 GB at idle. Four times the default
+// --max-concurrency keeps a worker per call over the range the workers
+// were measured in (docs/performance.md); a call past it gets a
+// goroutine of its own, and pays only the stack's growth, small beside
+// its container, of which that many at once are far past what the CPUs
+// can start.
+func maxStreamWorkers() int { return 4 * DefaultMaxConcurrency() }
 
 // CheckInflightBytes says why a bound of maxInflight bytes on requests in
 // flight could never admit a request of maxRecvMsgSize bytes, if it could

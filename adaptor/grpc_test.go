@@ -24,7 +24,8 @@ import (
 
 // TestStreamWorkers checks that WithStreamWorkers reaches gRPC: a server
 // made with it has that many goroutines waiting in gRPC's stream worker
-// before it serves anything, and they leave when it stops.
+// before it serves anything, at most maxStreamWorkers, and they leave
+// when it stops.
 func TestStreamWorkers(t *testing.T) {
 	workers := func() int {
 		buf := make([]byte, 1<<20)
@@ -45,6 +46,13 @@ func TestStreamWorkers(t *testing.T) {
 	settles(0)
 	srv := NewServer(nil, DefaultMaxRecvMsgSize, WithStreamWorkers(5))
 	settles(5)
+	srv.Stop()
+	settles(0)
+	// A huge --max-concurrency does not start a worker per slot: each
+	// holds its goroutine's memory for the server's life (1.3 GB of RSS
+	// at idle with 1,000,000).
+	srv = NewServer(nil, DefaultMaxRecvMsgSize, WithStreamWorkers(1<<16))
+	settles(maxStreamWorkers())
 	srv.Stop()
 	settles(0)
 	srv = NewServer(nil, DefaultMaxRecvMsgSize)
