@@ -125,15 +125,16 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 	if err := checkText(stdout, "in the functionio I/O mode it must print a FunctionIO YAML document"); err != nil {
 		return nil, err
 	}
-	if err := oneDocument(stdout); err != nil {
+	doc, err := oneDocument(stdout)
+	if err != nil {
 		return nil, fmt.Errorf("the function's output is not one FunctionIO document: %w%s", err, hint("functionio", stdout))
 	}
 	var fio functionIO
-	if err := yaml.UnmarshalStrict(stdout, &fio); err != nil {
+	if err := yaml.UnmarshalStrict(doc, &fio); err != nil {
 		// Another mode's answer is told so; in this mode's, a key it
 		// does not have is named with its path.
-		h := hint("functionio", stdout)
-		if f, ok := unknownfield.Find(stdout, reflect.TypeFor[functionIO]()); ok && h == "" {
+		h := hint("functionio", doc)
+		if f, ok := unknownfield.Find(doc, reflect.TypeFor[functionIO]()); ok && h == "" {
 			return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %s", f)
 		}
 		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), h)

@@ -206,15 +206,16 @@ func parseResourceList(stdout []byte) (*resourceList, error) {
 	if err := checkText(stdout, "in the krm I/O mode it must print a ResourceList"); err != nil {
 		return nil, err
 	}
-	if err := oneDocument(stdout); err != nil {
+	doc, err := oneDocument(stdout)
+	if err != nil {
 		return nil, fmt.Errorf("the function's output is not one ResourceList: %w%s", err, hint("krm", stdout))
 	}
 	var rl resourceList
-	if err := yaml.UnmarshalStrict(stdout, &rl); err != nil {
+	if err := yaml.UnmarshalStrict(doc, &rl); err != nil {
 		// Another mode's answer is told so; in this mode's, a key it
 		// does not have is named with its path.
-		h := hint("krm", stdout)
-		if f, ok := unknownfield.Find(stdout, reflect.TypeFor[resourceList]()); ok && h == "" {
+		h := hint("krm", doc)
+		if f, ok := unknownfield.Find(doc, reflect.TypeFor[resourceList]()); ok && h == "" {
 			return nil, fmt.Errorf("the function's output is not a valid ResourceList: %s", f)
 		}
 		return nil, fmt.Errorf("the function's output is not a valid ResourceList: %v; output began with %s%s", err, QuoteHead(stdout), h)

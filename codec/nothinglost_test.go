@@ -116,6 +116,18 @@ func TestYAMLModesRefuseASecondDocument(t *testing.T) {
 		{"krm", KRM{}, krmRequest(t), krm + "---\n" + strings.Replace(krm, "items: []", "items:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}", 1), false},
 		{"functionio", FunctionIO{}, fioRequest(t), "---\n" + fio, true},
 		{"functionio", FunctionIO{}, fioRequest(t), fio + "---\ndesired:\n  resources:\n  - name: other\n    resource: {kind: X}\n", false},
+		// A document ends at "..." too, and the next needs no "---".
+		{"krm", KRM{}, krmRequest(t), krm + "...\napiVersion: v1\nkind: ConfigMap\n", false},
+		{"functionio", FunctionIO{}, fioRequest(t), fio + "... # end\ndesired:\n  resources:\n  - name: other\n    resource: {kind: X}\n", false},
+		{"krm", KRM{}, krmRequest(t), strings.ReplaceAll(krm+"---\n"+krm, "\n", "\r\n"), false},
+		// An empty document first is skipped, not read as the answer.
+		{"krm", KRM{}, krmRequest(t), "---\n# header\n---\n" + krm, true},
+		{"functionio", FunctionIO{}, fioRequest(t), "--- # none\n...\n" + fio, true},
+		// A directive, or content on the marker's line, is one document.
+		{"krm", KRM{}, krmRequest(t), "%YAML 1.1\n---\n" + krm, true},
+		{"krm", KRM{}, krmRequest(t), "--- {apiVersion: config.kubernetes.io/v1, kind: ResourceList, items: []}\n", true},
+		// Markers indented in a block scalar are its text.
+		{"krm", KRM{}, krmRequest(t), krm[:len(krm)-len("items: []\n")] + "items:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n  data:\n    x: |\n      ---\n      ...\n", true},
 	} {
 		_, err := c.codec.Decode(c.req, []byte(c.out))
 		switch {
