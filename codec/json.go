@@ -103,6 +103,7 @@ func (JSON) Decode(_ *fnv1.RunFunctionRequest, out []byte) (*fnv1.RunFunctionRes
 	if err := checkText(out, "it must print a RunFunctionResponse as JSON"); err != nil {
 		return nil, err
 	}
+	out = trimBOM(out)
 	rsp := &fnv1.RunFunctionResponse{}
 	if err := protojson.Unmarshal(out, rsp); err != nil {
 		if hint := Mismatch("json", out); hint != "" {

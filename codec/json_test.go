@@ -71,3 +71,21 @@ func compact(t *testing.T, b []byte) []byte {
 	out, _ := json.Marshal(v)
 	return out
 }
+
+// TestJSONByteOrderMark: a response that begins with a UTF-8 byte order
+// mark (PowerShell and .NET print one) is read, as RFC 8259 allows and
+// the YAML modes do, not taken for YAML and told to print JSON.
+func TestJSONByteOrderMark(t *testing.T) {
+	out := []byte("\uFEFF{\"desired\": {\"resources\": {\"a\": {\"resource\": {\"kind\": \"A\"}}}}}\n")
+	rsp, err := JSON{}.Decode(&fnv1.RunFunctionRequest{}, out)
+	if err != nil {
+		t.Fatalf("a response after a byte order mark: %v", err)
+	}
+	if rsp.GetDesired().GetResources()["a"] == nil {
+		t.Errorf("desired resource a lost: %v", rsp)
+	}
+	// A function that exits non-zero is told of the wrong mode alone.
+	if hint := Mismatch("json", out); hint != "" {
+		t.Errorf("Mismatch of JSON after a byte order mark: %q, want none", hint)
+	}
+}

@@ -24,7 +24,7 @@ var kinds = map[string]string{
 // only: a function that prints another mode's answer was most likely run
 // in the wrong mode.
 func Sniff(out []byte) string {
-	out = bytes.TrimSpace(out)
+	out = bytes.TrimSpace(trimBOM(out))
 	if len(out) == 0 {
 		return ""
 	}
@@ -90,9 +90,15 @@ func Mismatch(mode string, out []byte) string {
 
 // isJSON reports whether out starts as a JSON object does.
 func isJSON(out []byte) bool {
-	out = bytes.TrimSpace(out)
+	out = bytes.TrimSpace(trimBOM(out))
 	return len(out) > 0 && out[0] == '{'
 }
+
+// trimBOM drops a UTF-8 byte order mark that begins out. Some runtimes
+// (PowerShell, .NET) print one before their output; RFC 8259 lets a JSON
+// reader ignore it, and the YAML decoder does: it says nothing of the
+// answer, which is not YAML for having one.
+func trimBOM(out []byte) []byte { return bytes.TrimPrefix(out, []byte("\uFEFF")) }
 
 // withResults adds to err, about a part of the function's answer that
 // cannot be read, the results that could, which what names ("results",
