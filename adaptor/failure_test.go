@@ -53,3 +53,29 @@ func TestRunFailureDecoder(t *testing.T) {
 		})
 	}
 }
+
+// TestRunFailureDecoderUnreadableAnswer: a function that exits non-zero
+// and prints its mode's answer that cannot be read (here an item with
+// no name) gets a Fatal result that says what is wrong with it and quotes
+// the results it reported, as it would had it exited 0, not the exit code
+// alone: a KRM function exits 1 exactly when it reports an error.
+func TestRunFailureDecoderUnreadableAnswer(t *testing.T) {
+	out := "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: A}]\nresults: [{message: bucket a is public, severity: error}]\n"
+	f := NewFunction(&scriptedRunner{stdout: out, code: 1}, quiet(), WithCodec(codec.KRM{}))
+	rsp, err := f.Run(context.Background(), request(t, req1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rsp.GetResults()) != 1 || rsp.GetResults()[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
+		t.Fatalf("results %v, want one Fatal result", rsp.GetResults())
+	}
+	msg := rsp.GetResults()[0].GetMessage()
+	for _, want := range []string{"exited with code 1", "items[0] has no ocifn.io/composition-resource-name annotation", "bucket a is public"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Fatal result %q does not say %q", msg, want)
+		}
+	}
+	if rsp.GetDesired().GetResources()["a"] == nil {
+		t.Errorf("response %v: want the request's desired resource a", rsp)
+	}
+}

@@ -375,11 +375,19 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		// Some modes' functions still answer when they fail: a KRM
 		// function exits 1 when a result is an error and prints its
 		// ResourceList, whose results say why.
+		var unreadable error // why an answer the function printed cannot be read
 		if fd, ok := f.codec.(codec.FailureDecoder); ok && len(stdout.Bytes()) > 0 {
 			if err := f.chargeDecoding(ctx, budget, stdout.Bytes()); err != nil {
 				return res, err
 			}
-			if rsp, err := fd.DecodeFailure(req, stdout.Bytes()); err == nil {
+			rsp, err := fd.DecodeFailure(req, stdout.Bytes())
+			if err != nil && codec.Sniff(stdout.Bytes()) == f.codec.Name() {
+				// It printed its mode's answer, which cannot be read: why,
+				// and the results it quotes, which say why the function
+				// failed, are told rather than the exit code alone.
+				unreadable = err
+			}
+			if err == nil {
 				complete(req, rsp)
 				if msg := f.tooLarge(rsp, len(stdout.Bytes())); msg != "" {
 					return fail(OutcomeFatal, msg)
@@ -396,6 +404,9 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 			}
 		}
 		msg := fmt.Sprintf("the function exited with code %d", exit.Code)
+		if unreadable != nil {
+			msg += ", and what it printed cannot be used: " + unreadable.Error()
+		}
 		if hint := codec.Mismatch(f.codec.Name(), stdout.Bytes()); hint != "" {
 			// A KRM validator exits 1 with its results: in another mode,
 			// the wrong mode is what to fix.
