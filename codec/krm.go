@@ -257,8 +257,8 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 		// No items at all (a validator that prints its results alone),
 		// unlike items: [], which deletes them: the desired state is kept
 		// rather than every composed resource deleted without a word.
-		rsp.Desired.Resources = before
 		if len(before) > 0 {
+			rsp.Desired.Resources = before
 			rsp.Results = append(rsp.Results, &fnv1.Result{
 				Severity: fnv1.Severity_SEVERITY_WARNING,
 				Message:  "the function's ResourceList has no items; the request's desired resources were kept unchanged (print items: [] to delete them all)",

@@ -47,5 +47,7 @@ func FuzzKRMDecode(f *testing.F) {
 	f.Add([]byte("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: A, metadata: {name: a}}]\nresults: [{message: m, severity: error, resourceRef: {kind: A, name: a}}]\n"))
 	f.Add([]byte("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: X, metadata: {annotations: {ocifn.io/composite: 'true'}}, spec: {a: [1]}}]\n"))
 	f.Add([]byte(`{"meta": {"tag": "t"}}`))
+	// No items, and no desired resources in the request to keep.
+	f.Add([]byte("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\n"))
 	fuzzDecode(f, KRM{}, &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "fuzz"}})
 }
