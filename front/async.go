@@ -1,6 +1,7 @@
 package front
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -74,7 +75,12 @@ type stored struct {
 	running bool
 }
 
-// record is one invocation on disk.
+// record is one invocation on disk: its fields but Body as a line of
+// JSON, then the body's bytes as they are. A poll copies the body from the
+// file to the caller instead of decoding it: a body may be as large as
+// --max-output-bytes, and nothing bounds how many polls read at once.
+// Records that earlier versions wrote hold the body in the JSON (base64),
+// and are still read.
 type record struct {
 	Running bool `json:"running"`
 	// Created is when the invocation started, and once it is over when
@@ -110,14 +116,19 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 			_ = os.Remove(filepath.Join(dir, e.Name())) // a temporary file of a write cut off
 			continue
 		}
-		rec, size, err := iv.load(id)
+		rec, _, f, err := iv.open(id)
 		if err != nil {
 			// Unreadable, or not a record of ours: left alone, and not
 			// counted.
 			continue
 		}
+		info, err := f.Stat()
+		f.Close()
+		if err != nil {
+			continue
+		}
 		if !rec.Running {
-			iv.indexLocked(id, stored{size: size, created: rec.Created})
+			iv.indexLocked(id, stored{size: info.Size(), created: rec.Created})
 			continue
 		}
 		rec.Running, rec.Created, rec.Status, rec.Body = false, iv.now(), http.StatusInternalServerError, []byte(msgCutOff+"\n")
@@ -316,7 +327,11 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 }
 
 func (iv *Invocations) serveResult(w http.ResponseWriter, id string) {
-	rec, err := iv.read(id)
+	rec, body, f, err := iv.open(id)
+	if err == nil {
+		// Removed or replaced meanwhile, the file stays readable.
+		defer f.Close()
+	}
 	if err == nil && !rec.Running && iv.ttl > 0 && iv.now().Sub(rec.Created) >= iv.ttl {
 		iv.remove(id)
 		err = os.ErrNotExist
@@ -335,7 +350,7 @@ func (iv *Invocations) serveResult(w http.ResponseWriter, id string) {
 		w.Header()[k] = vs
 	}
 	w.WriteHeader(rec.Status)
-	_, _ = w.Write(rec.Body)
+	_, _ = io.Copy(w, body)
 }
 
 // writeResult stores a finished invocation's record, or, when it alone
@@ -344,67 +359,83 @@ func (iv *Invocations) serveResult(w http.ResponseWriter, id string) {
 // in its place that says so: the caller learns that its result was not
 // kept, and why, instead of "unknown". The record is encoded once.
 func (iv *Invocations) writeResult(id string, rec record) error {
-	b, err := json.Marshal(rec)
+	line, err := rec.line()
 	if err != nil {
 		return err
 	}
-	if int64(len(b)) > iv.maxBytes {
-		iv.log.Warn("the result of an asynchronous invocation is larger than --results-max-bytes and was not kept", "id", id, "status", rec.Status, "body_bytes", len(rec.Body), "stored_bytes", len(b), "results_max_bytes", iv.maxBytes)
-		small := record{
+	if n := len(line) + len(rec.Body); int64(n) > iv.maxBytes {
+		iv.log.Warn("the result of an asynchronous invocation is larger than --results-max-bytes and was not kept", "id", id, "status", rec.Status, "body_bytes", len(rec.Body), "stored_bytes", n, "results_max_bytes", iv.maxBytes)
+		rec = record{
 			Created: rec.Created,
 			Status:  http.StatusInsufficientStorage,
 			Header:  http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
-			Body:    []byte(fmt.Sprintf("the invocation finished with status %d and a body of %d bytes, but its result takes %d bytes stored, more than --results-max-bytes (%d): it was not kept\n", rec.Status, len(rec.Body), len(b), iv.maxBytes)),
+			Body:    []byte(fmt.Sprintf("the invocation finished with status %d and a body of %d bytes, but its result takes %d bytes stored, more than --results-max-bytes (%d): it was not kept\n", rec.Status, len(rec.Body), n, iv.maxBytes)),
 		}
-		if b, err = json.Marshal(small); err != nil {
+		if line, err = rec.line(); err != nil {
 			return err
 		}
 	}
-	return iv.writeBytes(id, b, rec.Created, false)
+	return iv.writeBytes(id, line, rec.Body, rec.Created, false)
 }
 
 func (iv *Invocations) path(id string) string { return filepath.Join(iv.dir, id+".json") }
 
-func (iv *Invocations) read(id string) (record, error) {
-	rec, _, err := iv.load(id)
-	return rec, err
+// open opens a record: it returns its fields but Body, and its body to
+// read from f, which the caller closes.
+func (iv *Invocations) open(id string) (rec record, body io.Reader, f *os.File, err error) {
+	if !validID(id) {
+		return record{}, nil, nil, os.ErrNotExist
+	}
+	if f, err = os.Open(iv.path(id)); err != nil {
+		return record{}, nil, nil, err
+	}
+	r := bufio.NewReader(f)
+	line, err := r.ReadBytes('\n')
+	if err == nil || err == io.EOF {
+		err = json.Unmarshal(line, &rec)
+	}
+	if err != nil {
+		f.Close()
+		return record{}, nil, nil, fmt.Errorf("invocation %s: %w", id, err)
+	}
+	body = r
+	if rec.Body != nil { // an earlier version's record
+		body = bytes.NewReader(rec.Body)
+	}
+	return rec, body, f, nil
 }
 
-// load reads a record and the bytes it takes on disk.
-func (iv *Invocations) load(id string) (record, int64, error) {
-	if !validID(id) {
-		return record{}, 0, os.ErrNotExist
-	}
-	b, err := os.ReadFile(iv.path(id))
-	if err != nil {
-		return record{}, 0, err
-	}
-	var rec record
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return record{}, 0, fmt.Errorf("invocation %s: %w", id, err)
-	}
-	return rec, int64(len(b)), nil
+// line is the first line of rec on disk: its fields but Body.
+func (rec record) line() ([]byte, error) {
+	rec.Body = nil
+	b, err := json.Marshal(rec)
+	return append(b, '\n'), err
 }
 
 // write stores a record whole or not at all: a crash must not leave half
 // a result.
 func (iv *Invocations) write(id string, rec record) error {
-	b, err := json.Marshal(rec)
+	line, err := rec.line()
 	if err != nil {
 		return err
 	}
-	return iv.writeBytes(id, b, rec.Created, rec.Running)
+	return iv.writeBytes(id, line, rec.Body, rec.Created, rec.Running)
 }
 
-// writeBytes stores an encoded record as write does, and indexes it.
-func (iv *Invocations) writeBytes(id string, b []byte, created time.Time, running bool) error {
+// writeBytes stores a record's line and body as write does, and indexes
+// it.
+func (iv *Invocations) writeBytes(id string, line, body []byte, created time.Time, running bool) error {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
 	tmp, err := os.CreateTemp(iv.dir, ".tmp-")
 	if err != nil {
 		return err
 	}
-	if _, err := tmp.Write(b); err != nil {
+	_, err = tmp.Write(line)
+	if err == nil {
+		_, err = tmp.Write(body)
+	}
+	if err != nil {
 		tmp.Close()
 		os.Remove(tmp.Name())
 		return err
@@ -417,7 +448,7 @@ func (iv *Invocations) writeBytes(id string, b []byte, created time.Time, runnin
 		os.Remove(tmp.Name())
 		return err
 	}
-	iv.indexLocked(id, stored{size: int64(len(b)), created: created, running: running})
+	iv.indexLocked(id, stored{size: int64(len(line) + len(body)), created: created, running: running})
 	return nil
 }
 

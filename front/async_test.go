@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -369,4 +370,62 @@ func TestInvocationsDirectoryHeldByOne(t *testing.T) {
 		t.Fatalf("open after the first closed: %v", err)
 	}
 	again.Close()
+}
+
+// discardWriter is an http.ResponseWriter that keeps the status and
+// counts the body.
+type discardWriter struct {
+	header http.Header
+	status int
+	n      int64
+}
+
+func (d *discardWriter) Header() http.Header         { return d.header }
+func (d *discardWriter) WriteHeader(status int)      { d.status = status }
+func (d *discardWriter) Write(p []byte) (int, error) { d.n += int64(len(p)); return len(p), nil }
+
+// TestResultIsCopiedFromDisk: a poll copies a stored result's body from its
+// file to the caller, with no copy of the body in memory, so that many
+// polls of a large result take no more memory than one of a small one; and
+// the body is stored as it is, not base64 in JSON (a third larger).
+func TestResultIsCopiedFromDisk(t *testing.T) {
+	const size = 8 << 20
+	iv, err := OpenInvocations(t.TempDir(), time.Hour, 64<<20, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iv.Close()
+	id := strings.Repeat("cd", 32)
+	body := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	if err := iv.writeResult(id, record{Created: time.Now(), Status: http.StatusOK, Header: http.Header{"Content-Type": {"text/plain"}}, Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(iv.path(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Size() > size+1024 {
+		t.Errorf("a body of %d bytes takes %d on disk", size, info.Size())
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	w := &discardWriter{header: http.Header{}}
+	iv.serveResult(w, id)
+	runtime.ReadMemStats(&after)
+	if w.status != http.StatusOK || w.n != size || w.header.Get("Content-Type") != "text/plain" {
+		t.Fatalf("poll: status %d, %d bytes, header %v", w.status, w.n, w.header)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > size/8 {
+		t.Errorf("a poll of a %d-byte result allocated %d bytes", size, alloc)
+	}
+	// A record an earlier version stored, its body in the JSON.
+	old := strings.Repeat("ef", 32)
+	if err := os.WriteFile(iv.path(old), []byte(`{"running":false,"created":"`+time.Now().Format(time.RFC3339Nano)+`","status":201,"body":"aGVsbG8K"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := httptest.NewRecorder()
+	iv.serveResult(g, old)
+	if g.Code != http.StatusCreated || g.Body.String() != "hello\n" {
+		t.Errorf("a record of an earlier version: %d %q, want 201 \"hello\\n\"", g.Code, g.Body.String())
+	}
 }
