@@ -2,6 +2,7 @@ package adaptor
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ocifn/ocifn/hook"
 )
 
 func response(t *testing.T, name string, size int) *fnv1.RunFunctionResponse {
@@ -119,5 +122,36 @@ func TestCacheTellsCallsOfOneStepApart(t *testing.T) {
 	r.stdin = nil
 	if _, err := f.Run(context.Background(), again); err != nil || r.stdin != nil {
 		t.Errorf("the same call again ran the function (err %v)", err)
+	}
+}
+
+// keyHook records the cache key of every call it sees.
+type keyHook struct{ keys *[]string }
+
+func (h keyHook) Before(ctx context.Context, c *hook.Call) (context.Context, error) {
+	*h.keys = append(*h.keys, c.CacheKey)
+	return ctx, nil
+}
+
+func (keyHook) After(context.Context, *hook.Call) error { return nil }
+
+// TestCacheKeyOnlyForACache: a call's cache key, a digest of its context
+// and required resources, is worked out when a response cache holds the
+// calls, not on every call of a server without one (--cache=false).
+func TestCacheKeyOnlyForACache(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, cached := range []bool{false, true} {
+		var keys []string
+		hooks := []hook.Hook{keyHook{&keys}}
+		if cached {
+			hooks = append(hooks, hook.Cache{Store: NewCache(1 << 20)})
+		}
+		f := NewFunction(&scriptedRunner{stdout: `{}`}, quiet(), WithHooks(hook.NewChain(log, hooks...), 0))
+		if _, err := f.Run(context.Background(), request(t, req1)); err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) != 1 || (keys[0] != "") == !cached {
+			t.Errorf("with a cache %v: the call's cache key %q, want one only with a cache", cached, keys)
+		}
 	}
 }

@@ -64,6 +64,9 @@ type Function struct {
 	// calls whose hooks are still to run, for Drain.
 	hooksAfterAnswer bool
 	afterHooks       sync.WaitGroup
+	// caches says that hooks hold a response cache, which alone needs a
+	// call's cache key.
+	caches bool
 }
 
 // Option configures a Function.
@@ -143,6 +146,7 @@ func NewFunction(r Runner, opts ...Option) *Function {
 		hs = append(hs, hook.Log{Logger: f.log})
 		f.hooks = hook.NewChain(f.log, hs...)
 	}
+	f.caches = f.hooks.Caches()
 	return f
 }
 
@@ -161,7 +165,12 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 	if !noUnknownFields(ctx) {
 		f.checkUnknown(req)
 	}
-	call := &hook.Call{Front: "crossplane", Method: "RunFunction", Tag: tag, Received: time.Now(), CacheKey: cacheKey(req)}
+	call := &hook.Call{Front: "crossplane", Method: "RunFunction", Tag: tag, Received: time.Now()}
+	if f.caches {
+		// Not without a cache (--cache=false): a request's key costs
+		// about what its encoding for the function does.
+		call.CacheKey = cacheKey(req)
+	}
 	call.Carrier = incomingCarrier{ctx}
 	ctx = f.hooks.Before(ctx, call)
 	var later bool // the hooks run after the answer: see admitAndRun

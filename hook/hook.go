@@ -125,6 +125,20 @@ func (ch *Chain) Before(ctx context.Context, c *Call) context.Context {
 	return ctx
 }
 
+// Caches reports whether the chain holds a Cache: without one, a front
+// need not work out its calls' CacheKey.
+func (ch *Chain) Caches() bool {
+	if ch == nil {
+		return false
+	}
+	for _, h := range ch.hooks {
+		if _, ok := h.(Cache); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // Prompt is a hook whose After must have run by the time the caller has
 // the call's answer: the cache's, so that a call that comes as soon as the
 // answer finds it kept. A front that answers before it runs the chain's
