@@ -34,6 +34,7 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -1144,4 +1145,99 @@ func TestBuildRefusesAnotherPlatformsFunction(t *testing.T) {
 		t.Fatalf("ocifn build of a linux/%s function on the %s runtime succeeded:\n%s", other, runtime.GOARCH, out)
 	}
 	mustContain(t, "build output", out, "linux/"+other, "linux/"+runtime.GOARCH)
+}
+
+// TestBuildPackagesTheOtherABIsFunction: a function image built for the
+// other ABI the runtime's CPU runs (linux/386 on linux/amd64, linux/arm on
+// linux/arm64) runs in ocifn's containers, whose seccomp profile admits
+// that ABI for this reason; build packages it, and the package answers.
+func TestBuildPackagesTheOtherABIsFunction(t *testing.T) {
+	other := map[string]string{"amd64": "386", "arm64": "arm"}[runtime.GOARCH]
+	if other == "" {
+		t.Skipf("no other ABI known on %s", runtime.GOARCH)
+	}
+	dir := t.TempDir()
+	src := `package main
+
+import (
+	"io"
+	"os"
+	"runtime"
+)
+
+func main() {
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_, _ = os.Stdout.WriteString("{\"results\": [{\"severity\": \"SEVERITY_NORMAL\", \"message\": \"ran as " + runtime.GOARCH + "\"}]}\n")
+}
+`
+	for name, text := range map[string]string{"main.go": src, "go.mod": "module fn\n\ngo 1.22\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	build := exec.Command("go", "build", "-o", "fn", ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOARCH="+other, "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build for %s: %v\n%s", other, err, out)
+	}
+	bin := filepath.Join(dir, "fn")
+	// Not every arm64 CPU runs 32-bit programs.
+	if out, err := exec.Command(bin).CombinedOutput(); err != nil {
+		t.Skipf("this machine does not run linux/%s programs: %v\n%s", other, err, out)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		r, w := io.Pipe()
+		go func() {
+			tw := tar.NewWriter(w)
+			_ = tw.WriteHeader(&tar.Header{Name: "fn", Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg})
+			_, _ = tw.Write(data)
+			w.CloseWithError(tw.Close())
+		}()
+		return r, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.Append(empty.Image, mutate.Addendum{Layer: layer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", other
+	cf.Config.Entrypoint = []string{"/fn"}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag("function-" + other + ":latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := filepath.Join(dir, "function.tar")
+	if err := tarball.WriteToFile(fn, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	pkg := filepath.Join(dir, "function.xpkg")
+	out, err := runOcifn(t, "build", "--from-oci-tarball", fn, "--name", "function-"+other,
+		"--runtime-image-tarball", runtimeImage(t), "-o", pkg)
+	if err != nil {
+		t.Fatalf("ocifn build of a linux/%s function on the linux/%s runtime: %v\n%s", other, runtime.GOARCH, err, out)
+	}
+	req := filepath.Join(dir, "request.json")
+	if err := os.WriteFile(req, []byte(`{"meta": {"tag": "abi"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runOcifn(t, "test", "--cache-dir", cacheDir(t), pkg, req)
+	if err != nil {
+		t.Fatalf("ocifn test of the package: %v\n%s", err, out)
+	}
+	mustContain(t, "ocifn test output", out, "ran as "+other)
 }

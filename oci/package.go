@@ -20,6 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ocifn/ocifn/spec"
 )
 
 // Where an ocifn package keeps the function image, and the image config
@@ -103,11 +105,12 @@ func BuildPackage(in PackageInput) (v1.Image, error) {
 	if len(base.Config.Entrypoint) == 0 && len(base.Config.Cmd) == 0 {
 		return nil, errors.New("the runtime image has neither Entrypoint nor Cmd: Crossplane would have nothing to run")
 	}
-	// The function runs on the runtime's machine: one built for another
-	// platform fails every call ("Exec format error"). An image that does
-	// not say its platform is not held to one.
+	// The function runs on the runtime's machine: one built for a platform
+	// it cannot run fails every call ("Exec format error"); one built for
+	// the other ABI its CPU runs (linux/386 on linux/amd64) works. An
+	// image that does not say its platform is not held to one.
 	if fcf := in.Function.ConfigFile(); fcf != nil && fcf.Architecture != "" && base.Architecture != "" &&
-		(fcf.OS != base.OS || fcf.Architecture != base.Architecture) {
+		(fcf.OS != base.OS || !spec.Runs(base.Architecture, fcf.Architecture)) {
 		return nil, fmt.Errorf("the function image is for %s and the runtime image for %s, where the function's programs cannot run: build both for one platform", platform(fcf), platform(base))
 	}
 	layers, err := in.Runtime.Layers()

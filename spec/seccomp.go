@@ -2,6 +2,7 @@ package spec
 
 import (
 	"runtime"
+	"slices"
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -133,6 +134,15 @@ func SeccompFor(goarch string) *rspec.LinuxSeccomp {
 		})
 	}
 	return s
+}
+
+// Runs reports whether a machine of the Go architecture goarch runs the
+// programs of an image built for arch (a Go architecture name, as image
+// configs give it): its own, or another ABI its CPU runs (386 on amd64, arm
+// on arm64), which the seccomp profile covers for that reason.
+func Runs(goarch, arch string) bool {
+	own := architectures(arch)
+	return arch == goarch || (len(own) > 0 && slices.Contains(architectures(goarch), own[0]))
 }
 
 func architectures(goarch string) []rspec.Arch {

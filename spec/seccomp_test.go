@@ -97,3 +97,28 @@ func TestGenerateLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestRuns: a machine runs its own architecture's programs and those of
+// the other ABI its CPU runs, which the seccomp profile admits, and no
+// other's.
+func TestRuns(t *testing.T) {
+	for _, tc := range []struct {
+		machine, image string
+		runs           bool
+	}{
+		{"amd64", "amd64", true},
+		{"amd64", "386", true},
+		{"arm64", "arm", true},
+		{"arm64", "arm64", true},
+		{"amd64", "arm64", false},
+		{"arm64", "amd64", false},
+		{"arm64", "386", false},
+		{"386", "amd64", false},
+		{"amd64", "s390x", false},
+		{"s390x", "s390x", true},
+	} {
+		if got := Runs(tc.machine, tc.image); got != tc.runs {
+			t.Errorf("Runs(%s, %s) = %v, want %v", tc.machine, tc.image, got, tc.runs)
+		}
+	}
+}
