@@ -174,6 +174,20 @@ func TestHTTPFrontListensOnThePlatformsPort(t *testing.T) {
 		t.Fatalf("FUNC_PORT=http was taken:\n%s", out)
 	}
 	mustContain(t, "output", out, "FUNC_PORT")
+
+	// A port of the environment that cannot be listened on is named as
+	// the variable's, not as --address, which was not given.
+	busy, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	port := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
+	out, err = runWithin(t, []string{"PORT=" + port}, "serve", "--api", "http", "--tarball", image("cgi.tar"), "--cache-dir", cacheDir(t))
+	if err == nil {
+		t.Fatalf("PORT=%s, a port in use, was taken:\n%s", port, out)
+	}
+	mustContain(t, "output", out, ":"+port+" (the port in PORT)")
 }
 
 // TestTwoHTTPServersOnOneCacheDir: the results of asynchronous

@@ -93,7 +93,10 @@ type serveOptions struct {
 	warmIgnored bool
 	// ioIgnored says why OCIFN_IO was ignored: it came with an HTTP
 	// front, which has no use for an I/O mode.
-	ioIgnored       error
+	ioIgnored error
+	// addressFrom names the variable --api http took its port from
+	// (FUNC_PORT, PORT), if it did.
+	addressFrom     string
 	api             string
 	maxRequestBytes byteSize
 	resultTTL       time.Duration
@@ -186,7 +189,7 @@ another I/O mode.`,
 			}
 			if o.api == apiHTTP && !f.Changed("address") {
 				var err error
-				if o.address, err = platformAddress(); err != nil {
+				if o.address, o.addressFrom, err = platformAddress(); err != nil {
 					return err
 				}
 			}

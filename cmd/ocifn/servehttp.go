@@ -44,8 +44,9 @@ func (o *serveOptions) kubelessTimeout() error {
 // platformAddress is where --api http listens when --address is not
 // given: on the port Kubeless (FUNC_PORT, the function's port) or Knative
 // (PORT, the container's port) tells its runtimes to listen on, which the
-// platform's Service or proxy sends the calls to; else on :8080.
-func platformAddress() (string, error) {
+// platform's Service or proxy sends the calls to; else on :8080. from
+// names the variable the port came from, if one did.
+func platformAddress() (addr, from string, err error) {
 	for _, env := range []string{"FUNC_PORT", "PORT"} {
 		v := os.Getenv(env)
 		if v == "" {
@@ -53,11 +54,11 @@ func platformAddress() (string, error) {
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 65535 {
-			return "", fmt.Errorf("%s %q: want a port number from 1 to 65535", env, v)
+			return "", "", fmt.Errorf("%s %q: want a port number from 1 to 65535", env, v)
 		}
-		return ":" + strconv.Itoa(n), nil
+		return ":" + strconv.Itoa(n), env, nil
 	}
-	return httpAddress, nil
+	return httpAddress, "", nil
 }
 
 // closer is a front that holds files until it is closed.
@@ -77,7 +78,13 @@ const answerGrace = 2 * time.Second
 // drains for the grace period.
 func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bundle.Runtime, reg *prometheus.Registry, chain *hook.Chain, gate *admit.Gate) error {
 	srv := front.NewServer(reg)
-	lis, err := listen(o.address, "", "--address")
+	// A port that came from the environment is named where it cannot be
+	// listened on: no --address was given.
+	what := ""
+	if o.addressFrom != "" {
+		what = " (the port in " + o.addressFrom + ")"
+	}
+	lis, err := listen(o.address, what, "--address")
 	if err != nil {
 		return err
 	}

@@ -102,7 +102,7 @@ func listen(address, what, flag string) (net.Listener, error) {
 	}
 	hint := ""
 	if errors.Is(err, syscall.EADDRINUSE) {
-		hint = fmt.Sprintf(" (another process, or this one's other port, has it: choose another with %s; --address is :9443 by default, :8080 on the HTTP fronts, and --metrics-address :8080, empty for none)", flag)
+		hint = fmt.Sprintf(" (another process, or this one's other port, has it: choose another with %s; --address is :9443 by default, :8080 on the HTTP fronts (with --api http, the port in FUNC_PORT or PORT when set), and --metrics-address :8080, empty for none)", flag)
 	}
 	return nil, fmt.Errorf("cannot listen on %s%s: %w%s", address, what, err, hint)
 }
