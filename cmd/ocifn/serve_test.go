@@ -92,3 +92,23 @@ func TestKubelessTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestPlatformAddress: --api http listens on Kubeless' FUNC_PORT, else
+// Knative's PORT, else 8080; a FUNC_PORT that is a Kubernetes service link
+// (of a Service named func in the pod's namespace) is not a port for it.
+func TestPlatformAddress(t *testing.T) {
+	for _, c := range []struct{ funcPort, port, addr, from string }{
+		{"9001", "9002", ":9001", "FUNC_PORT"},
+		{"", "9002", ":9002", "PORT"},
+		{"tcp://10.96.0.12:80", "9002", ":9002", "PORT"},
+		{"tcp://10.96.0.12:80", "", httpAddress, ""},
+		{"", "", httpAddress, ""},
+	} {
+		t.Setenv("FUNC_PORT", c.funcPort)
+		t.Setenv("PORT", c.port)
+		addr, from, err := platformAddress()
+		if err != nil || addr != c.addr || from != c.from {
+			t.Errorf("FUNC_PORT=%q PORT=%q: %q from %q (%v), want %q from %q", c.funcPort, c.port, addr, from, err, c.addr, c.from)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,7 +50,10 @@ func (o *serveOptions) kubelessTimeout() error {
 func platformAddress() (addr, from string, err error) {
 	for _, env := range []string{"FUNC_PORT", "PORT"} {
 		v := os.Getenv(env)
-		if v == "" {
+		if v == "" || strings.Contains(v, "://") {
+			// Unset, or a Kubernetes service link of a Service named
+			// func (FUNC_PORT=tcp://IP:PORT), which the kubelet puts in
+			// every pod of its namespace: not this pod's port.
 			continue
 		}
 		n, err := strconv.Atoi(v)
