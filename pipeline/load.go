@@ -15,6 +15,9 @@ const (
 	// AnnotationDevelopmentTarget is the gRPC target (plaintext) of a running
 	// function, as crossplane render uses it.
 	AnnotationDevelopmentTarget = "render.crossplane.io/runtime-development-target"
+	// AnnotationDockerImage is crossplane render's image to run in place
+	// of spec.package with its Docker runtime.
+	AnnotationDockerImage = "render.crossplane.io/runtime-docker-image"
 	// AnnotationTarball is a local image tarball (docker save, OCI archive)
 	// or Function package (xpkg) to run instead of spec.package. A relative
 	// path is relative to the file that declares the Function.
@@ -187,9 +190,11 @@ type Runtime struct {
 // Runtime decides how to run the Function: a development target when one
 // is annotated (unless the runtime is "Docker") or the runtime is
 // "Development"; else the tarball of the render.ocifn.dev/tarball
-// annotation; else spec.package, as a file when it is a path (starts with
-// "/", "./" or "../"), as a registry reference otherwise. Another runtime
-// is refused, as crossplane render refuses it.
+// annotation; else the image of crossplane render's
+// render.crossplane.io/runtime-docker-image, or else spec.package, as a
+// file when it is a path (starts with "/", "./" or "../"), as a registry
+// reference otherwise. Another runtime is refused, as crossplane render
+// refuses it.
 func (f FunctionObject) Runtime() (Runtime, error) {
 	a := f.Annotations
 	target := a[AnnotationDevelopmentTarget]
@@ -213,9 +218,12 @@ func (f FunctionObject) Runtime() (Runtime, error) {
 		return Runtime{Kind: RuntimeTarball, Location: f.resolve(p), Image: a[AnnotationImage]}, nil
 	}
 	p := f.Package
+	if img := a[AnnotationDockerImage]; img != "" {
+		p = img
+	}
 	switch {
 	case p == "":
-		return Runtime{}, fmt.Errorf("Function %q has no spec.package and no %s annotation", f.Name, AnnotationTarball)
+		return Runtime{}, fmt.Errorf("Function %q has no spec.package and no %s or %s annotation", f.Name, AnnotationTarball, AnnotationDockerImage)
 	case IsPath(p):
 		return Runtime{Kind: RuntimeTarball, Location: f.resolve(p), Image: a[AnnotationImage]}, nil
 	}

@@ -231,6 +231,20 @@ spec: {package: xpkg.example.org/fn:v1}
 ---
 apiVersion: pkg.crossplane.io/v1
 kind: Function
+metadata:
+  name: docker-image
+  annotations: {render.crossplane.io/runtime-docker-image: "localhost:5000/fn:dev"}
+spec: {package: xpkg.example.org/fn:v1}
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
+metadata:
+  name: docker-image-path
+  annotations: {render.crossplane.io/runtime: Docker, render.crossplane.io/runtime-docker-image: "./build/fn.tar"}
+spec: {package: xpkg.example.org/fn:v1}
+---
+apiVersion: pkg.crossplane.io/v1
+kind: Function
 metadata: {name: nothing}
 `)
 	docs, err := ReadDocuments(p)
@@ -250,6 +264,9 @@ metadata: {name: nothing}
 		// Docker, said outright, is the image itself, as crossplane
 		// render runs it: not the development target.
 		"docker": {Kind: RuntimeTarball, Location: filepath.Join(dir, "build/fn.tar")},
+		// crossplane render's image in place of spec.package.
+		"docker-image":      {Kind: RuntimeRegistry, Location: "localhost:5000/fn:dev"},
+		"docker-image-path": {Kind: RuntimeTarball, Location: filepath.Join(dir, "build/fn.tar")},
 	}
 	for _, f := range fns {
 		rt, err := f.Runtime()

@@ -56,7 +56,8 @@ pkg.crossplane.io Function objects its steps name. How each Function runs:
       A relative path is relative to the FUNCTIONS file.
       render.ocifn.dev/image picks an image in a tarball of several.
 
-  neither: spec.package is a file when it starts with "/", "./" or "../"
+  neither: render.crossplane.io/runtime-docker-image if set, else
+      spec.package, is a file when it starts with "/", "./" or "../"
       (relative to the FUNCTIONS file), and a registry reference otherwise,
       pulled once per render (--insecure-registry allows plain HTTP).
 
