@@ -170,11 +170,13 @@ func TestHTTPFunction(t *testing.T) {
 func TestHTTPFunctionMakesItsCacheDir(t *testing.T) {
 	// The flags of the gRPC front that an HTTP front cannot honour are
 	// said to be ignored, not silently dropped.
-	f := startCGI(t, []string{"--cache-dir", filepath.Join(cacheDir(t), "new"), "--warm", "3", "--tls-server-certs-dir", "/nonexistent"})
+	f := startCGI(t, []string{"--cache-dir", filepath.Join(cacheDir(t), "new"), "--warm", "3", "--tls-server-certs-dir", "/nonexistent",
+		"--cache-ttl", "1m", "--max-recv-msg-size", "1Mi"})
 	if code, body := f.get(t, "/plain"); code != http.StatusOK || body != "no header block, just a body\n" {
 		t.Errorf("status %d, body %q", code, body)
 	}
-	mustContain(t, "the server log", f.stderr.String(), "--warm does not apply to the HTTP fronts", "applies to the gRPC front only")
+	mustContain(t, "the server log", f.stderr.String(), "--warm does not apply to the HTTP fronts", "applies to the gRPC front only",
+		"flags of the gRPC front are ignored", "--cache-ttl --max-recv-msg-size")
 }
 
 // TestHTTPFuncTimeout: Kubeless' FUNC_TIMEOUT sets the timeout when

@@ -91,6 +91,9 @@ type serveOptions struct {
 	// warmIgnored says that --warm was given to an HTTP front, which
 	// cannot use warm containers.
 	warmIgnored bool
+	// grpcIgnored are the flags of the gRPC front alone given to an HTTP
+	// front.
+	grpcIgnored []string
 	// ioIgnored says why OCIFN_IO was ignored: it came with an HTTP
 	// front, which has no use for an I/O mode.
 	ioIgnored error
@@ -186,6 +189,11 @@ another I/O mode.`,
 					o.warmIgnored = f.Changed("warm")
 					o.warm = 0
 				}
+				for _, name := range grpcOnlyFlags {
+					if f.Changed(name) {
+						o.grpcIgnored = append(o.grpcIgnored, "--"+name)
+					}
+				}
 			}
 			if o.api == apiHTTP && !f.Changed("address") {
 				var err error
@@ -277,7 +285,14 @@ func (o *serveOptions) warnIgnored(log *slog.Logger) {
 	if o.warmIgnored {
 		log.Warn("--warm does not apply to the HTTP fronts: each call sets its own environment, which a container created ahead cannot take, so every call gets a container of its own", "api", o.api)
 	}
+	if len(o.grpcIgnored) > 0 {
+		log.Warn("flags of the gRPC front are ignored by the HTTP fronts: they have no response cache (a Crossplane request's tag keys it) and read bodies up to --max-request-bytes", "api", o.api, "flags", o.grpcIgnored)
+	}
 }
+
+// grpcOnlyFlags are the flags only the gRPC front uses, which an HTTP
+// front would otherwise ignore without a word.
+var grpcOnlyFlags = []string{"cache", "cache-ttl", "cache-max-bytes", "max-recv-msg-size"}
 
 // stoppedWhileStarting returns err, the failure of a step of the startup,
 // unless a SIGTERM or SIGINT (ctx) cut the step short: then the server
