@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ocifn/ocifn/oci"
 )
 
 // TestServeRefusesFlagsThatCannotWork: a flag value that would leave the
@@ -285,5 +288,20 @@ func TestFatalErrorIsAJSONLogRecord(t *testing.T) {
 				t.Errorf("the last record is %+v, want level ERROR and an error naming %q:\n%s", last, tc.want, out)
 			}
 		})
+	}
+}
+
+// TestHTTPFrontIgnoresTheImagesIOMode: an I/O mode is how a Crossplane
+// request reaches the function; the HTTP fronts neither use the one an
+// image records (label dev.ocifn.io) nor say they do, and one this ocifn
+// does not know does not stop them.
+func TestHTTPFrontIgnoresTheImagesIOMode(t *testing.T) {
+	labeled := labeledImage(t, "cgi.tar", map[string]string{oci.LabelIO: "yaml-of-the-future"})
+	f := startFront(t, "http", []string{"--tarball", labeled})
+	if code, body := f.get(t, "/plain"); code != http.StatusOK || body != "no header block, just a body\n" {
+		t.Errorf("status %d, body %q", code, body)
+	}
+	if log := f.stderr.String(); strings.Contains(log, " io=") {
+		t.Errorf("the HTTP front's log names an I/O mode:\n%s", log)
 	}
 }

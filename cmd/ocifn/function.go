@@ -47,6 +47,10 @@ type functionFlags struct {
 	io string
 	// codec is the I/O mode prepare resolved for the image.
 	codec codec.Codec
+	// noIO is set by the HTTP fronts, whose calls reach the function in
+	// their own protocol: the image's I/O mode is neither resolved (one
+	// this ocifn does not know must not stop them) nor logged.
+	noIO bool
 	// warmMax and warmIdle size the warm pool beyond its minimum, warm
 	// (see bundle.PoolOptions); set by serve only.
 	warmMax  int
@@ -175,8 +179,10 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		return nil, o.nameRootfsLimit(err)
 	}
 	defer img.Close()
-	if o.codec, err = ioMode(o.io, img); err != nil {
-		return nil, err
+	if !o.noIO {
+		if o.codec, err = ioMode(o.io, img); err != nil {
+			return nil, err
+		}
 	}
 	if removed, err := bundle.Sweep(rt, o.cacheDir); err != nil {
 		log.Warn("cannot clean up what an earlier run left in the cache directory", "error", err)
@@ -200,8 +206,12 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 	if err != nil {
 		return nil, o.nameRootfsLimit(fmt.Errorf("cannot prepare the function image %s: %w", tarball, err))
 	}
-	log.Info("image unpacked", "tarball", tarball, "image", img.Name(), "digest", img.Digest().String(),
-		"id_mode", mode, "io", o.codec.Name(), "duration", time.Since(start).Round(time.Millisecond), "runtime", rt.Version(), "crun", rt.Launch(), "dev", b.Dev())
+	attrs := []any{"tarball", tarball, "image", img.Name(), "digest", img.Digest().String(), "id_mode", mode}
+	if o.codec != nil {
+		attrs = append(attrs, "io", o.codec.Name())
+	}
+	attrs = append(attrs, "duration", time.Since(start).Round(time.Millisecond), "runtime", rt.Version(), "crun", rt.Launch(), "dev", b.Dev())
+	log.Info("image unpacked", attrs...)
 	log.Debug("runtime config", "args", b.Spec().Process.Args, "user", b.Spec().Process.User, "uid_mappings", b.Spec().Linux.UIDMappings)
 	return b, nil
 }

@@ -175,6 +175,7 @@ another I/O mode.`,
 			// The HTTP fronts serve metrics on their own port, where the
 			// gRPC front's defaults would collide.
 			if o.api != apiCrossplane {
+				o.noIO = true
 				if !f.Changed("address") {
 					o.address = httpAddress
 				}
