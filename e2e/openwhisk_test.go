@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -647,5 +648,41 @@ func TestOpenWhiskPackage(t *testing.T) {
 	code, out = g.post(t, "/run", runPayload(map[string]any{}, map[string]any{"namespace": "zzz", "activation_id": "iii"}))
 	if code != http.StatusOK || !strings.Contains(out, `"api_host": "https://whisk.example"`) || !strings.Contains(out, `"namespace": "zzz"`) {
 		t.Errorf("activation context: %d %s", code, out)
+	}
+}
+
+// TestOpenWhiskActivationTimedFromArrival: an activation that waits for a
+// slot is timed from its arrival, as a call of the other fronts is: with
+// one slot and two activations of 2 s each, the second, which waited
+// for the first, took about 4 s for its caller, and its
+// duration and its line say so.
+func TestOpenWhiskActivationTimedFromArrival(t *testing.T) {
+	f := startFront(t, "openwhisk", []string{"--tarball", image("owskeleton.tar"), "--max-concurrency", "1"})
+	f.mustInit(t, initPayload("#!/bin/sh\nsleep 2\necho '{}'", "main"))
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, out := f.post(t, "/run", runPayload(map[string]any{}, nil)); code != http.StatusOK {
+				t.Errorf("activation: %d %s", code, out)
+			}
+		}()
+	}
+	wg.Wait()
+	_, metrics := f.get(t, "/metrics")
+	// The first took about 2 s, the second about 4 s.
+	mustContain(t, "/metrics", metrics, `ocifn_call_duration_seconds_bucket{outcome="ok",le="2.5"} 1`,
+		`ocifn_call_duration_seconds_bucket{outcome="ok",le="5"} 2`, `function_duration_seconds_bucket{method="POST",le="2.5"} 1`)
+	var longest time.Duration
+	for _, m := range regexp.MustCompile(`msg=call .* duration=(\S+)`).FindAllStringSubmatch(f.stderr.String(), -1) {
+		d, err := time.ParseDuration(m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		longest = max(longest, d)
+	}
+	if longest < 3900*time.Millisecond {
+		t.Errorf("the activation that waited for a slot took %s by its log line, want its wait for the first (about 2 s) counted too", longest)
 	}
 }

@@ -111,12 +111,14 @@ func TestNilChainIsNoOp(t *testing.T) {
 	ch.After(ctx, &Call{})
 }
 
-// TestTracingEndsAtTheAnswer: the call's span ends when the call was
-// answered, as its duration does, not when the hooks after it ran.
+// TestTracingEndsAtTheAnswer: the call's span starts when the call came
+// and ends when it was answered, as its duration does, not when the hooks
+// before and after it ran (a front may run them after the call waited for
+// a slot, and after its answer).
 func TestTracingEndsAtTheAnswer(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tr := Tracing{Tracer: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")}
-	c := &Call{Method: "RunFunction", Received: time.Now()}
+	c := &Call{Method: "RunFunction", Received: time.Now().Add(-time.Second)}
 	ctx, err := tr.Before(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +131,9 @@ func TestTracingEndsAtTheAnswer(t *testing.T) {
 	spans := rec.Ended()
 	if len(spans) != 1 || spans[0].Name() != "RunFunction" {
 		t.Fatalf("ended spans %v, want the call's", spans)
+	}
+	if start := spans[0].StartTime(); !start.Equal(c.Received) {
+		t.Errorf("the span started at %s, %s after the call came", start, start.Sub(c.Received))
 	}
 	if end := spans[0].EndTime(); !end.Equal(c.Answered) {
 		t.Errorf("the span ended at %s, %s after the answer", end, end.Sub(c.Answered))

@@ -81,8 +81,15 @@ func (t Tracing) Before(ctx context.Context, c *Call) (context.Context, error) {
 	if c.Carrier != nil {
 		ctx = propagation.TraceContext{}.Extract(ctx, c.Carrier)
 	}
-	ctx, _ = t.Tracer.Start(ctx, c.Method, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("ocifn.front", c.Front), attribute.String("ocifn.tag", c.Tag)))
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("ocifn.front", c.Front), attribute.String("ocifn.tag", c.Tag))}
+	// The span starts when the call came, as its duration does: a front
+	// may make the call's hooks only once it has waited for a slot and
+	// read the request.
+	if !c.Received.IsZero() {
+		opts = append(opts, trace.WithTimestamp(c.Received))
+	}
+	ctx, _ = t.Tracer.Start(ctx, c.Method, opts...)
 	return ctx, nil
 }
 

@@ -123,22 +123,32 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// An activation is admitted before its body is read (front.Admit).
+	// It is timed from here: its wait for a slot and its body are part
+	// of what its caller waited for.
+	received := time.Now()
 	body, leave, refused := p.cfg.Admit(r.Context(), w, r)
 	if refused != nil {
-		p.refuse(w, r, refused.Outcome, refused.Status, refused.Err)
+		p.refuse(w, r, received, refused.Outcome, refused.Status, refused.Err)
 		return
 	}
 	defer leave()
 	msg, err := parseMessage(r.URL.Path, body)
 	if err != nil {
-		p.refuse(w, r, hook.Error, err.Status, err)
+		p.refuse(w, r, received, hook.Error, err.Status, err)
 		return
 	}
 	if r.URL.Path == "/run" {
-		p.run(w, r, msg, msg, false)
+		p.run(w, r, received, msg, msg, false)
 		return
 	}
-	p.single(w, r, msg)
+	p.single(w, r, received, msg)
+}
+
+// newCall is the hook.Call of an activation that arrived at received.
+func newCall(r *http.Request, received time.Time, tag string) *hook.Call {
+	call := front.NewCall("openwhisk", r, tag)
+	call.Received = received
+	return call
 }
 
 // parseMessage reads the body of a request to path as a JSON object. An
@@ -202,19 +212,19 @@ func (p *Proxy) init(raw json.RawMessage) (int, []byte) {
 
 // run runs one activation. msg holds value; context holds the activation
 // context (the same map as msg on /run). web applies the single
-// entrypoint's web-action answer.
-func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[string]json.RawMessage, web bool) {
+// entrypoint's web-action answer. received is when the request arrived.
+func (p *Proxy) run(w http.ResponseWriter, r *http.Request, received time.Time, msg, context map[string]json.RawMessage, web bool) {
 	value := bytes.TrimSpace(msg["value"])
 	if len(value) == 0 {
 		value = []byte("{}")
 	}
 	if value[0] != '{' && value[0] != '[' {
-		p.refuse(w, r, hook.Error, http.StatusNotFound, errors.New(msgBadArgument))
+		p.refuse(w, r, received, hook.Error, http.StatusNotFound, errors.New(msgBadArgument))
 		return
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, value); err != nil {
-		p.refuse(w, r, hook.Error, http.StatusBadRequest, fmt.Errorf("value is not valid JSON: %v", err))
+		p.refuse(w, r, received, hook.Error, http.StatusBadRequest, fmt.Errorf("value is not valid JSON: %v", err))
 		return
 	}
 	value = compact.Bytes()
@@ -224,7 +234,7 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 	p.mu.Unlock()
 	env, err := ActivationEnv(context, p.apiHost)
 	if err != nil {
-		p.refuseEnv(w, r, err)
+		p.refuseEnv(w, r, received, err)
 		return
 	}
 	bc := bundle.Call{Env: env}
@@ -241,11 +251,11 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 	// Past the kernel's limits, execve fails with E2BIG in the container,
 	// and the activation would look like an action that answered nothing.
 	if err := CheckExecSize(bc.Args, bc.Env, p.execLimit, envOrigin(context)); err != nil {
-		p.refuseEnv(w, r, err)
+		p.refuseEnv(w, r, received, err)
 		return
 	}
 
-	call := front.NewCall("openwhisk", r, EnvValue(context["activation_id"]))
+	call := newCall(r, received, EnvValue(context["activation_id"]))
 	ctx := p.cfg.Hooks.Before(r.Context(), call)
 	status, body, outLogs, errLogs := p.activate(ctx, call, bc, value, deadline(context["deadline"]))
 	if web && status == http.StatusOK {
@@ -269,8 +279,8 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, msg, context map[str
 // refuse answers an activation that did not run with status and err, and
 // counts and logs it through the hooks as outcome, with the sentinels after
 // it as after any activation.
-func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, outcome hook.Outcome, status int, err error) {
-	call := front.NewCall("openwhisk", r, "")
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, received time.Time, outcome hook.Outcome, status int, err error) {
+	call := newCall(r, received, "")
 	ctx := p.cfg.Hooks.Before(r.Context(), call)
 	call.Outcome, call.Reason = outcome, err.Error()
 	if outcome == hook.Error {
@@ -283,13 +293,13 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, outcome hook.Outc
 // environment: 413 when Linux would not run a process given that much,
 // 400 for a key or value no environment can hold. OpenWhisk's invoker
 // shows the "error" of any answer but 200 as the activation's error.
-func (p *Proxy) refuseEnv(w http.ResponseWriter, r *http.Request, err error) {
+func (p *Proxy) refuseEnv(w http.ResponseWriter, r *http.Request, received time.Time, err error) {
 	status := http.StatusBadRequest
 	var tooLarge *TooLargeError
 	if errors.As(err, &tooLarge) {
 		status = http.StatusRequestEntityTooLarge
 	}
-	p.refuse(w, r, hook.Error, status, err)
+	p.refuse(w, r, received, hook.Error, status, err)
 }
 
 // envOrigin says where a variable of an activation's environment comes
@@ -394,7 +404,7 @@ func unwrapped(msg map[string]json.RawMessage) bool {
 // single serves the single-entrypoint form: {"init": ...} initializes,
 // {"activation": ..., "value": ...} runs, both do both; a message with
 // neither runs as /run does.
-func (p *Proxy) single(w http.ResponseWriter, r *http.Request, msg map[string]json.RawMessage) {
+func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Time, msg map[string]json.RawMessage) {
 	_, hasInit := msg["init"]
 	_, hasActivation := msg["activation"]
 	_, hasValue := msg["value"]
@@ -413,17 +423,17 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, msg map[string]js
 		}
 	}
 	if !(hasActivation && hasValue) {
-		p.run(w, r, msg, msg, false)
+		p.run(w, r, received, msg, msg, false)
 		return
 	}
 	var activation map[string]json.RawMessage
 	if raw := bytes.TrimSpace(msg["activation"]); len(raw) > 0 && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &activation); err != nil {
-			p.refuse(w, r, hook.Error, http.StatusBadRequest, fmt.Errorf("activation is not a JSON object: %v", err))
+			p.refuse(w, r, received, hook.Error, http.StatusBadRequest, fmt.Errorf("activation is not a JSON object: %v", err))
 			return
 		}
 	}
-	p.run(w, r, msg, activation, true)
+	p.run(w, r, received, msg, activation, true)
 }
 
 // writeLogs writes an activation's logs on ocifn's stdout and stderr, each
