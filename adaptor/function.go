@@ -257,6 +257,8 @@ func (f *Function) after(ctx context.Context, call *hook.Call, later bool) {
 // rejected for a full budget, error otherwise, with err as the reason.
 func (f *Function) Refused(ctx context.Context, method string, err error) {
 	call := &hook.Call{Front: "crossplane", Method: method, Received: time.Now(), Outcome: refusalOutcome(err), Reason: err.Error(), Err: err}
+	// Its span joins the caller's trace, as a call Run sees does.
+	call.Carrier = incomingCarrier{ctx}
 	f.hooks.After(f.hooks.Before(ctx, call), call)
 }
 

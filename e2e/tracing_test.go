@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,9 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // withEnv adds environment variables to the server process.
@@ -131,4 +134,24 @@ func TestTracing(t *testing.T) {
 func TestNoTracingByDefault(t *testing.T) {
 	s := startServer(t, []string{"--tarball", image("passthrough.tar")}, withEnv("OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="))
 	mustContain(t, "log", s.stderr.String(), "tracing=false")
+}
+
+// TestTracingRefusedCall: a call refused before the function saw it (its
+// request needs more than --max-inflight-bytes) is a span in its caller's
+// trace too, as every call is.
+func TestTracingRefusedCall(t *testing.T) {
+	col, env := startCollector(t)
+	s := startServer(t, []string{"--tarball", image("passthrough.tar"), "--max-recv-msg-size", "1Mi", "--max-inflight-bytes", "20Mi"}, withEnv(env...))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", callerTraceparent)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	// 100,000 nulls take some 40 MB decoded and encoded: refused unread.
+	req := jsonRequest(t, `{"meta": {"tag": "refused"}, "input": {"a": [`+strings.Repeat("null,", 100000)+`null]}}`)
+	if _, err := s.callErr(ctx, req); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a request past --max-inflight-bytes: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	spans := callSpans(t, col, 1, "RunFunction")
+	if got := spans["RunFunction"].GetStatus().GetCode(); got != tracepb.Status_STATUS_CODE_ERROR {
+		t.Errorf("the refused call's span has status %v, want an error", got)
+	}
 }
