@@ -251,12 +251,13 @@ func (f *Function) after(ctx context.Context, call *hook.Call, later bool) {
 	}()
 }
 
-// Refused runs the hooks for a call refused before Run could see it (the
-// in-flight budget was full, or the request could not be read), so that
-// it is counted and logged like the refusals Run makes: its outcome is
-// rejected for a full budget, error otherwise, with err as the reason.
-func (f *Function) Refused(ctx context.Context, method string, err error) {
-	call := &hook.Call{Front: "crossplane", Method: method, Received: time.Now(), Outcome: refusalOutcome(err), Reason: err.Error(), Err: err}
+// Refused runs the hooks for a call that came at received and was refused
+// before Run could see it (the in-flight budget was full, or the request
+// could not be read), so that it is counted and logged like the refusals
+// Run makes: its outcome is rejected for a full budget, error otherwise,
+// with err as the reason, and its duration what its caller waited.
+func (f *Function) Refused(ctx context.Context, method string, received time.Time, err error) {
+	call := &hook.Call{Front: "crossplane", Method: method, Received: received, Outcome: refusalOutcome(err), Reason: err.Error(), Err: err}
 	// Its span joins the caller's trace, as a call Run sees does.
 	call.Carrier = incomingCarrier{ctx}
 	f.hooks.After(f.hooks.Before(ctx, call), call)

@@ -160,9 +160,12 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 	for i := range d.Methods {
 		handler, method := d.Methods[i].Handler, d.Methods[i].MethodName
 		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			// A refusal is timed from here: it may come after a second
+			// of waiting for room, or a request slow to arrive.
+			received := time.Now()
 			held := readCost(b.maxMsg)
 			if err := b.reserve(ctx, held, "the bytes of a request of the largest size accepted (--max-recv-msg-size) until it is read"); err != nil {
-				fn.refused(ctx, method, err)
+				fn.refused(ctx, method, received, err)
 				return nil, err
 			}
 			defer func() { b.resize(held, 0) }()
@@ -202,7 +205,7 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 				return nil
 			}, ic)
 			if err != nil && !decoded {
-				fn.refused(ctx, method, err)
+				fn.refused(ctx, method, received, err)
 			}
 			return rsp, err
 		}

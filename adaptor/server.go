@@ -3,6 +3,7 @@ package adaptor
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	fnv1beta1 "github.com/crossplane/function-sdk-go/proto/v1beta1"
@@ -48,11 +49,11 @@ func (r *FunctionRef) codec() codec.Codec {
 	return codec.JSON{}
 }
 
-// refused reports a call refused before the Function ran it, once there
-// is a Function to count and log it.
-func (r *FunctionRef) refused(ctx context.Context, method string, err error) {
+// refused reports a call that came at received and was refused before the
+// Function ran it, once there is a Function to count and log it.
+func (r *FunctionRef) refused(ctx context.Context, method string, received time.Time, err error) {
 	if f := r.p.Load(); f != nil {
-		f.Refused(ctx, method, err)
+		f.Refused(ctx, method, received, err)
 	}
 }
 

@@ -3,12 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -104,4 +106,39 @@ func TestLargeAnswersAreBounded(t *testing.T) {
 		t.Errorf("the refused call is not logged as rejected:\n%s", log)
 	}
 	assertNoLeaks(t, s, cache, tmp)
+}
+
+// TestRefusedCallTimedFromArrival: a call refused because the in-flight
+// budget had no room for it within a second is counted and logged with
+// the second it waited, as every call is timed from its arrival.
+func TestRefusedCallTimedFromArrival(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--max-recv-msg-size", "1Mi", "--max-inflight-bytes", "20Mi", "--cache=false"})
+	// 30,000 nulls take some 12 MB decoded and encoded: one fits, two
+	// do not.
+	req := func(tag, script string) *fnv1.RunFunctionRequest {
+		return jsonRequest(t, fmt.Sprintf(`{"meta": {"tag": %q}, "input": {"script": %q, "a": [%snull]}}`, tag, script, strings.Repeat("null,", 30000)))
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.callErr(context.Background(), req("holds", "sleep 3; "+okScript))
+		first <- err
+	}()
+	eventually(t, 10*time.Second, "the first call running", func() bool { return s.metric(t, "ocifn_calls_in_flight") == 1 })
+	if _, err := s.callErr(context.Background(), req("waits", okScript)); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a call with no room beside the first: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "both calls counted", func() bool { return s.metric(t, `ocifn_calls_total{outcome="ok"}`) == 1 })
+	if n := s.metric(t, `ocifn_call_duration_seconds_bucket{outcome="rejected",le="0.5"}`); n != 0 {
+		t.Errorf("the refused call, which waited a second for room, was counted as taking at most 0.5 s")
+	}
+	m := regexp.MustCompile(`outcome=rejected duration=(\S+)`).FindStringSubmatch(s.stderr.String())
+	if m == nil {
+		t.Fatalf("no line of the refused call:\n%s", s.stderr)
+	}
+	if d, err := time.ParseDuration(m[1]); err != nil || d < 900*time.Millisecond {
+		t.Errorf("the refused call's line says duration=%s, want the second it waited", m[1])
+	}
 }
