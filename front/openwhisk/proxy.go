@@ -118,8 +118,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeRaw(w, http.StatusBadRequest, errorBody(`the body of /init holds the init's fields in "value", {"value": {"code": ..., "main": ...}}; this one has them at the top level`))
 			return
 		}
-		status, answer := p.init(msg["value"])
-		writeRaw(w, status, answer)
+		status, failed := p.init(msg["value"])
+		writeRaw(w, status, initAnswer(failed))
 		return
 	}
 	// An activation is admitted before its body is read (front.Admit).
@@ -169,23 +169,24 @@ func parseMessage(path string, body []byte) (map[string]json.RawMessage, *front.
 	return msg, nil
 }
 
-// init fixes the action: its files, its entrypoint and its environment.
-func (p *Proxy) init(raw json.RawMessage) (int, []byte) {
+// init fixes the action: its files, its entrypoint and its environment. It
+// returns the status to answer with and, unless it is 200, why.
+func (p *Proxy) init(raw json.RawMessage) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.action != nil {
 		p.writeLogs(nil, []byte(msgReinit+"\n"), false)
-		return http.StatusForbidden, errorBody(msgReinit)
+		return http.StatusForbidden, errors.New(msgReinit)
 	}
 	var v InitValue
 	if len(bytes.TrimSpace(raw)) > 0 && string(bytes.TrimSpace(raw)) != "null" {
 		if err := json.Unmarshal(raw, &v); err != nil {
-			return http.StatusBadRequest, errorBody(fmt.Sprintf("the init's value is not an object of name, main, code, binary and env: %v", err))
+			return http.StatusBadRequest, fmt.Errorf("the init's value is not an object of name, main, code, binary and env: %v", err)
 		}
 	}
 	env, err := InitEnv(v.Env)
 	if err != nil {
-		return http.StatusBadRequest, errorBody(err.Error())
+		return http.StatusBadRequest, err
 	}
 	dir, err := os.MkdirTemp(p.cfg.WorkDir, "action-")
 	if err == nil {
@@ -194,12 +195,12 @@ func (p *Proxy) init(raw json.RawMessage) (int, []byte) {
 	}
 	if err != nil {
 		p.cfg.Log.Error("cannot create the action directory", "error", err)
-		return http.StatusInternalServerError, errorBody("cannot create the action directory")
+		return http.StatusInternalServerError, errors.New("cannot create the action directory")
 	}
 	if err := writeAction(dir, &v); err != nil {
 		_ = os.RemoveAll(dir)
 		p.writeLogs(nil, []byte("init failed: "+err.Error()+"\n"), true)
-		return http.StatusBadGateway, errorBody(msgInitFailed)
+		return http.StatusBadGateway, errors.New(msgInitFailed)
 	}
 	a := &action{dir: dir, env: env}
 	if v.hasCode() {
@@ -207,7 +208,16 @@ func (p *Proxy) init(raw json.RawMessage) (int, []byte) {
 	}
 	p.action = a
 	p.cfg.Log.Info("action initialized", "name", v.Name, "main", v.Main, "code", v.hasCode(), "binary", v.Binary, "env", len(env))
-	return http.StatusOK, []byte("OK")
+	return http.StatusOK, nil
+}
+
+// initAnswer is the body of the answer to an init that failed with err, or
+// succeeded if err is nil.
+func initAnswer(err error) []byte {
+	if err != nil {
+		return errorBody(err.Error())
+	}
+	return []byte("OK")
 }
 
 // run runs one activation. msg holds value; context holds the activation
@@ -409,16 +419,23 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 	_, hasActivation := msg["activation"]
 	_, hasValue := msg["value"]
 	if hasInit {
-		if wrapped(msg["init"]) {
-			// /init's body wraps the fields in "value"; here they come
-			// as they are. Taken as it is, such an init would install no
-			// code and run the image's stub, saying nothing.
-			writeRaw(w, http.StatusBadRequest, errorBody(`the init of POST / holds the fields of /init's value as they are, {"init": {"code": ..., "main": ...}}; this one wraps them in "value"`))
-			return
+		// /init's body wraps the fields in "value"; here they come as
+		// they are. Taken as it is, such an init would install no code
+		// and run the image's stub, saying nothing.
+		status, err := http.StatusBadRequest, errors.New(`the init of POST / holds the fields of /init's value as they are, {"init": {"code": ..., "main": ...}}; this one wraps them in "value"`)
+		if !wrapped(msg["init"]) {
+			status, err = p.init(msg["init"])
 		}
-		status, body := p.init(msg["init"])
-		if status != http.StatusOK || !(hasActivation && hasValue) {
-			writeRaw(w, status, body)
+		switch {
+		case !(hasActivation && hasValue):
+			writeRaw(w, status, initAnswer(err))
+			return
+		case err != nil:
+			// The activation cannot run: it is answered with the init's
+			// error as an activation that did not run is, with the
+			// sentinels after it (the invoker waits for them), and
+			// counted and logged.
+			p.refuse(w, r, received, hook.Error, status, err)
 			return
 		}
 	}

@@ -254,3 +254,33 @@ func TestInitSlowBodyIsRefused(t *testing.T) {
 		t.Errorf("a stalled /init body: status %d %q, want 400 naming the timeout", rsp.StatusCode, msg)
 	}
 }
+
+// TestSingleEntrypointInitRefused: POST / with an init and an activation
+// whose init is refused answers the init's error, and the activation, which
+// did not run, is followed by the sentinels and counted, as every answer
+// to POST / with an activation is.
+func TestSingleEntrypointInitRefused(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	seen := &outcomes{}
+	var stdout, stderr bytes.Buffer
+	p := New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log, seen), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 10, WorkDir: t.TempDir()}, "", &stdout, &stderr)
+	for _, body := range []string{
+		`{"init": {"env": {"A=B": "x"}}, "activation": {}, "value": {"a": 1}}`,
+		`{"init": {"value": {"code": "#!/bin/sh\necho {}"}}, "activation": {}, "value": {"a": 1}}`,
+	} {
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)))
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"error"`) {
+			t.Errorf("%s: %d %s, want 400 with the init's error", body, w.Code, w.Body.String())
+		}
+	}
+	for name, s := range map[string]string{"stdout": stdout.String(), "stderr": stderr.String()} {
+		if n := strings.Count(s, Sentinel+"\n"); n != 2 {
+			t.Errorf("%d sentinels on %s, want one after each activation that did not run", n, name)
+		}
+	}
+	if want := []hook.Outcome{hook.Error, hook.Error}; !slices.Equal(seen.seen, want) {
+		t.Errorf("the hooks saw %v, want %v", seen.seen, want)
+	}
+}
