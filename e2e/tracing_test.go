@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os/exec"
@@ -153,5 +154,26 @@ func TestTracingRefusedCall(t *testing.T) {
 	spans := callSpans(t, col, 1, "RunFunction")
 	if got := spans["RunFunction"].GetStatus().GetCode(); got != tracepb.Status_STATUS_CODE_ERROR {
 		t.Errorf("the refused call's span has status %v, want an error", got)
+	}
+}
+
+// TestTracingErrorsAreLogged: what OpenTelemetry says of its exporter (a
+// collector that cannot be reached, an OTEL_EXPORTER_OTLP_* variable it
+// cannot read) goes to ocifn's log, in its format: with --log-format
+// json, every line on stderr is a JSON record.
+func TestTracingErrorsAreLogged(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("passthrough.tar"), "--log-format", "json"},
+		withEnv("OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_INSECURE=true", "OTEL_BSP_SCHEDULE_DELAY=50",
+			"OTEL_EXPORTER_OTLP_TIMEOUT=500", "OTEL_EXPORTER_OTLP_HEADERS=no-equals-sign"))
+	if _, err := s.callErr(context.Background(), jsonRequest(t, `{"meta": {"tag": "traced"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the failed export logged", func() bool { return strings.Contains(s.stderr.String(), "127.0.0.1:1") })
+	log := s.stderr.String()
+	mustContain(t, "log", log, "no-equals-sign")
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("a line of the log is not JSON: %s", line)
+		}
 	}
 }

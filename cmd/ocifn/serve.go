@@ -406,7 +406,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer stopMetrics()
-	tracer, stopTracing, err := newTracer(ctx)
+	tracer, stopTracing, err := newTracer(ctx, log)
 	if err != nil {
 		return err
 	}

@@ -13,9 +13,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -72,10 +74,18 @@ func serveMetrics(ctx context.Context, log *slog.Logger, address string, reg *pr
 // OTEL_EXPORTER_OTLP_ENDPOINT (or its traces-only variant) is set, and nil
 // otherwise: then calls are not traced and cost nothing extra. The exporter
 // reads the other standard OTEL_EXPORTER_OTLP_* variables itself.
-func newTracer(ctx context.Context) (trace.Tracer, func(), error) {
+func newTracer(ctx context.Context, log *slog.Logger) (trace.Tracer, func(), error) {
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
 		return nil, func() {}, nil
 	}
+	// OpenTelemetry says what fails (an export, a variable it cannot
+	// read) through its own global logger and error handler, which print
+	// plain lines on stderr that --log-format json would not parse: they
+	// go to ocifn's log instead.
+	otel.SetLogger(logr.FromSlogHandler(log.With("source", "opentelemetry").Handler()))
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("tracing failed; calls go on", "source", "opentelemetry", "error", err)
+	}))
 	exp, err := otlptracegrpc.New(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot set up the OTLP trace exporter: %w", err)
