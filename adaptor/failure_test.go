@@ -1,7 +1,9 @@
 package adaptor
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -77,5 +79,28 @@ func TestRunFailureDecoderUnreadableAnswer(t *testing.T) {
 	}
 	if rsp.GetDesired().GetResources()["a"] == nil {
 		t.Errorf("response %v: want the request's desired resource a", rsp)
+	}
+}
+
+// TestRunFailureLogQuotesNoOutput: the log line of a call whose function
+// exited non-zero with its mode's answer that cannot be read says why in
+// general terms; what the function printed, which may hold connection
+// details, is quoted to the caller in the Fatal result only, as for a
+// function that exits 0.
+func TestRunFailureLogQuotesNoOutput(t *testing.T) {
+	out := "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: Secret, stringData: {password: hunter2}}]\nresults: 5\n"
+	for _, code := range []int{0, 1} {
+		var log bytes.Buffer
+		f := NewFunction(&scriptedRunner{stdout: out, code: code}, WithLogger(slog.New(slog.NewTextHandler(&log, nil))), WithCodec(codec.KRM{}))
+		rsp, err := f.Run(context.Background(), request(t, req1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rsp.GetResults()) != 1 || !strings.Contains(rsp.GetResults()[0].GetMessage(), "hunter2") {
+			t.Errorf("exit %d: results %v, want a Fatal result quoting the output", code, rsp.GetResults())
+		}
+		if strings.Contains(log.String(), "hunter2") {
+			t.Errorf("exit %d: the log quotes what the function printed:\n%s", code, log.String())
+		}
 	}
 }

@@ -416,15 +416,22 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 			}
 		}
 		msg := fmt.Sprintf("the function exited with code %d", exit.Code)
+		reason := msg
 		if unreadable != nil {
 			msg += ", and what it printed cannot be used: " + unreadable.Error()
+			// The decoder's error quotes the output, which the log line
+			// never does: it may hold connection details.
+			reason += ", and what it printed cannot be used (the Fatal result says why)"
 		}
 		if hint := codec.Mismatch(f.codec.Name(), stdout.Bytes()); hint != "" {
 			// A KRM validator exits 1 with its results: in another mode,
 			// the wrong mode is what to fix.
 			msg += "; " + hint
+			reason += "; " + hint
 		}
-		return fail(OutcomeFatal, msg)
+		r, _ := fail(OutcomeFatal, msg)
+		r.Reason = reason
+		return r, nil
 	}
 	if err := f.chargeDecoding(ctx, budget, stdout.Bytes()); err != nil {
 		return res, err
