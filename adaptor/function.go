@@ -257,10 +257,16 @@ func (f *Function) after(ctx context.Context, call *hook.Call, later bool) {
 // Run makes: its outcome is rejected for a full budget, error otherwise,
 // with err as the reason, and its duration what its caller waited.
 func (f *Function) Refused(ctx context.Context, method string, received time.Time, err error) {
+	refuse(ctx, f.hooks, method, received, err)
+}
+
+// refuse runs chain's hooks for a call that came at received and was
+// refused with the gRPC status error err before a Function ran it.
+func refuse(ctx context.Context, chain *hook.Chain, method string, received time.Time, err error) {
 	call := &hook.Call{Front: "crossplane", Method: method, Received: received, Outcome: refusalOutcome(err), Reason: err.Error(), Err: err}
 	// Its span joins the caller's trace, as a call Run sees does.
 	call.Carrier = incomingCarrier{ctx}
-	f.hooks.After(f.hooks.Before(ctx, call), call)
+	chain.After(chain.Before(ctx, call), call)
 }
 
 // refusalOutcome is the outcome of a call answered with the gRPC status

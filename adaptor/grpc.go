@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+
+	"github.com/ocifn/ocifn/hook"
 )
 
 // Files Crossplane mounts into a function's TLS directory.
@@ -38,6 +40,7 @@ type Server struct {
 type ServerOption func(*serverOptions)
 
 type serverOptions struct {
+	starting         *hook.Chain
 	maxInflightBytes int64
 	streamWorkers    uint32
 	recvTimeout      time.Duration
@@ -50,6 +53,13 @@ type serverOptions struct {
 // request accepted takes when it is one string (see CheckInflightBytes).
 func WithMaxInflightBytes(n int64) ServerOption {
 	return func(o *serverOptions) { o.maxInflightBytes = n }
+}
+
+// WithHooksWhileStarting counts and logs through ch the calls refused
+// before Ready, while the function image is unpacked, as the Function
+// counts and logs its own refusals.
+func WithHooksWhileStarting(ch *hook.Chain) ServerOption {
+	return func(o *serverOptions) { o.starting = ch }
 }
 
 // WithRecvTimeout refuses a request that has not arrived whole d after its
@@ -120,6 +130,7 @@ func NewServer(creds credentials.TransportCredentials, maxRecvMsgSize int, optio
 		opts = append(opts, grpc.Creds(creds))
 	}
 	srv := &Server{Server: grpc.NewServer(opts...), health: health.NewServer()}
+	srv.fn.starting = so.starting
 	registerBounded(srv.Server, &srv.fn, newInflight(so.maxInflightBytes, int64(maxRecvMsgSize), so.recvTimeout))
 	srv.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(srv.Server, srv.health)

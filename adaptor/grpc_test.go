@@ -188,3 +188,34 @@ func TestCallerDeadlineIsATimeout(t *testing.T) {
 		t.Errorf("calls counted by outcome: %v, want all %d as timeouts", n, calls)
 	}
 }
+
+// TestRefusalsWhileStartingAreCounted: a call that comes while the image is
+// still unpacked gets UNAVAILABLE and is counted and logged as an error,
+// as a call refused once the server serves is.
+func TestRefusalsWhileStartingAreCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := hook.NewMetrics(reg)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	srv := NewServer(nil, DefaultMaxRecvMsgSize, WithHooksWhileStarting(hook.NewChain(log, m, hook.Log{Logger: log})))
+	conn := serveInMemory(t, srv)
+	_, err := fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(context.Background(), &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "early"}})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("a call before the server is ready: %v, want UNAVAILABLE", err)
+	}
+	want := `
+# HELP ocifn_calls_total Calls by outcome: ok, fatal (ocifn answered on the function's behalf), error (protocol error), timeout, rejected (server full).
+# TYPE ocifn_calls_total counter
+ocifn_calls_total{outcome="error"} 1
+ocifn_calls_total{outcome="fatal"} 0
+ocifn_calls_total{outcome="ok"} 0
+ocifn_calls_total{outcome="rejected"} 0
+ocifn_calls_total{outcome="timeout"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ocifn_calls_total"); err != nil {
+		t.Error(err)
+	}
+	if !strings.Contains(logs.String(), "outcome=error") || !strings.Contains(logs.String(), "unpacked") {
+		t.Errorf("no log line of the refusal saying why: %q", logs.String())
+	}
+}

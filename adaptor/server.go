@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ocifn/ocifn/codec"
+	"github.com/ocifn/ocifn/hook"
 	"github.com/ocifn/ocifn/internal/protocount"
 )
 
@@ -26,7 +27,12 @@ func registerBounded(s grpc.ServiceRegistrar, fn *FunctionRef, b *inflight) {
 
 // FunctionRef holds the Function calls go to once it is ready. The server
 // listens, and answers health checks, while the image is still unpacked.
-type FunctionRef struct{ p atomic.Pointer[Function] }
+type FunctionRef struct {
+	p atomic.Pointer[Function]
+	// starting, when set, counts and logs the calls refused before there
+	// is a Function (see WithHooksWhileStarting).
+	starting *hook.Chain
+}
 
 // Set makes f serve calls.
 func (r *FunctionRef) Set(f *Function) { r.p.Store(f) }
@@ -35,7 +41,9 @@ func (r *FunctionRef) Set(f *Function) { r.p.Store(f) }
 func (r *FunctionRef) run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1.RunFunctionResponse, error) {
 	f := r.p.Load()
 	if f == nil {
-		return nil, status.Error(codes.Unavailable, "the function image is still being unpacked; retry shortly")
+		err := status.Error(codes.Unavailable, "the function image is still being unpacked; retry shortly")
+		refuse(ctx, r.starting, "RunFunction", time.Now(), err)
+		return nil, err
 	}
 	return f.Run(ctx, req)
 }
@@ -50,11 +58,13 @@ func (r *FunctionRef) codec() codec.Codec {
 }
 
 // refused reports a call that came at received and was refused before the
-// Function ran it, once there is a Function to count and log it.
+// Function ran it, to be counted and logged.
 func (r *FunctionRef) refused(ctx context.Context, method string, received time.Time, err error) {
 	if f := r.p.Load(); f != nil {
 		f.Refused(ctx, method, received, err)
+		return
 	}
+	refuse(ctx, r.starting, method, received, err)
 }
 
 type v1Server struct {

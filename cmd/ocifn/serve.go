@@ -430,7 +430,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 
 	// Listen first: health checks get NOT_SERVING, rather than no answer,
 	// while the image is unpacked.
-	srv := adaptor.NewServer(creds, int(o.maxRecvMsgSize), adaptor.WithMaxInflightBytes(int64(o.maxInflight)), adaptor.WithStreamWorkers(o.maxConcurrency), adaptor.WithRecvTimeout(o.timeout))
+	srv := adaptor.NewServer(creds, int(o.maxRecvMsgSize), adaptor.WithMaxInflightBytes(int64(o.maxInflight)), adaptor.WithStreamWorkers(o.maxConcurrency), adaptor.WithRecvTimeout(o.timeout), adaptor.WithHooksWhileStarting(chain))
 	lis, err := listen(o.address, "", "--address")
 	if err != nil {
 		return err
