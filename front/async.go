@@ -259,7 +259,7 @@ func prefersAsync(h http.Header) bool {
 }
 
 func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	received := time.Now()
+	received := Received(r)
 	// Refused now rather than accepted to fail: the caller would learn
 	// it only when it polls.
 	if iv.gate != nil {

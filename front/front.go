@@ -178,10 +178,10 @@ func (c *Capped) Bytes() []byte { return c.buf }
 const MaxArgBytes = 32*4096 - 1
 
 // NewCall is the hook.Call of an HTTP request to a front, tagged tag: its
-// method as methodLabel names it, the time it came, and its headers, which
-// may carry a trace's context.
+// method as methodLabel names it, the time it came (Received), and its
+// headers, which may carry a trace's context.
 func NewCall(front string, r *http.Request, tag string) *hook.Call {
-	return &hook.Call{Front: front, Method: methodLabel(r.Method), Tag: tag, Received: time.Now(),
+	return &hook.Call{Front: front, Method: methodLabel(r.Method), Tag: tag, Received: Received(r),
 		Carrier: propagation.HeaderCarrier(r.Header)}
 }
 

@@ -1,10 +1,12 @@
 package front
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -61,6 +63,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h == nil {
+		// The call is timed from now, its wait for the image included
+		// (see Received).
+		r = r.WithContext(context.WithValue(r.Context(), receivedKey{}, time.Now()))
 		select {
 		case <-s.ready:
 			h = s.handler.Load()
@@ -73,6 +78,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	(*h).ServeHTTP(w, r)
+}
+
+type receivedKey struct{}
+
+// Received is when r came: when the server got it, for a request that
+// waited for the front to be ready, else now. A front times its calls
+// from it.
+func Received(r *http.Request) time.Time {
+	if t, ok := r.Context().Value(receivedKey{}).(time.Time); ok {
+		return t
+	}
+	return time.Now()
 }
 
 // WriteJSON answers with status and v as JSON.

@@ -68,3 +68,33 @@ func TestPrefersAsync(t *testing.T) {
 		}
 	}
 }
+
+// TestCallWaitingForReadyIsTimedFromArrival: a call that came while the
+// image was unpacked is timed from its arrival, its wait included, as a
+// call waiting for a slot is.
+func TestCallWaitingForReadyIsTimedFromArrival(t *testing.T) {
+	s := NewServer(prometheus.NewRegistry())
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	sent := make(chan time.Time, 1)
+	done := make(chan error, 1)
+	go func() {
+		sent <- time.Now()
+		rsp, err := http.Post(ts.URL+"/run", "application/json", nil)
+		if err == nil {
+			rsp.Body.Close()
+		}
+		done <- err
+	}()
+	before := <-sent
+	time.Sleep(200 * time.Millisecond)
+	received := make(chan time.Time, 1)
+	ready := time.Now()
+	s.Ready(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { received <- NewCall("http", r, "").Received }))
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := <-received; got.Before(before) || !got.Before(ready) {
+		t.Errorf("the call was received %s after it was sent, and the server was ready %s after; want it timed from its arrival, before", got.Sub(before), ready.Sub(before))
+	}
+}

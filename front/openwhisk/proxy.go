@@ -125,7 +125,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// An activation is admitted before its body is read (front.Admit).
 	// It is timed from here: its wait for a slot and its body are part
 	// of what its caller waited for.
-	received := time.Now()
+	received := front.Received(r)
 	body, leave, refused := p.cfg.Admit(r.Context(), w, r)
 	if refused != nil {
 		p.refuse(w, r, received, refused.Outcome, refused.Status, refused.Err)
