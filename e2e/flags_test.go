@@ -154,19 +154,7 @@ func TestHTTPFrontListensOnThePlatformsPort(t *testing.T) {
 			}
 			port := strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
 			lis.Close()
-			cmd := exec.Command(ocifnBin, "serve", "--api", "http", "--tarball", image("cgi.tar"), "--cache-dir", cacheDir(t))
-			cmd.Env = append(os.Environ(), env+"="+port)
-			f := &httpFront{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
-			cmd.Stdout, cmd.Stderr = f.stdout, f.stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			go func() {
-				_ = cmd.Wait()
-				close(f.exited)
-			}()
-			t.Cleanup(f.stop)
-			f.awaitServing(t)
+			f := runFront(t, []string{"serve", "--api", "http", "--tarball", image("cgi.tar"), "--cache-dir", cacheDir(t)}, env+"="+port)
 			if !strings.HasSuffix(f.url, ":"+port) {
 				t.Fatalf("%s=%s: the front serves on %s\n%s", env, port, f.url, f.stderr)
 			}

@@ -40,8 +40,14 @@ var frontServingLine = regexp.MustCompile(`msg=serving address=(\S+) api=`)
 // test ends and must exit cleanly.
 func startFront(t *testing.T, api string, args []string, env ...string) *httpFront {
 	t.Helper()
-	full := append([]string{"serve", "--api", api, "--address", "127.0.0.1:0", "--cache-dir", cacheDir(t)}, args...)
-	cmd := exec.Command(ocifnBin, full...)
+	return runFront(t, append([]string{"serve", "--api", api, "--address", "127.0.0.1:0", "--cache-dir", cacheDir(t)}, args...), env...)
+}
+
+// runFront runs ocifn with args, an HTTP front's serve, as startFront
+// does.
+func runFront(t *testing.T, args []string, env ...string) *httpFront {
+	t.Helper()
+	cmd := exec.Command(ocifnBin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	f := &httpFront{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = f.stdout, f.stderr
