@@ -90,15 +90,28 @@ func newTracer(ctx context.Context, log *slog.Logger) (trace.Tracer, func(), err
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot set up the OTLP trace exporter: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp),
-		sdktrace.WithResource(resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName("ocifn"), semconv.ServiceVersion(version))),
-	)
+	res, err := traceResource(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return tp.Tracer("github.com/ocifn/ocifn/adaptor"), func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = tp.Shutdown(sctx)
 	}, nil
+}
+
+// traceResource describes the process in its spans: service.name ocifn
+// and its version, unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES
+// say otherwise, as they do for any OpenTelemetry SDK: every function's
+// pod runs ocifn, and a platform tells them apart by these.
+func traceResource(ctx context.Context) (*resource.Resource, error) {
+	fromEnv, err := resource.New(ctx, resource.WithFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the trace resource from OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
+	return resource.Merge(resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName("ocifn"), semconv.ServiceVersion(version)), fromEnv)
 }
 
 // listen listens on address, the value of flag, for what (" for metrics",

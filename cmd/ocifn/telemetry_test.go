@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -57,4 +58,39 @@ func (b *syncBuffer) Bytes() []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return bytes.Clone(b.buf.Bytes())
+}
+
+// TestTraceResource: spans name the service ocifn, unless the standard
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES say otherwise, which a
+// platform sets to tell its functions' pods apart.
+func TestTraceResource(t *testing.T) {
+	attrs := func() map[string]string {
+		t.Helper()
+		res, err := traceResource(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, kv := range res.Attributes() {
+			m[string(kv.Key)] = kv.Value.Emit()
+		}
+		return m
+	}
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "")
+	if m := attrs(); m["service.name"] != "ocifn" || m["service.version"] != version {
+		t.Errorf("without the variables: %v, want service.name ocifn and its version", m)
+	}
+	t.Setenv("OTEL_SERVICE_NAME", "function-labelizer")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=staging,service.namespace=crossplane-system")
+	m := attrs()
+	for k, v := range map[string]string{"service.name": "function-labelizer", "service.version": version, "deployment.environment": "staging", "service.namespace": "crossplane-system"} {
+		if m[k] != v {
+			t.Errorf("%s = %q, want %q (all: %v)", k, m[k], v, m)
+		}
+	}
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "not-a-pair")
+	if _, err := traceResource(context.Background()); err == nil || !strings.Contains(err.Error(), "OTEL_RESOURCE_ATTRIBUTES") {
+		t.Errorf("a malformed OTEL_RESOURCE_ATTRIBUTES: %v, want an error naming it", err)
+	}
 }
