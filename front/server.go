@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ocifn/ocifn/hook"
 )
 
 // Server is the HTTP handler of a front's port: GET /healthz, /metrics,
@@ -25,6 +27,10 @@ type Server struct {
 	// abandoned is closed when the server stops before it was ready.
 	abandoned chan struct{}
 	abandon   sync.Once
+	// hooks and front, when set, count and log the calls answered before
+	// the server was ready (CountRefusals).
+	hooks *hook.Chain
+	front string
 }
 
 // NewServer returns a server exposing reg at /metrics.
@@ -38,6 +44,11 @@ func NewServer(reg *prometheus.Registry) *Server {
 // while the server drains, instead of waiting for a handler that will not
 // come and losing their connection without an answer.
 func (s *Server) Abandon() { s.abandon.Do(func() { close(s.abandoned) }) }
+
+// CountRefusals has the calls answered before the server was ready (it
+// stopped first, or their caller left) go through the calls' hooks, as the
+// front's refused calls do: counted by outcome, logged with their status.
+func (s *Server) CountRefusals(ch *hook.Chain, front string) { s.hooks, s.front = ch, front }
 
 // Ready makes h serve the front's routes. It must be called once.
 func (s *Server) Ready(h http.Handler) {
@@ -70,14 +81,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-s.ready:
 			h = s.handler.Load()
 		case <-r.Context().Done():
-			WriteJSONError(w, http.StatusServiceUnavailable, "the function image was still being unpacked; retry shortly")
+			s.refuse(w, r, "the function image was still being unpacked; retry shortly")
 			return
 		case <-s.abandoned:
-			WriteJSONError(w, http.StatusServiceUnavailable, "ocifn stopped before the function image was ready: the call did not run")
+			s.refuse(w, r, "ocifn stopped before the function image was ready: the call did not run")
 			return
 		}
 	}
 	(*h).ServeHTTP(w, r)
+}
+
+// refuse answers a call that waited for the server to be ready 503 with
+// msg, through the hooks.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, msg string) {
+	call := NewCall(s.front, r, r.Header.Get("Event-Id"))
+	ctx := s.hooks.Before(r.Context(), call)
+	call.Outcome, call.Reason = hook.Error, msg
+	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", http.StatusServiceUnavailable)
+	WriteJSONError(w, http.StatusServiceUnavailable, msg)
+	s.hooks.After(ctx, call)
 }
 
 type receivedKey struct{}

@@ -1,13 +1,20 @@
 package front
 
 import (
+	"bytes"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ocifn/ocifn/front/fronttest"
+	"github.com/ocifn/ocifn/hook"
 )
 
 func TestServerWaitsUntilReady(t *testing.T) {
@@ -97,4 +104,39 @@ func TestCallWaitingForReadyIsTimedFromArrival(t *testing.T) {
 	if got := <-received; got.Before(before) || !got.Before(ready) {
 		t.Errorf("the call was received %s after it was sent, and the server was ready %s after; want it timed from its arrival, before", got.Sub(before), ready.Sub(before))
 	}
+}
+
+// TestCallsRefusedBeforeReadyAreCounted: a call answered 503 because the
+// server stopped before it was ready goes through the calls' hooks, as
+// the front's other refusals do: counted, and logged with its status.
+func TestCallsRefusedBeforeReadyAreCounted(t *testing.T) {
+	s := NewServer(prometheus.NewRegistry())
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	s.CountRefusals(hook.NewChain(slog.New(slog.DiscardHandler), hook.Log{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, hook.NewMetrics(reg)), "http")
+	w := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", nil))
+	}()
+	time.Sleep(50 * time.Millisecond)
+	s.Abandon()
+	<-done
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("the waiting call: %d, want 503", w.Code)
+	}
+	want := `
+# HELP ocifn_calls_total Calls by outcome: ok, fatal (ocifn answered on the function's behalf), error (protocol error), timeout, rejected (server full).
+# TYPE ocifn_calls_total counter
+ocifn_calls_total{outcome="error"} 1
+ocifn_calls_total{outcome="fatal"} 0
+ocifn_calls_total{outcome="ok"} 0
+ocifn_calls_total{outcome="rejected"} 0
+ocifn_calls_total{outcome="timeout"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ocifn_calls_total"); err != nil {
+		t.Errorf("the refused call is not counted: %v", err)
+	}
+	fronttest.Says(t, "log", logs.String(), "outcome=error", "status=503", "path=/run", "stopped before the function image was ready")
 }

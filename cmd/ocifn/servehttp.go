@@ -82,6 +82,7 @@ const answerGrace = 2 * time.Second
 // drains for the grace period.
 func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bundle.Runtime, reg *prometheus.Registry, chain *hook.Chain, gate *admit.Gate) error {
 	srv := front.NewServer(reg)
+	srv.CountRefusals(chain, o.api)
 	// A port that came from the environment is named where it cannot be
 	// listened on: no --address was given.
 	what := ""
