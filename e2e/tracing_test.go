@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // withEnv adds environment variables to the server process.
@@ -176,4 +179,67 @@ func TestTracingErrorsAreLogged(t *testing.T) {
 			t.Errorf("a line of the log is not JSON: %s", line)
 		}
 	}
+}
+
+// TestTracingOverHTTP: with OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf (a
+// collector's port 4318, the default of many SDKs) spans are exported
+// over OTLP/HTTP, and with the service name OTEL_SERVICE_NAME gives; a
+// protocol ocifn does not speak stops the start, naming the variable,
+// rather than every export failing.
+func TestTracingOverHTTP(t *testing.T) {
+	col := &collector{}
+	var mu sync.Mutex
+	var services []string
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		req := &coltracepb.ExportTraceServiceRequest{}
+		if err == nil {
+			err = proto.Unmarshal(body, req)
+		}
+		if r.URL.Path != "/v1/traces" || err != nil {
+			http.Error(w, fmt.Sprintf("%s: %v", r.URL.Path, err), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		for _, rs := range req.GetResourceSpans() {
+			for _, kv := range rs.GetResource().GetAttributes() {
+				if kv.GetKey() == "service.name" {
+					services = append(services, kv.GetValue().GetStringValue())
+				}
+			}
+		}
+		mu.Unlock()
+		rsp, _ := col.Export(r.Context(), req)
+		b, _ := proto.Marshal(rsp)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(b)
+	})}
+	go func() { _ = hs.Serve(lis) }()
+	t.Cleanup(func() { hs.Close() })
+
+	s := startServer(t, []string{"--tarball", image("labelizer.tar")}, withEnv("OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://"+lis.Addr().String(), "OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_SERVICE_NAME=function-labelizer"))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", callerTraceparent)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := s.callErr(ctx, loadRequest(t, "labelizer", "request.json")); err != nil {
+		t.Fatal(err)
+	}
+	callSpans(t, col, 4, "RunFunction", "container.start", "container.run", "response.parse")
+	mu.Lock()
+	if len(services) == 0 || services[0] != "function-labelizer" {
+		t.Errorf("service names exported: %q, want OTEL_SERVICE_NAME's", services)
+	}
+	mu.Unlock()
+
+	out, err := runWithin(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL=http/json"},
+		"serve", "--insecure", "--tarball", image("passthrough.tar"), "--cache-dir", cacheDir(t), "--address", "127.0.0.1:0", "--metrics-address", "")
+	if err == nil {
+		t.Fatalf("OTEL_EXPORTER_OTLP_PROTOCOL=http/json was taken:\n%s", out)
+	}
+	mustContain(t, "output", out, "OTEL_EXPORTER_OTLP_PROTOCOL=http/json")
 }

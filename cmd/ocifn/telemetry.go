@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
@@ -86,7 +87,7 @@ func newTracer(ctx context.Context, log *slog.Logger) (trace.Tracer, func(), err
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log.Warn("tracing failed; calls go on", "source", "opentelemetry", "error", err)
 	}))
-	exp, err := otlptracegrpc.New(ctx)
+	exp, err := traceExporter(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot set up the OTLP trace exporter: %w", err)
 	}
@@ -100,6 +101,27 @@ func newTracer(ctx context.Context, log *slog.Logger) (trace.Tracer, func(), err
 		defer cancel()
 		_ = tp.Shutdown(sctx)
 	}, nil
+}
+
+// traceExporter returns the OTLP exporter of the protocol that
+// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, or else OTEL_EXPORTER_OTLP_PROTOCOL,
+// names: grpc, ocifn's default, or http/protobuf (a collector's port 4318,
+// the default of many SDKs). Another is refused rather than spoken to in
+// gRPC, where every export would fail.
+func traceExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
+	name := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	v := os.Getenv(name)
+	if v == "" {
+		name = "OTEL_EXPORTER_OTLP_PROTOCOL"
+		v = os.Getenv(name)
+	}
+	switch v {
+	case "", "grpc":
+		return otlptracegrpc.New(ctx)
+	case "http/protobuf":
+		return otlptracehttp.New(ctx)
+	}
+	return nil, fmt.Errorf("%s=%s: ocifn exports traces over grpc (the default) or http/protobuf", name, v)
 }
 
 // traceResource describes the process in its spans: service.name ocifn
