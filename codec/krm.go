@@ -526,8 +526,10 @@ func krmMessage(r krmResult, items []map[string]any, names []string) string {
 		}
 		where = append(where, s)
 	}
-	if f := r.Field; f != nil && f.Path != "" {
-		s := "field " + f.Path
+	// A field or a file without a path still says what it holds: nothing
+	// the function printed is dropped.
+	if f := r.Field; f != nil && (f.Path != "" || f.CurrentValue != nil || f.ProposedValue != nil) {
+		s := strings.TrimSpace("field " + f.Path)
 		if f.CurrentValue != nil {
 			s += fmt.Sprintf(", current value %s", jsonValue(f.CurrentValue))
 		}
@@ -536,8 +538,8 @@ func krmMessage(r krmResult, items []map[string]any, names []string) string {
 		}
 		where = append(where, s)
 	}
-	if f := r.File; f != nil && f.Path != "" {
-		where = append(where, fmt.Sprintf("file %s index %d", f.Path, f.Index))
+	if f := r.File; f != nil && (f.Path != "" || f.Index != 0) {
+		where = append(where, strings.Join(strings.Fields(fmt.Sprintf("file %s index %d", f.Path, f.Index)), " "))
 	}
 	if len(r.Tags) > 0 {
 		tags := make([]string, 0, len(r.Tags))

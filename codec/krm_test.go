@@ -284,3 +284,21 @@ func TestKRMEncodeRefusesMetadataThatIsNotAnObject(t *testing.T) {
 		t.Errorf("error %v, want one naming the queue's metadata", err)
 	}
 }
+
+// TestKRMMessageKeepsFieldsWithoutAPath: a result's field or file without
+// a path still says what the function printed of it.
+func TestKRMMessageKeepsFieldsWithoutAPath(t *testing.T) {
+	for _, c := range []struct {
+		r    krmResult
+		want string
+	}{
+		{krmResult{Message: "m", Field: &krmField{CurrentValue: "a", ProposedValue: "b"}}, `m (field, current value "a", proposed value "b")`},
+		{krmResult{Message: "m", File: &krmFile{Index: 2}}, "m (file index 2)"},
+		{krmResult{Message: "m", Field: &krmField{}, File: &krmFile{}}, "m"},
+		{krmResult{Message: "m", Field: &krmField{Path: "spec.a"}, File: &krmFile{Path: "f.yaml"}}, "m (field spec.a; file f.yaml index 0)"},
+	} {
+		if got := krmMessage(c.r, nil, nil); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.r, got, c.want)
+		}
+	}
+}
