@@ -11,6 +11,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ocifn/ocifn/spec"
 )
 
 const (
@@ -174,6 +176,18 @@ func pickPlatform(ds []v1.Descriptor, where string) (v1.Descriptor, error) {
 	}
 	if len(usable) == 1 && usable[0].Platform == nil {
 		return usable[0], nil
+	}
+	// None for this machine's architecture: one for the other ABI its CPU
+	// runs (linux/386 on amd64, linux/arm on arm64), as build accepts
+	// such an image from a docker-save tarball.
+	var runs []v1.Descriptor
+	for _, d := range usable {
+		if d.Platform != nil && d.Platform.OS == want.OS && spec.Runs(want.Architecture, d.Platform.Architecture) {
+			runs = append(runs, d)
+		}
+	}
+	if len(runs) == 1 {
+		return runs[0], nil
 	}
 	have := make([]string, 0, len(usable))
 	for _, d := range usable {

@@ -743,3 +743,34 @@ func TestNameMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenPicksTheOtherABI: an index with no image for this machine's
+// architecture gives the one for the other ABI its CPU runs (linux/386 on
+// amd64, linux/arm on arm64), as build packages such an image; one for an
+// architecture the CPU does not run is still refused.
+func TestOpenPicksTheOtherABI(t *testing.T) {
+	abi := map[string]string{"amd64": "386", "arm64": "arm"}[runtime.GOARCH]
+	if abi == "" {
+		t.Skipf("%s runs no other ABI", runtime.GOARCH)
+	}
+	layer := makeTar(t, entFile("a/file1", "x"))
+	index := func(archs ...string) string {
+		var adds []mutate.IndexAddendum
+		for _, a := range archs {
+			adds = append(adds, mutate.IndexAddendum{Add: newImageFor(t, a, gzipLayer, layer),
+				Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: a}}})
+		}
+		return writeArchive(t, t.TempDir(), ociFiles(t, mutate.AppendManifests(empty.Index, adds...)), false)
+	}
+	img, err := Open(index("s390x", abi), WithScratchDir(t.TempDir()))
+	if err != nil {
+		t.Fatalf("an index of linux/s390x and linux/%s: %v", abi, err)
+	}
+	defer img.Close()
+	if got := img.ConfigFile().Architecture; got != abi {
+		t.Errorf("picked %s, want %s", got, abi)
+	}
+	if _, err := Open(index("s390x", otherArch()), WithScratchDir(t.TempDir())); err == nil || !strings.Contains(err.Error(), "linux/"+runtime.GOARCH) {
+		t.Errorf("an index of architectures this CPU does not run: %v, want refused naming linux/%s", err, runtime.GOARCH)
+	}
+}
