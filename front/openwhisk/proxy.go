@@ -128,13 +128,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	received := front.Received(r)
 	body, leave, refused := p.cfg.Admit(r.Context(), w, r)
 	if refused != nil {
-		p.refuse(w, r, received, refused.Outcome, refused.Status, refused.Err)
+		p.refuse(w, r, received, "", refused.Outcome, refused.Status, refused.Err)
 		return
 	}
 	defer leave()
 	msg, err := parseMessage(r.URL.Path, body)
 	if err != nil {
-		p.refuse(w, r, received, hook.Error, err.Status, err)
+		p.refuse(w, r, received, "", hook.Error, err.Status, err)
 		return
 	}
 	if r.URL.Path == "/run" {
@@ -224,17 +224,18 @@ func initAnswer(err error) []byte {
 // context (the same map as msg on /run). web applies the single
 // entrypoint's web-action answer. received is when the request arrived.
 func (p *Proxy) run(w http.ResponseWriter, r *http.Request, received time.Time, msg, context map[string]json.RawMessage, web bool) {
+	tag := EnvValue(context["activation_id"])
 	value := bytes.TrimSpace(msg["value"])
 	if len(value) == 0 {
 		value = []byte("{}")
 	}
 	if value[0] != '{' && value[0] != '[' {
-		p.refuse(w, r, received, hook.Error, http.StatusNotFound, errors.New(msgBadArgument))
+		p.refuse(w, r, received, tag, hook.Error, http.StatusNotFound, errors.New(msgBadArgument))
 		return
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, value); err != nil {
-		p.refuse(w, r, received, hook.Error, http.StatusBadRequest, fmt.Errorf("value is not valid JSON: %v", err))
+		p.refuse(w, r, received, tag, hook.Error, http.StatusBadRequest, fmt.Errorf("value is not valid JSON: %v", err))
 		return
 	}
 	value = compact.Bytes()
@@ -244,7 +245,7 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, received time.Time, 
 	p.mu.Unlock()
 	env, err := ActivationEnv(context, p.apiHost)
 	if err != nil {
-		p.refuseEnv(w, r, received, err)
+		p.refuseEnv(w, r, received, tag, err)
 		return
 	}
 	bc := bundle.Call{Env: env}
@@ -261,11 +262,11 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, received time.Time, 
 	// Past the kernel's limits, execve fails with E2BIG in the container,
 	// and the activation would look like an action that answered nothing.
 	if err := CheckExecSize(bc.Args, bc.Env, p.execLimit, envOrigin(context)); err != nil {
-		p.refuseEnv(w, r, received, err)
+		p.refuseEnv(w, r, received, tag, err)
 		return
 	}
 
-	call := newCall(r, received, EnvValue(context["activation_id"]))
+	call := newCall(r, received, tag)
 	ctx := p.cfg.Hooks.Before(r.Context(), call)
 	status, body, outLogs, errLogs := p.activate(ctx, call, bc, value, deadline(context["deadline"]))
 	if web && status == http.StatusOK {
@@ -288,9 +289,9 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, received time.Time, 
 
 // refuse answers an activation that did not run with status and err, and
 // counts and logs it through the hooks as outcome, with the sentinels after
-// it as after any activation.
-func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, received time.Time, outcome hook.Outcome, status int, err error) {
-	call := newCall(r, received, "")
+// it as after any activation. tag is its activation id, when known.
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, received time.Time, tag string, outcome hook.Outcome, status int, err error) {
+	call := newCall(r, received, tag)
 	ctx := p.cfg.Hooks.Before(r.Context(), call)
 	call.Outcome, call.Reason = outcome, err.Error()
 	if outcome == hook.Error {
@@ -303,13 +304,13 @@ func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, received time.Tim
 // environment: 413 when Linux would not run a process given that much,
 // 400 for a key or value no environment can hold. OpenWhisk's invoker
 // shows the "error" of any answer but 200 as the activation's error.
-func (p *Proxy) refuseEnv(w http.ResponseWriter, r *http.Request, received time.Time, err error) {
+func (p *Proxy) refuseEnv(w http.ResponseWriter, r *http.Request, received time.Time, tag string, err error) {
 	status := http.StatusBadRequest
 	var tooLarge *TooLargeError
 	if errors.As(err, &tooLarge) {
 		status = http.StatusRequestEntityTooLarge
 	}
-	p.refuse(w, r, received, hook.Error, status, err)
+	p.refuse(w, r, received, tag, hook.Error, status, err)
 }
 
 // envOrigin says where a variable of an activation's environment comes
@@ -435,7 +436,7 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 			// error as an activation that did not run is, with the
 			// sentinels after it (the invoker waits for them), and
 			// counted and logged.
-			p.refuse(w, r, received, hook.Error, status, err)
+			p.refuse(w, r, received, "", hook.Error, status, err)
 			return
 		}
 	}
@@ -446,7 +447,7 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 	var activation map[string]json.RawMessage
 	if raw := bytes.TrimSpace(msg["activation"]); len(raw) > 0 && string(raw) != "null" {
 		if err := json.Unmarshal(raw, &activation); err != nil {
-			p.refuse(w, r, received, hook.Error, http.StatusBadRequest, fmt.Errorf("activation is not a JSON object: %v", err))
+			p.refuse(w, r, received, "", hook.Error, http.StatusBadRequest, fmt.Errorf("activation is not a JSON object: %v", err))
 			return
 		}
 	}

@@ -284,3 +284,41 @@ func TestSingleEntrypointInitRefused(t *testing.T) {
 		t.Errorf("the hooks saw %v, want %v", seen.seen, want)
 	}
 }
+
+// tags records the tag of every call the hooks saw.
+type tags struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (g *tags) Before(ctx context.Context, _ *hook.Call) (context.Context, error) { return ctx, nil }
+
+func (g *tags) After(_ context.Context, c *hook.Call) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.seen = append(g.seen, c.Tag)
+	return nil
+}
+
+// TestRefusedActivationsAreTagged: an activation refused once its context
+// was read (a value that is not an object, a key no environment holds) is
+// counted and logged under its activation id, as one that ran is.
+func TestRefusedActivationsAreTagged(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	seen := &tags{}
+	var stdout, stderr bytes.Buffer
+	p := New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log, seen), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20}, "", &stdout, &stderr)
+	for _, body := range []string{`{"activation_id":"act-1","value":"x"}`, `{"activation_id":"act-2","value":{},"a=b":"x"}`} {
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(body)))
+		if w.Code == http.StatusOK {
+			t.Errorf("%s: ran", body)
+		}
+	}
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	if strings.Join(seen.seen, ",") != "act-1,act-2" {
+		t.Errorf("the refused activations' tags: %q, want their activation ids", seen.seen)
+	}
+}
