@@ -38,6 +38,9 @@ type Request struct {
 	RemoteAddr, Host string
 	// Now is when the request arrived (for a generated EVENT_TIME).
 	Now time.Time
+	// EventID is EVENT_ID when the request sends no Event-Id; empty, a
+	// new one is made.
+	EventID string
 }
 
 // Kubeless' event headers and the variables they become.
@@ -103,6 +106,9 @@ func Env(r Request) []string {
 	}
 	for _, e := range eventHeaders {
 		env[e.env] = r.Header.Get(e.header)
+	}
+	if env["EVENT_ID"] == "" {
+		env["EVENT_ID"] = r.EventID
 	}
 	if env["EVENT_ID"] == "" {
 		env["EVENT_ID"] = newID()

@@ -18,7 +18,13 @@ type Handler struct{ cfg *front.Config }
 func New(cfg *front.Config) *Handler { return &Handler{cfg: cfg} }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	call := front.NewCall("http", r, r.Header.Get("Event-Id"))
+	// The call's tag is its event id, made now when the caller sent none,
+	// so that its span carries it from the start, as its log line does.
+	tag := r.Header.Get("Event-Id")
+	if tag == "" {
+		tag = newID()
+	}
+	call := front.NewCall("http", r, tag)
 	ctx := h.cfg.Hooks.Before(r.Context(), call)
 	status := h.serve(ctx, w, r, call)
 	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
@@ -44,13 +50,8 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	defer leave()
 	env := Env(Request{
 		Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Protocol: r.Proto, Header: r.Header,
-		ContentLength: len(body), RemoteAddr: r.RemoteAddr, Host: r.Host, Now: call.Received,
+		ContentLength: len(body), RemoteAddr: r.RemoteAddr, Host: r.Host, Now: call.Received, EventID: call.Tag,
 	})
-	for _, kv := range env {
-		if len(kv) > 9 && kv[:9] == "EVENT_ID=" && call.Tag == "" {
-			call.Tag = kv[9:]
-		}
-	}
 	if name, n := TooLong(env); name != "" {
 		// The request's, not the function's: its execve would fail.
 		status, what := http.StatusRequestHeaderFieldsTooLarge, "a request header"

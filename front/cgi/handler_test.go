@@ -179,3 +179,50 @@ func TestCallerGoneWhileQueued(t *testing.T) {
 	line := logs.String()
 	fronttest.Says(t, "log", line, "outcome=error", "status=499", "caller went away while the call waited for a slot")
 }
+
+// envRunner prints the EVENT_ID of its environment.
+type envRunner struct{}
+
+func (envRunner) Call(_ context.Context, c bundle.Call) (bundle.Exit, error) {
+	for _, kv := range c.Env {
+		if id, ok := strings.CutPrefix(kv, "EVENT_ID="); ok {
+			_, err := io.WriteString(c.Stdout, id)
+			return bundle.Exit{}, err
+		}
+	}
+	return bundle.Exit{}, nil
+}
+
+func (envRunner) Args() []string { return []string{"/fn"} }
+
+// tagAtStart records the tag a call has when its hooks start (its span's).
+type tagAtStart struct{ tag string }
+
+func (h *tagAtStart) Before(ctx context.Context, c *hook.Call) (context.Context, error) {
+	h.tag = c.Tag
+	return ctx, nil
+}
+
+func (*tagAtStart) After(context.Context, *hook.Call) error { return nil }
+
+// TestEventIDIsTheTagFromTheStart: a call without an Event-Id gets one
+// made before its hooks start, so that its span carries the tag its log
+// line and the function's EVENT_ID have.
+func TestEventIDIsTheTagFromTheStart(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	seen := &tagAtStart{}
+	h := New(&front.Config{Runner: envRunner{}, Hooks: hook.NewChain(log, seen), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20})
+	for _, sent := range []string{"", "ev-7"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		if sent != "" {
+			r.Header.Set("Event-Id", sent)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		got := w.Body.String()
+		if got == "" || seen.tag != got || (sent != "" && got != sent) {
+			t.Errorf("Event-Id %q: EVENT_ID %q, the tag at the hooks' start %q; want them equal (and the one sent)", sent, got, seen.tag)
+		}
+	}
+}
