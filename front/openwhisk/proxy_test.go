@@ -34,10 +34,11 @@ func (echoRunner) Call(_ context.Context, c bundle.Call) (bundle.Exit, error) {
 
 func (echoRunner) Args() []string { return []string{"/fn"} }
 
-// outcomes records the outcome of every call the hooks saw.
+// outcomes records the outcome and the tag of every call the hooks saw.
 type outcomes struct {
 	mu   sync.Mutex
 	seen []hook.Outcome
+	tags []string
 }
 
 func (o *outcomes) Before(ctx context.Context, _ *hook.Call) (context.Context, error) {
@@ -48,6 +49,7 @@ func (o *outcomes) After(_ context.Context, c *hook.Call) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.seen = append(o.seen, c.Outcome)
+	o.tags = append(o.tags, c.Tag)
 	return nil
 }
 
@@ -285,27 +287,12 @@ func TestSingleEntrypointInitRefused(t *testing.T) {
 	}
 }
 
-// tags records the tag of every call the hooks saw.
-type tags struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (g *tags) Before(ctx context.Context, _ *hook.Call) (context.Context, error) { return ctx, nil }
-
-func (g *tags) After(_ context.Context, c *hook.Call) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.seen = append(g.seen, c.Tag)
-	return nil
-}
-
 // TestRefusedActivationsAreTagged: an activation refused once its context
 // was read (a value that is not an object, a key no environment holds) is
 // counted and logged under its activation id, as one that ran is.
 func TestRefusedActivationsAreTagged(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	seen := &tags{}
+	seen := &outcomes{}
 	var stdout, stderr bytes.Buffer
 	p := New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log, seen), Gate: admit.New(1, 0, nil), Log: log,
 		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20}, "", &stdout, &stderr)
@@ -318,7 +305,7 @@ func TestRefusedActivationsAreTagged(t *testing.T) {
 	}
 	seen.mu.Lock()
 	defer seen.mu.Unlock()
-	if strings.Join(seen.seen, ",") != "act-1,act-2" {
-		t.Errorf("the refused activations' tags: %q, want their activation ids", seen.seen)
+	if strings.Join(seen.tags, ",") != "act-1,act-2" {
+		t.Errorf("the refused activations' tags: %q, want their activation ids", seen.tags)
 	}
 }
