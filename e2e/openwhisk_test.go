@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 )
 
@@ -385,6 +388,43 @@ echo "{\"pwd_env\":\"$PWD\",\"pwd_cmd\":\"$(pwd)\",\"writable\":\"$w\"}"`, "main
 		}
 		jsonEqual(t, "result", out, []string{"a", "b"})
 	})
+}
+
+// TestOpenWhiskInitWithoutCodeKeepsTheImagesWorkingDirectory: a blackbox
+// action is initialized without code (OpenWhisk's invoker sends no code
+// for a Docker action), and the image's entrypoint then runs as it does
+// before any init: in the image's own working directory, which its
+// command may name files relative to, with nothing mounted over /action.
+func TestOpenWhiskInitWithoutCodeKeepsTheImagesWorkingDirectory(t *testing.T) {
+	img, err := tarball.ImageFromPath(image("owskeleton.tar"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	// stub.sh, relative to the image's WorkingDir /stub.
+	cf.Config.Entrypoint = []string{"/bin/sh", "stub.sh"}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	relative := filepath.Join(t.TempDir(), "owskeleton-relative.tar")
+	if err := tarball.WriteToFile(relative, nil, img); err != nil {
+		t.Fatal(err)
+	}
+	f := startFront(t, "openwhisk", []string{"--tarball", relative})
+	if code, out := f.post(t, "/run", "{}"); code != http.StatusOK || !strings.Contains(out, owStub) {
+		t.Fatalf("/run before /init: %d %s", code, out)
+	}
+	// As OpenWhisk's invoker initializes a Docker action.
+	f.mustInit(t, `{"value": {"name": "my-action", "main": "main", "binary": false, "env": {"SOME_VAR": "x"}}}`)
+	code, out := f.post(t, "/run", runPayload(map[string]any{}, map[string]any{"activation_id": "a1"}))
+	if code != http.StatusOK {
+		t.Fatalf("/run after an init without code: %d %s\n%s", code, out, f.stderr)
+	}
+	jsonEqual(t, "result", out, map[string]string{"error": owStub})
 }
 
 // TestOpenWhiskSingleEntrypoint: POST / takes init, activation, or both,

@@ -55,7 +55,7 @@ type Proxy struct {
 
 // action is what /init fixed for every activation.
 type action struct {
-	// dir is mounted at ActionDir.
+	// dir, when the init brought code, is mounted at ActionDir.
 	dir string
 	// args are the process's arguments before the activation's value; nil
 	// runs the image's entrypoint.
@@ -188,23 +188,27 @@ func (p *Proxy) init(raw json.RawMessage) (int, error) {
 	if err != nil {
 		return http.StatusBadRequest, err
 	}
-	dir, err := os.MkdirTemp(p.cfg.WorkDir, "action-")
-	if err == nil {
-		// The container's ids, not root on the host, must read and run it.
-		err = os.Chmod(dir, 0o755)
-	}
-	if err != nil {
-		p.cfg.Log.Error("cannot create the action directory", "error", err)
-		return http.StatusInternalServerError, errors.New("cannot create the action directory")
-	}
-	if err := writeAction(dir, &v); err != nil {
-		_ = os.RemoveAll(dir)
-		p.writeLogs(nil, []byte("init failed: "+err.Error()+"\n"), true)
-		return http.StatusBadGateway, errors.New(msgInitFailed)
-	}
-	a := &action{dir: dir, env: env}
+	a := &action{env: env}
+	// Without code the image's entrypoint is the action, and it runs as
+	// it does before any init: in the image's working directory, which
+	// its command may name files relative to, with nothing mounted over
+	// the image's own /action.
 	if v.hasCode() {
-		a.args = []string{ActionDir + "/" + execName}
+		dir, err := os.MkdirTemp(p.cfg.WorkDir, "action-")
+		if err == nil {
+			// The container's ids, not root on the host, must read and run it.
+			err = os.Chmod(dir, 0o755)
+		}
+		if err != nil {
+			p.cfg.Log.Error("cannot create the action directory", "error", err)
+			return http.StatusInternalServerError, errors.New("cannot create the action directory")
+		}
+		if err := writeAction(dir, &v); err != nil {
+			_ = os.RemoveAll(dir)
+			p.writeLogs(nil, []byte("init failed: "+err.Error()+"\n"), true)
+			return http.StatusBadGateway, errors.New(msgInitFailed)
+		}
+		a.dir, a.args = dir, []string{ActionDir + "/" + execName}
 	}
 	p.action = a
 	p.cfg.Log.Info("action initialized", "name", v.Name, "main", v.Main, "code", v.hasCode(), "binary", v.Binary, "env", len(env))
@@ -252,9 +256,9 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, received time.Time, 
 	base := p.cfg.Runner.Args()
 	if a != nil {
 		bc.Env = append(append([]string(nil), a.env...), bc.Env...)
-		bc.Cwd = ActionDir
-		bc.Mounts = []bundle.Mount{{Source: a.dir, Destination: ActionDir}}
 		if a.args != nil {
+			bc.Cwd = ActionDir
+			bc.Mounts = []bundle.Mount{{Source: a.dir, Destination: ActionDir}}
 			base = a.args
 		}
 	}
