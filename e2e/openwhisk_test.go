@@ -427,6 +427,25 @@ func TestOpenWhiskInitWithoutCodeKeepsTheImagesWorkingDirectory(t *testing.T) {
 	jsonEqual(t, "result", out, map[string]string{"error": owStub})
 }
 
+// TestOpenWhiskStderrWithoutFinalNewline: an action whose stderr does not
+// end with a newline still has its last line to itself: ocifn's line
+// about the call, written after it, starts a line of its own, so that
+// neither is read as part of the other.
+func TestOpenWhiskStderrWithoutFinalNewline(t *testing.T) {
+	f := startOpenWhisk(t)
+	f.mustInit(t, initPayload("#!/bin/sh\nprintf 'first\\nno final newline' >&2\necho '{}'", "main"))
+	if code, out := f.post(t, "/run", runPayload(map[string]any{}, map[string]any{"activation_id": "a1"})); code != http.StatusOK {
+		t.Fatalf("/run: %d %s", code, out)
+	}
+	_, e := f.checkStreams(t, 1)
+	if got := strings.TrimSpace(strings.ReplaceAll(e, owSentinel, "")); got != "first\nno final newline" {
+		t.Errorf("the activation's stderr lines: %q, want \"first\" and \"no final newline\"", got)
+	}
+	if !regexp.MustCompile(`(?m)^time=\S+ level=INFO msg=call tag=a1 `).MatchString(f.stderr.String()) {
+		t.Errorf("ocifn's line about the call does not start a line:\n%s", f.stderr)
+	}
+}
+
 // TestOpenWhiskSingleEntrypoint: POST / takes init, activation, or both,
 // as OpenWhisk's Knative proxy does.
 func TestOpenWhiskSingleEntrypoint(t *testing.T) {

@@ -339,6 +339,11 @@ func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	p.outMu.Lock()
 	_, _ = p.stdout.Write(Frame(outLogs))
 	if len(errLogs) > 0 {
+		// Ended as a line, as Frame ends stdout's: ocifn's own line,
+		// written next, must not be glued to the action's last one.
+		if errLogs[len(errLogs)-1] != '\n' {
+			errLogs = append(errLogs[:len(errLogs):len(errLogs)], '\n')
+		}
 		_, _ = p.stderr.Write(errLogs)
 	}
 	p.cfg.Hooks.After(ctx, call)
