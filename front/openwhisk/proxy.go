@@ -118,7 +118,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeRaw(w, http.StatusBadRequest, errorBody(`the body of /init holds the init's fields in "value", {"value": {"code": ..., "main": ...}}; this one has them at the top level`))
 			return
 		}
-		status, failed := p.init(msg["value"])
+		status, failed := p.init(msg["value"], true)
 		writeRaw(w, status, initAnswer(failed))
 		return
 	}
@@ -170,8 +170,10 @@ func parseMessage(path string, body []byte) (map[string]json.RawMessage, *front.
 }
 
 // init fixes the action: its files, its entrypoint and its environment. It
-// returns the status to answer with and, unless it is 200, why.
-func (p *Proxy) init(raw json.RawMessage) (int, error) {
+// returns the status to answer with and, unless it is 200, why. framed
+// says whether the logs of an init that fails end with the sentinels;
+// they do not when an activation's answer follows and ends them.
+func (p *Proxy) init(raw json.RawMessage, framed bool) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.action != nil {
@@ -205,7 +207,7 @@ func (p *Proxy) init(raw json.RawMessage) (int, error) {
 		}
 		if err := writeAction(dir, &v); err != nil {
 			_ = os.RemoveAll(dir)
-			p.writeLogs(nil, []byte("init failed: "+err.Error()+"\n"), true)
+			p.writeLogs(nil, []byte("init failed: "+err.Error()+"\n"), framed)
 			return http.StatusBadGateway, errors.New(msgInitFailed)
 		}
 		a.dir, a.args = dir, []string{ActionDir + "/" + execName}
@@ -434,7 +436,9 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 		// and run the image's stub, saying nothing.
 		status, err := http.StatusBadRequest, errors.New(`the init of POST / holds the fields of /init's value as they are, {"init": {"code": ..., "main": ...}}; this one wraps them in "value"`)
 		if !wrapped(msg["init"]) {
-			status, err = p.init(msg["init"])
+			// With an activation, the answer to it frames the
+			// init's logs: its sentinels come once.
+			status, err = p.init(msg["init"], !(hasActivation && hasValue))
 		}
 		switch {
 		case !(hasActivation && hasValue):

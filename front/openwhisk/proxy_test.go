@@ -1,9 +1,11 @@
 package openwhisk
 
 import (
+	"archive/zip"
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -258,9 +260,9 @@ func TestInitSlowBodyIsRefused(t *testing.T) {
 }
 
 // TestSingleEntrypointInitRefused: POST / with an init and an activation
-// whose init is refused answers the init's error, and the activation, which
-// did not run, is followed by the sentinels and counted, as every answer
-// to POST / with an activation is.
+// whose init is refused, or fails, answers the init's error, and the
+// activation, which did not run, is followed by the sentinels once and
+// counted, as every answer to POST / with an activation is.
 func TestSingleEntrypointInitRefused(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	seen := &outcomes{}
@@ -277,12 +279,33 @@ func TestSingleEntrypointInitRefused(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400 with the init's error", body, w.Code, w.Body.String())
 		}
 	}
+	// A zip without exec: the init fails, and says why in the logs.
+	var zipped bytes.Buffer
+	zw := zip.NewWriter(&zipped)
+	if w, err := zw.Create("other"); err != nil {
+		t.Fatal(err)
+	} else if _, err := io.WriteString(w, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"init": map[string]any{"code": base64.StdEncoding.EncodeToString(zipped.Bytes()), "binary": true},
+		"activation": map[string]any{}, "value": map[string]any{}})
+	w := httptest.NewRecorder()
+	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body)))
+	if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), msgInitFailed) {
+		t.Errorf("an init whose zip holds no exec: %d %s, want 502 %q", w.Code, w.Body.String(), msgInitFailed)
+	}
+	if !strings.Contains(stderr.String(), "no file named exec") {
+		t.Errorf("the failed init's reason is not on stderr:\n%s", stderr.String())
+	}
 	for name, s := range map[string]string{"stdout": stdout.String(), "stderr": stderr.String()} {
-		if n := strings.Count(s, Sentinel+"\n"); n != 2 {
-			t.Errorf("%d sentinels on %s, want one after each activation that did not run", n, name)
+		if n := strings.Count(s, Sentinel+"\n"); n != 3 {
+			t.Errorf("%d sentinels on %s, want one after each activation that did not run, 3", n, name)
 		}
 	}
-	if want := []hook.Outcome{hook.Error, hook.Error}; !slices.Equal(seen.seen, want) {
+	if want := []hook.Outcome{hook.Error, hook.Error, hook.Error}; !slices.Equal(seen.seen, want) {
 		t.Errorf("the hooks saw %v, want %v", seen.seen, want)
 	}
 }
