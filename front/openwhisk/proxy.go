@@ -119,7 +119,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		status, failed := p.init(msg["value"], true)
-		writeRaw(w, status, initAnswer(failed))
+		writeInit(w, status, failed)
 		return
 	}
 	// An activation is admitted before its body is read (front.Admit).
@@ -217,13 +217,17 @@ func (p *Proxy) init(raw json.RawMessage, framed bool) (int, error) {
 	return http.StatusOK, nil
 }
 
-// initAnswer is the body of the answer to an init that failed with err, or
-// succeeded if err is nil.
-func initAnswer(err error) []byte {
+// writeInit answers an init with status: a JSON error when it failed with
+// err, else the Docker skeleton's "OK", as the text it is (OpenWhisk
+// ignores the body of a successful init, but a caller that reads it by
+// its Content-Type must not be told it is JSON).
+func writeInit(w http.ResponseWriter, status int, err error) {
 	if err != nil {
-		return errorBody(err.Error())
+		writeRaw(w, status, errorBody(err.Error()))
+		return
 	}
-	return []byte("OK")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	writeRaw(w, status, []byte("OK"))
 }
 
 // run runs one activation. msg holds value; context holds the activation
@@ -442,7 +446,7 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 		}
 		switch {
 		case !(hasActivation && hasValue):
-			writeRaw(w, status, initAnswer(err))
+			writeInit(w, status, err)
 			return
 		case err != nil:
 			// The activation cannot run: it is answered with the init's

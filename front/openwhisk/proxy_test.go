@@ -332,3 +332,28 @@ func TestRefusedActivationsAreTagged(t *testing.T) {
 		t.Errorf("the refused activations' tags: %q, want their activation ids", seen.tags)
 	}
 }
+
+// TestInitAnswerSaysWhatItIs: a successful init answers "OK", as the Docker
+// skeleton does, labelled as the text it is rather than as JSON, which it
+// is not; a failed one answers a JSON error.
+func TestInitAnswerSaysWhatItIs(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	newProxy := func() *Proxy {
+		return New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Log: log,
+			Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20, WorkDir: t.TempDir()}, "", io.Discard, io.Discard)
+	}
+	for path, body := range map[string]string{"/init": `{"value": {"code": "#!/bin/sh\necho {}"}}`, "/": `{"init": {"code": "#!/bin/sh\necho {}"}}`} {
+		p := newProxy()
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+		if ct := w.Header().Get("Content-Type"); w.Code != http.StatusOK || w.Body.String() != "OK" || !strings.HasPrefix(ct, "text/plain") {
+			t.Errorf("POST %s: %d %q %q, want 200 OK as text/plain", path, w.Code, ct, w.Body.String())
+		}
+		w = httptest.NewRecorder()
+		p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+		if ct := w.Header().Get("Content-Type"); w.Code != http.StatusForbidden || ct != "application/json" || !json.Valid(w.Body.Bytes()) {
+			t.Errorf("POST %s again: %d %q %q, want 403 with a JSON error", path, w.Code, ct, w.Body.String())
+		}
+		_ = p.Close()
+	}
+}
