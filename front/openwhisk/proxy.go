@@ -452,8 +452,13 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 			// The activation cannot run: it is answered with the init's
 			// error as an activation that did not run is, with the
 			// sentinels after it (the invoker waits for them), and
-			// counted and logged.
-			p.refuse(w, r, received, "", hook.Error, status, err)
+			// counted and logged, under its activation id when it
+			// has one.
+			var activation struct {
+				ID json.RawMessage `json:"activation_id"`
+			}
+			_ = json.Unmarshal(msg["activation"], &activation)
+			p.refuse(w, r, received, EnvValue(activation.ID), hook.Error, status, err)
 			return
 		}
 	}

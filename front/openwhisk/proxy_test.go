@@ -311,8 +311,9 @@ func TestSingleEntrypointInitRefused(t *testing.T) {
 }
 
 // TestRefusedActivationsAreTagged: an activation refused once its context
-// was read (a value that is not an object, a key no environment holds) is
-// counted and logged under its activation id, as one that ran is.
+// was read (a value that is not an object, a key no environment holds, an
+// init of POST / refused before it) is counted and logged under its
+// activation id, as one that ran is.
 func TestRefusedActivationsAreTagged(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	seen := &outcomes{}
@@ -326,9 +327,16 @@ func TestRefusedActivationsAreTagged(t *testing.T) {
 			t.Errorf("%s: ran", body)
 		}
 	}
+	// POST /'s activation, refused with its init's error.
+	body := `{"init":{"env":{"A=B":"x"}},"activation":{"activation_id":"act-3"},"value":{}}`
+	w := httptest.NewRecorder()
+	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)))
+	if w.Code == http.StatusOK {
+		t.Errorf("%s: ran", body)
+	}
 	seen.mu.Lock()
 	defer seen.mu.Unlock()
-	if strings.Join(seen.tags, ",") != "act-1,act-2" {
+	if strings.Join(seen.tags, ",") != "act-1,act-2,act-3" {
 		t.Errorf("the refused activations' tags: %q, want their activation ids", seen.tags)
 	}
 }
