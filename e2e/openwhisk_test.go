@@ -465,12 +465,26 @@ func TestOpenWhiskSingleEntrypoint(t *testing.T) {
 	}
 	jsonEqual(t, "result", out, map[string]string{"api_host": "", "api_key": "k", "namespace": "ns", "action_name": "act", "action_version": "1", "activation_id": "a1", "deadline": "9"})
 
+	// Knative's callers send the same init with every activation: it is
+	// taken as done, in any spacing, and the activation runs.
+	spaced, _ := json.MarshalIndent(map[string]any{"init": init, "activation": map[string]any{"activation_id": "a2"}, "value": map[string]any{}}, "", "  ")
+	if code, out := f.post(t, "/", string(spaced)); code != http.StatusOK || !strings.Contains(out, `"activation_id": "a2"`) {
+		t.Errorf("POST / with the same init again and an activation: %d %s, want the activation run", code, out)
+	}
+	// Another init is still refused, and its activation does not run.
+	other := map[string]any{"code": owEnv, "main": "other"}
+	body, _ = json.Marshal(map[string]any{"init": other, "activation": map[string]any{"activation_id": "a3"}, "value": map[string]any{}})
+	if code, out := f.post(t, "/", string(body)); code != http.StatusForbidden || strings.Contains(out, "a3") {
+		t.Errorf("POST / with another init and an activation: %d %s, want 403", code, out)
+	}
+
 	body, _ = json.Marshal(map[string]any{"activation": map[string]any{"namespace": "ns2"}, "value": map[string]any{}})
 	// The result as the action printed it: a result that is not a web
 	// action's response is not rewritten.
 	if code, out := f.post(t, "/", string(body)); code != http.StatusOK || !strings.Contains(out, `"namespace": "ns2"`) {
 		t.Errorf("POST / with an activation: %d %s", code, out)
 	}
+	// Alone, a second init is refused, the same one too.
 	body, _ = json.Marshal(map[string]any{"init": init})
 	if code, out := f.post(t, "/", string(body)); code != http.StatusForbidden {
 		t.Errorf("POST / with a second init: %d %s, want 403", code, out)

@@ -7,6 +7,7 @@ package openwhisk
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,6 +62,18 @@ type action struct {
 	// runs the image's entrypoint.
 	args []string
 	env  []string
+	// sum is the digest of the init that fixed it (initSum), for POST /,
+	// whose callers may send that init again with every activation.
+	sum [sha256.Size]byte
+}
+
+// initSum is the digest of an init's value, its white space aside.
+func initSum(raw json.RawMessage) [sha256.Size]byte {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return sha256.Sum256(raw)
+	}
+	return sha256.Sum256(b.Bytes())
 }
 
 // New returns a proxy running activations with cfg. apiHost is
@@ -118,7 +131,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeRaw(w, http.StatusBadRequest, errorBody(`the body of /init holds the init's fields in "value", {"value": {"code": ..., "main": ...}}; this one has them at the top level`))
 			return
 		}
-		status, failed := p.init(msg["value"], true)
+		status, failed := p.init(msg["value"], false)
 		writeInit(w, status, failed)
 		return
 	}
@@ -170,13 +183,19 @@ func parseMessage(path string, body []byte) (map[string]json.RawMessage, *front.
 }
 
 // init fixes the action: its files, its entrypoint and its environment. It
-// returns the status to answer with and, unless it is 200, why. framed
-// says whether the logs of an init that fails end with the sentinels;
-// they do not when an activation's answer follows and ends them.
-func (p *Proxy) init(raw json.RawMessage, framed bool) (int, error) {
+// returns the status to answer with and, unless it is 200, why.
+// withActivation says an activation follows in the same request (POST /):
+// its answer, not the init's, ends the logs of a failed init with the
+// sentinels, and the init that fixed the action, sent again, is taken as
+// done rather than refused. Knative's callers send the init with every
+// activation, as OpenWhisk's Knative proxy allows.
+func (p *Proxy) init(raw json.RawMessage, withActivation bool) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.action != nil {
+		if withActivation && p.action.sum == initSum(raw) {
+			return http.StatusOK, nil
+		}
 		p.writeLogs(nil, []byte(msgReinit+"\n"), false)
 		return http.StatusForbidden, errors.New(msgReinit)
 	}
@@ -190,7 +209,7 @@ func (p *Proxy) init(raw json.RawMessage, framed bool) (int, error) {
 	if err != nil {
 		return http.StatusBadRequest, err
 	}
-	a := &action{env: env}
+	a := &action{env: env, sum: initSum(raw)}
 	// Without code the image's entrypoint is the action, and it runs as
 	// it does before any init: in the image's working directory, which
 	// its command may name files relative to, with nothing mounted over
@@ -207,7 +226,7 @@ func (p *Proxy) init(raw json.RawMessage, framed bool) (int, error) {
 		}
 		if err := writeAction(dir, &v); err != nil {
 			_ = os.RemoveAll(dir)
-			p.writeLogs(nil, []byte("init failed: "+err.Error()+"\n"), framed)
+			p.writeLogs(nil, []byte("init failed: "+err.Error()+"\n"), !withActivation)
 			return http.StatusBadGateway, errors.New(msgInitFailed)
 		}
 		a.dir, a.args = dir, []string{ActionDir + "/" + execName}
@@ -440,9 +459,7 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 		// and run the image's stub, saying nothing.
 		status, err := http.StatusBadRequest, errors.New(`the init of POST / holds the fields of /init's value as they are, {"init": {"code": ..., "main": ...}}; this one wraps them in "value"`)
 		if !wrapped(msg["init"]) {
-			// With an activation, the answer to it frames the
-			// init's logs: its sentinels come once.
-			status, err = p.init(msg["init"], !(hasActivation && hasValue))
+			status, err = p.init(msg["init"], hasActivation && hasValue)
 		}
 		switch {
 		case !(hasActivation && hasValue):
