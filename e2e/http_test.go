@@ -33,7 +33,7 @@ func TestHTTPFunction(t *testing.T) {
 			"REQUEST_METHOD=POST\n", "PATH_INFO=/env\n", "QUERY_STRING=x=1&y=two\n", "CONTENT_TYPE=application/json\n",
 			"CONTENT_LENGTH=18\n", "SERVER_PROTOCOL=HTTP/1.1\n", "GATEWAY_INTERFACE=CGI/1.1\n", "HTTP_X_CUSTOM=custom value\n",
 			"EVENT_ID=ev-42\n", "EVENT_NAMESPACE=ns.example\n", "EVENT_TYPE=application/json\n", "EVENT_TIME=",
-			"---\n{\"hello\": \"world\"}")
+			"HTTP_HOST="+strings.TrimPrefix(f.url, "http://")+"\n", "---\n{\"hello\": \"world\"}")
 	})
 	t.Run("generated_event_id", func(t *testing.T) {
 		_, _, body := f.do(t, http.MethodGet, "/env", nil, nil)

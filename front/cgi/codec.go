@@ -66,6 +66,13 @@ func Env(r Request) []string {
 		"PATH_INFO":         r.Path,
 		"QUERY_STRING":      r.RawQuery,
 	}
+	if r.Host != "" {
+		// net/http takes Host out of the request's headers into its own
+		// field: without this, the one header every HTTP/1.1 request
+		// has would be the one a program could not read, and programs
+		// build their absolute URLs from it.
+		env["HTTP_HOST"] = r.Host
+	}
 	if host, port, err := net.SplitHostPort(r.Host); err == nil {
 		env["SERVER_NAME"], env["SERVER_PORT"] = host, port
 	} else if r.Host != "" {

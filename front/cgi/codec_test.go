@@ -36,7 +36,7 @@ func TestEnv(t *testing.T) {
 	want := map[string]string{
 		"GATEWAY_INTERFACE": "CGI/1.1", "REQUEST_METHOD": "POST", "PATH_INFO": "/a/b", "QUERY_STRING": "x=1&y=2",
 		"CONTENT_TYPE": "application/json", "CONTENT_LENGTH": "7", "SERVER_PROTOCOL": "HTTP/1.1",
-		"SERVER_NAME": "fn.example", "SERVER_PORT": "8080", "REMOTE_ADDR": "10.0.0.1",
+		"SERVER_NAME": "fn.example", "SERVER_PORT": "8080", "REMOTE_ADDR": "10.0.0.1", "HTTP_HOST": "fn.example:8080",
 		"HTTP_X_CUSTOM_THING": "one, two", "HTTP_X_FORWARDED_FOR": "10.0.0.9", "EVENT_ID": "ev1", "EVENT_NAMESPACE": "ns",
 		"EVENT_TIME": "2026-01-02T03:04:05Z", "EVENT_TYPE": "application/json",
 	}
