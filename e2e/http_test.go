@@ -289,6 +289,29 @@ func TestAsyncInvocationLimits(t *testing.T) {
 	}
 }
 
+// TestAsyncResultOnAFullDisk: an invocation whose result the cache disk
+// has no room for reads as failed, saying why, rather than as running for
+// ever; the next one, with room, is stored.
+func TestAsyncResultOnAFullDisk(t *testing.T) {
+	// The unpacked image takes about 2 MiB of the 16.
+	_, cache := smallDisk(t, 16<<20)
+	f := startCGI(t, []string{"--cache-dir", cache})
+	code, h, body := f.do(t, http.MethodPost, "/env", bytes.Repeat([]byte("x"), 15<<20), http.Header{"Prefer": {"respond-async"}})
+	loc := h.Get("Location")
+	if code != http.StatusAccepted || loc == "" {
+		t.Fatalf("%d %v %.300s", code, h, body)
+	}
+	code, result := f.asyncResult(t, loc)
+	if code != http.StatusInternalServerError {
+		t.Fatalf("a result the disk has no room for: %d %.300q, want 500", code, result)
+	}
+	mustContain(t, "the result", result, "finished with status 200", "could not be stored", "no space left on device")
+	small := f.asyncStart(t, http.MethodGet, "/plain")
+	if code, body := f.asyncResult(t, small); code != http.StatusOK || body != "no header block, just a body\n" {
+		t.Errorf("a result with room: %d %q", code, body)
+	}
+}
+
 // TestHTTPPackage: an image built with ocifn build --api http works as a
 // Kubeless custom runtime or a Knative Service: run as its platform runs
 // it, with Kubeless' FUNC_TIMEOUT, it serves the function on 8080.

@@ -317,7 +317,8 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 		// its call's start: a call that ran longer than the TTL had its
 		// result expire as it was stored, and nobody could ever read it.
 		if err := iv.writeResult(id, record{Created: iv.now(), Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}); err != nil {
-			iv.log.Error("cannot store the result of an asynchronous invocation", "error", err)
+			iv.log.Error("cannot store the result of an asynchronous invocation", "id", id, "status", rec.status, "body_bytes", rec.body.Len(), "error", err)
+			iv.storeFailure(id, rec.status, rec.body.Len(), err)
 		}
 		iv.bound()
 	}()
@@ -376,6 +377,24 @@ func (iv *Invocations) writeResult(id string, rec record) error {
 		}
 	}
 	return iv.writeBytes(id, line, rec.Body, rec.Created, false)
+}
+
+// storeFailure replaces the record of an invocation whose result could not
+// be stored (err: a full disk, say) with a small one that says so. Left as
+// it was, the record would say the call still runs, and be polled, 202
+// after 202, for ever: a running record never expires. If even that cannot
+// be written, the record goes, and its id answers 404.
+func (iv *Invocations) storeFailure(id string, status, bodyBytes int, err error) {
+	failed := record{
+		Created: iv.now(),
+		Status:  http.StatusInternalServerError,
+		Header:  http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+		Body:    []byte(fmt.Sprintf("the invocation finished with status %d and a body of %d bytes, but its result could not be stored: %v\n", status, bodyBytes, err)),
+	}
+	if werr := iv.write(id, failed); werr != nil {
+		iv.log.Error("cannot store that the result of an asynchronous invocation was lost; its id is removed", "id", id, "error", werr)
+		iv.remove(id)
+	}
 }
 
 func (iv *Invocations) path(id string) string { return filepath.Join(iv.dir, id+".json") }
