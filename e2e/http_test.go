@@ -99,6 +99,20 @@ func TestHTTPFunction(t *testing.T) {
 			t.Errorf("a 100 KiB header: %d %.300s, want it in the function's environment", code, body)
 		}
 	})
+	// Each header field is a variable of the program's environment, and
+	// crun takes longer than --timeout to start a program with 90,000
+	// of them (one request's 1 MB of headers); ocifn's crun crashed with
+	// 14,000.
+	t.Run("too_many_header_fields_give_431", func(t *testing.T) {
+		many := http.Header{}
+		for i := range 20000 {
+			many.Set(fmt.Sprintf("X-F%d", i), "a")
+		}
+		code, _, body := f.do(t, http.MethodGet, "/env", nil, many)
+		if code != http.StatusRequestHeaderFieldsTooLarge || !strings.Contains(string(body), "header fields, more than the 1000") {
+			t.Errorf("20,000 header fields: %d %.300s, want 431 saying how many", code, body)
+		}
+	})
 	t.Run("query_too_long_for_the_environment_gives_414", func(t *testing.T) {
 		code, _, body := f.do(t, http.MethodGet, "/env?"+strings.Repeat("q", 140<<10), nil, nil)
 		if code != http.StatusRequestURITooLong || !strings.Contains(string(body), "QUERY_STRING would be") {

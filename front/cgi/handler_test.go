@@ -226,3 +226,41 @@ func TestEventIDIsTheTagFromTheStart(t *testing.T) {
 		}
 	}
 }
+
+// countingRunner counts the containers asked for.
+type countingRunner struct{ calls int }
+
+func (r *countingRunner) Call(_ context.Context, c bundle.Call) (bundle.Exit, error) {
+	r.calls++
+	return bundle.Exit{}, nil
+}
+
+func (*countingRunner) Args() []string { return []string{"/fn"} }
+
+// TestTooManyHeaderFields: a request with more header fields than a
+// function takes, each a variable of its environment, is answered 431
+// without a container; Host and MaxHeaderFields-1 others still run.
+func TestTooManyHeaderFields(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	runner := &countingRunner{}
+	h := New(&front.Config{Runner: runner, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20})
+	request := func(fields int) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		for i := range fields {
+			r.Header.Set(fmt.Sprintf("X-F%d", i), "a")
+		}
+		return r
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, request(MaxHeaderFields))
+	if w.Code != http.StatusRequestHeaderFieldsTooLarge || runner.calls != 0 {
+		t.Errorf("Host and %d header fields: %d %q after %d containers, want 431 and none", MaxHeaderFields, w.Code, w.Body, runner.calls)
+	}
+	fronttest.Says(t, "the answer", w.Body.String(), fmt.Sprintf("%d header fields, more than the %d", MaxHeaderFields+1, MaxHeaderFields))
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, request(MaxHeaderFields-1))
+	if w.Code != http.StatusOK || runner.calls != 1 {
+		t.Errorf("Host and %d header fields: %d %q, want 200 from the function", MaxHeaderFields-1, w.Code, w.Body)
+	}
+}
