@@ -237,7 +237,7 @@ another I/O mode.`,
 	f.Var(&o.maxRecvMsgSize, "max-recv-msg-size", "largest gRPC request accepted, in bytes (e.g. 64Mi)")
 	f.Var(&o.maxInflight, "max-inflight-bytes", "Crossplane front: memory that calls being received or run may hold at once, in bytes (e.g. 1Gi) (on the HTTP fronts it only sets Go's soft memory limit, GOMEMLIMIT, to 3/4 of it: --max-concurrency, --max-request-bytes and --max-output-bytes bound their calls); a request counts twice the largest size until it is read, then what it takes decoded and encoded for the function, counted from its bytes; the function's answer its stdout, then what decoding it takes; beyond it, RESOURCE_EXHAUSTED")
 	f.IntVar(&o.maxConcurrency, "max-concurrency", adaptor.DefaultMaxConcurrency(), "calls running at once; by default 4 per CPU")
-	f.IntVar(&o.maxQueue, "max-queue", 0, "calls waiting for a slot before new ones are refused with RESOURCE_EXHAUSTED (0: 4 x --max-concurrency)")
+	f.IntVar(&o.maxQueue, "max-queue", 0, "calls waiting for a slot before new ones are refused (gRPC RESOURCE_EXHAUSTED, HTTP 503) (0: 4 x --max-concurrency)")
 	f.StringVar(&o.metricsAddress, "metrics-address", ":8080", "address to serve Prometheus metrics on, at /metrics (empty: no metrics; default empty for the HTTP fronts, which serve /metrics on --address)")
 	f.BoolVar(&o.cache, "cache", true, "answer a request whose tag was seen before from the response cache while the earlier response's meta.ttl lasts")
 	f.DurationVar(&o.cacheTTL, "cache-ttl", 0, "cache every response for this long, whatever its meta.ttl (only for deterministic functions)")
