@@ -32,9 +32,15 @@ build() {
 	if [[ -x $out/$name && "$(cat "$out/$name.version" 2>/dev/null)" == "$module@$version" ]]; then
 		return
 	fi
-	local dir
-	dir=$("$GO" mod download -json "$module@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-	[[ -n $dir ]] || { echo "crossplane.sh: cannot download $module@$version" >&2; exit 1; }
+	local info dir
+	# go reports a failed download in the JSON's Error field, on stdout.
+	if ! info=$("$GO" mod download -json "$module@$version"); then
+		echo "$info" >&2
+		echo "crossplane.sh: cannot download $module@$version" >&2
+		exit 1
+	fi
+	dir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' <<<"$info")
+	[[ -n $dir ]] || { echo "$info" >&2; echo "crossplane.sh: go mod download named no directory for $module@$version" >&2; exit 1; }
 	echo "crossplane.sh: building $module@$version" >&2
 	# The module cache is read-only: -o writes elsewhere, and a copy of
 	# go.mod and go.sum (-modfile) takes the replacements and whatever sums
