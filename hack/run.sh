@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 address=${ADDRESS:-127.0.0.1:9443}
+ocifn=${OCIFN_BIN:-bin/ocifn}
 tarball=testdata/build/labelizer.tar
 request=testdata/functions/labelizer/request.json
 log=$(mktemp)
@@ -19,8 +20,21 @@ cleanup() {
 trap cleanup EXIT
 
 echo "==> ocifn serve --insecure --tarball $tarball --address $address"
-bin/ocifn serve --insecure --tarball "$tarball" --address "$address" --metrics-address 127.0.0.1:0 --cache-dir "$cache" 2>"$log" &
+"$ocifn" serve --insecure --tarball "$tarball" --address "$address" --metrics-address 127.0.0.1:0 --cache-dir "$cache" 2>"$log" &
 pid=$!
+# The address may be taken (an earlier run's server, someone else's): the
+# call must not go to whatever listens there, so wait for this server's own
+# "listening" line, and fail if it exits first.
+for _ in $(seq 300); do
+	grep -q 'msg=listening' "$log" && break
+	if ! kill -0 "$pid" 2>/dev/null; then
+		echo "==> ocifn serve exited before it listened on $address; server log:" >&2
+		cat "$log" >&2
+		exit 1
+	fi
+	sleep 0.1
+done
+grep -q 'msg=listening' "$log" || { echo "==> ocifn serve did not listen within 30s; server log:" >&2; cat "$log" >&2; exit 1; }
 echo "==> request ($request):"
 cat "$request"
 echo "==> response:"
