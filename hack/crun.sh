@@ -70,14 +70,18 @@ fi
 
 log() { echo "crun.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
-"$root/hack/deps.sh" "${BUILD_DEPS[@]}"
+# The sources are Debian's whatever the host (Ubuntu has no bookworm), and
+# apt checks them with Debian's keys, which an Ubuntu host has only once
+# debian-archive-keyring is installed.
+"$root/hack/deps.sh" "${BUILD_DEPS[@]}" debian-archive-keyring
 
 mirror=${DEBIAN_MIRROR:-$(host_mirror)}
-[[ -n $mirror ]] || die "no Debian mirror in the host's apt sources; set DEBIAN_MIRROR"
+mirror=${mirror:-http://deb.debian.org/debian}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The source packages through apt, from the mirror the host uses, with a
+# The source packages through apt, from the mirror a Debian host uses
+# (deb.debian.org on another host, DEBIAN_MIRROR if set), with a
 # sources list and package lists of our own: the host's apt state is left
 # as it is. apt checks the Sources index against the signed Release file
 # and every file of a package against the index.
