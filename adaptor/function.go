@@ -407,7 +407,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 			}
 			if err == nil {
 				complete(req, rsp)
-				if msg := f.tooLarge(rsp, len(stdout.Bytes())); msg != "" {
+				if msg := f.unsendable(rsp, len(stdout.Bytes())); msg != "" {
 					return fail(OutcomeFatal, msg)
 				}
 				if !hasFatal(rsp) {
@@ -449,7 +449,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		return r, nil
 	}
 	complete(req, rsp)
-	if msg := f.tooLarge(rsp, len(stdout.Bytes())); msg != "" {
+	if msg := f.unsendable(rsp, len(stdout.Bytes())); msg != "" {
 		return fail(OutcomeFatal, msg)
 	}
 	res.Outcome, res.Response = OutcomeOK, rsp
@@ -473,6 +473,16 @@ func (f *Function) chargeDecoding(ctx context.Context, budget *answerBudget, out
 		return budget.take(ctx, ac.AliasMemory(out), func() string { return why() + ", its YAML aliases expanded" })
 	}
 	return nil
+}
+
+// unsendable says why rsp, decoded from printed bytes of output, cannot
+// reach the caller, or "" when it can: a Fatal result says so, rather than
+// the caller's gRPC client failing on what it received.
+func (f *Function) unsendable(rsp *fnv1.RunFunctionResponse, printed int) string {
+	if msg := tooDeep(rsp); msg != "" {
+		return msg
+	}
+	return f.tooLarge(rsp, printed)
 }
 
 // tooLarge says why rsp, decoded from printed bytes of output, cannot be

@@ -100,6 +100,9 @@ func TestRun(t *testing.T) {
 		// 4 KiB of JSON zeros take about 2.5 times as much in protobuf's
 		// Struct: within the output limit, beyond what gRPC may send.
 		{"response_over_send_limit_gives_fatal_result", scriptedRunner{stdout: `{"desired":{"resources":{"a":{"resource":{"list":[0` + strings.Repeat(",0", 2048) + `]}}}}}`}, []Option{WithMaxOutputBytes(1 << 20), WithMaxResponseBytes(8 << 10)}, fnv1.Severity_SEVERITY_FATAL, []string{"bytes in protobuf, more than the 8192 bytes a response may have", "printed 4"}},
+		// Decoded from JSON, but nested deeper than the caller's gRPC
+		// client can decode.
+		{"response_nested_too_deep_for_protobuf_gives_fatal_result", scriptedRunner{stdout: `{"desired":{"resources":{"a":{"resource":` + strings.Repeat(`{"a":`, 3400) + "1" + strings.Repeat("}", 3400) + `}}}}`}, nil, fnv1.Severity_SEVERITY_FATAL, []string{`nests more than 10000 levels deep in protobuf under "desired"`}},
 		{"runtime_failure_gives_fatal_result", scriptedRunner{err: errors.New("cannot start crun")}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"could not be run", "cannot start crun"}},
 		{"timeout_gives_fatal_result", scriptedRunner{block: true}, []Option{WithTimeout(50 * time.Millisecond)}, fnv1.Severity_SEVERITY_FATAL, []string{"longer than the limit of 50ms"}},
 		{"missing_desired_gives_warning", scriptedRunner{stdout: `{"results": []}`}, nil, fnv1.Severity_SEVERITY_WARNING, []string{`no "desired" field`}},

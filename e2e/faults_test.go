@@ -109,6 +109,11 @@ func TestFaultyFunctions(t *testing.T) {
 	big := shRequest(t, "t-no-read", "exit 0")
 	big.Input.Fields["padding"] = structString(strings.Repeat("p", 4<<20))
 
+	// JSON objects nested 3,400 deep: 10,200 levels in protobuf, which
+	// no gRPC client decodes, though JSON decoders read them.
+	deep := `printf '{"desired":{"resources":{"a":{"resource":'; i=0; while [ $i -lt 3400 ]; do printf '{"a":'; i=$((i+1)); done; ` +
+		`printf 1; i=0; while [ $i -lt 3400 ]; do printf '}'; i=$((i+1)); done; printf '}}}}'`
+
 	cases := []struct {
 		name     string
 		req      *fnv1.RunFunctionRequest
@@ -124,6 +129,7 @@ func TestFaultyFunctions(t *testing.T) {
 		{name: "floods_stderr", req: shRequest(t, "t-err", "head -c 100000000 /dev/zero | tr '\\0' e >&2; "+okScript), noResult: true},
 		{name: "exits_0_with_empty_output", req: shRequest(t, "t-empty", "exit 0"), fatal: []string{"printed nothing on stdout"}},
 		{name: "prints_invalid_utf8", req: shRequest(t, "t-utf8", `printf '{"desired": {}, "results": [{"message": "\377\376"}]}'`), fatal: []string{"not valid UTF-8"}},
+		{name: "prints_json_nested_deeper_than_protobuf_decodes", req: shRequest(t, "t-deep", deep), fatal: []string{`nests more than 10000 levels deep in protobuf under "desired"`}},
 		{name: "prints_invalid_json", req: shRequest(t, "t-json", `echo '{"desired": {]'`), fatal: []string{"not a valid RunFunctionResponse"}},
 		{name: "prints_the_wrong_tag", req: shRequest(t, "t-tag", `jq -c '{meta: {tag: "someone-else"}, desired: .desired}'`), warning: `meta.tag "someone-else", not the request's "t-tag"`},
 	}
