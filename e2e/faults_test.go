@@ -129,6 +129,9 @@ func TestFaultyFunctions(t *testing.T) {
 		{name: "floods_stderr", req: shRequest(t, "t-err", "head -c 100000000 /dev/zero | tr '\\0' e >&2; "+okScript), noResult: true},
 		{name: "exits_0_with_empty_output", req: shRequest(t, "t-empty", "exit 0"), fatal: []string{"printed nothing on stdout"}},
 		{name: "prints_invalid_utf8", req: shRequest(t, "t-utf8", `printf '{"desired": {}, "results": [{"message": "\377\376"}]}'`), fatal: []string{"not valid UTF-8"}},
+		// Empty files fill no tmpfs's size, but each holds kernel memory.
+		{name: "makes_20000_files_in_each_tmpfs", req: shRequest(t, "t-files", `for d in /tmp /dev/shm; do mkdir $d/many && cd $d/many && seq 20000 | xargs touch 2>/dev/null; echo "$d: $(ls | wc -l) files" >&2; done; exit 1`),
+			fatal: []string{"/tmp: 16382 files", "/dev/shm: 16382 files"}},
 		{name: "prints_json_nested_deeper_than_protobuf_decodes", req: shRequest(t, "t-deep", deep), fatal: []string{`nests more than 10000 levels deep in protobuf under "desired"`}},
 		{name: "prints_invalid_json", req: shRequest(t, "t-json", `echo '{"desired": {]'`), fatal: []string{"not a valid RunFunctionResponse"}},
 		{name: "prints_the_wrong_tag", req: shRequest(t, "t-tag", `jq -c '{meta: {tag: "someone-else"}, desired: .desired}'`), warning: `meta.tag "someone-else", not the request's "t-tag"`},

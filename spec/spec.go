@@ -21,6 +21,16 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // DefaultTmpSize bounds the private /tmp of each call.
 const DefaultTmpSize = "64m"
 
+// TmpInodes bounds the files and directories of each call's tmpfs mounts
+// (/tmp, /dev/shm, and /dev when it is one): one per 4 KiB page of their
+// 64 MiB, so that small files fill a mount's size and its inodes together.
+// tmpfs's own default is half the host's RAM in pages (3 million on a
+// 24 GiB host), and an inode's kernel memory, about 1 KiB with its dentry,
+// counts neither in the mount's size nor, without cgroups, in any limit
+// of the call: 200,000 empty files in a /tmp that was 0% full held 200 MB
+// until the call ended.
+const TmpInodes = "16k"
+
 // Version is the runtime-spec version written into configs. crun 1.8
 // (Debian 12) rejects versions newer than the 1.0 series it implements, and
 // nothing here needs a later one.
@@ -231,7 +241,7 @@ func namespaces(network string) []rspec.LinuxNamespace {
 }
 
 func mounts(network, tmpSize, devDir string) []rspec.Mount {
-	dev := rspec.Mount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}}
+	dev := rspec.Mount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k", "nr_inodes=" + TmpInodes}}
 	if devDir != "" {
 		// A bind mount on /dev also tells crun not to create any device:
 		// the directory has them all, as nodes or as bind mounts of the
@@ -242,12 +252,12 @@ func mounts(network, tmpSize, devDir string) []rspec.Mount {
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		dev,
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k", "nr_inodes=" + TmpInodes}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		// Each call's /tmp is a fresh tmpfs in the call's own mount
 		// namespace: nothing written there survives the call or is seen by
 		// another one, and the host has nothing to clean up.
-		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + tmpSize}},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + tmpSize, "nr_inodes=" + TmpInodes}},
 	}
 	if network == NetworkNone {
 		// A fresh sysfs is only allowed in a network namespace the

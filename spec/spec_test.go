@@ -68,6 +68,10 @@ func TestGenerate(t *testing.T) {
 		case "/proc":
 			proc = &s.Mounts[i]
 		}
+		// Empty files cost kernel memory that no size bounds.
+		if s.Mounts[i].Type == "tmpfs" && !slices.Contains(s.Mounts[i].Options, "nr_inodes="+TmpInodes) {
+			t.Errorf("%s: options %q, want its inodes bounded", s.Mounts[i].Destination, s.Mounts[i].Options)
+		}
 	}
 	// Read-only as a whole: that covers /proc/sys and the other knobs
 	// engines make read-only one by one.
