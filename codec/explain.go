@@ -37,8 +37,17 @@ func explainResponse(out []byte) string {
 	if err := dec.Decode(&v); err != nil {
 		return explainSyntax(out, err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	end := dec.InputOffset()
+	switch _, err := dec.Token(); {
+	case errors.Is(err, io.EOF):
+	case err == nil:
 		return "the function printed more than one JSON value; it must print exactly one RunFunctionResponse object (a jq program that yields several results prints one value per result)"
+	default:
+		// Not a second value: a line a script echoed after its answer,
+		// say, which it should print on stderr.
+		at := end + int64(len(out[end:])-len(bytes.TrimLeft(out[end:], " \t\r\n")))
+		line, col := position(out, at+1) // as a SyntaxError's offset, just past the byte
+		return fmt.Sprintf("after the JSON value the output goes on with what is not JSON, %s at line %d, column %d; the function must print one RunFunctionResponse object and nothing else on stdout (messages for people go to stderr)", QuoteHead(out[at:min(at+40, int64(len(out)))]), line, col)
 	}
 	top, ok := v.(map[string]any)
 	if !ok {

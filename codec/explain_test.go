@@ -38,6 +38,11 @@ func TestExplainResponse(t *testing.T) {
 			[]string{`the output is an array; a RunFunctionResponse is a JSON object`}},
 		{"several_values", `{"desired": {}} {"desired": {}}`,
 			[]string{`more than one JSON value`}},
+		// Not a second value: what a script echoed after its answer.
+		{"what_is_not_json_after_the_value", "{\"desired\": {}}\nProcessing done\n",
+			[]string{`after the JSON value the output goes on with what is not JSON, "Processing done\n" at line 2, column 1`, `stderr`}},
+		{"nul_after_the_value", "{\"desired\": {}}\x00",
+			[]string{`what is not JSON, "\x00" at line 1, column 16`}},
 		{"syntax_error_has_a_position", "{\n  \"desired\": {,}\n}",
 			[]string{`not valid JSON`, `line 2, column`}},
 		{"truncated", `{"desired": {`,
