@@ -91,6 +91,10 @@ func explainSyntax(out []byte, err error) string {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		line, col := position(out, se.Offset)
+		if strings.HasSuffix(se.Error(), "exceeded max depth") {
+			// Valid JSON, perhaps, but deeper than any decoder reads.
+			return fmt.Sprintf("the output nests more than 10000 levels deep, which JSON decoders do not read (protobuf's read JSON objects about 3,300 deep), at line %d, column %d", line, col)
+		}
 		return fmt.Sprintf("the output is not valid JSON: %v at line %d, column %d", se, line, col)
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {

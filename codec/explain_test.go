@@ -43,6 +43,8 @@ func TestExplainResponse(t *testing.T) {
 			[]string{`after the JSON value the output goes on with what is not JSON, "Processing done\n" at line 2, column 1`, `stderr`}},
 		{"nul_after_the_value", "{\"desired\": {}}\x00",
 			[]string{`what is not JSON, "\x00" at line 1, column 16`}},
+		{"nested_past_what_decoders_read", strings.Repeat("[", 100000) + strings.Repeat("]", 100000),
+			[]string{`the output nests more than 10000 levels deep`, `at line 1, column 10001`}},
 		{"syntax_error_has_a_position", "{\n  \"desired\": {,}\n}",
 			[]string{`not valid JSON`, `line 2, column`}},
 		{"truncated", `{"desired": {`,
