@@ -282,13 +282,15 @@ func TestLogs(t *testing.T) {
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--log-format", "json"})
 	s.call(t, shRequest(t, "t-log-ok", `echo "hello from the function" >&2; `+okScript))
 	s.call(t, shRequest(t, "t-log-fail", `echo "about to fail" >&2; exit 7`))
+	// Each line is a record: many short ones are bounded by their number.
+	s.call(t, shRequest(t, "t-log-lines", `head -c 60000 /dev/zero | tr '\0' '\n' >&2; `+okScript))
 	// The server logs a call a moment after it answers, and its stderr
 	// reaches this test through a pipe that may not be read yet.
-	eventually(t, 5*time.Second, "both call lines logged", func() bool {
-		return strings.Count(s.stderr.String(), `"msg":"call"`) >= 2
+	eventually(t, 5*time.Second, "the call lines logged", func() bool {
+		return strings.Count(s.stderr.String(), `"msg":"call"`) >= 3
 	})
 
-	var calls, stderrLines []map[string]any
+	var calls, stderrLines, notInFull []map[string]any
 	for _, line := range strings.Split(s.stderr.String(), "\n") {
 		if line == "" {
 			continue
@@ -302,11 +304,13 @@ func TestLogs(t *testing.T) {
 			calls = append(calls, m)
 		case "function stderr":
 			stderrLines = append(stderrLines, m)
+		case "function stderr not logged in full":
+			notInFull = append(notInFull, m)
 		}
 	}
-	want := map[string][2]any{"t-log-ok": {"ok", 0.0}, "t-log-fail": {"fatal", 7.0}}
-	if len(calls) != 2 {
-		t.Fatalf("want 2 call lines, got %v", calls)
+	want := map[string][2]any{"t-log-ok": {"ok", 0.0}, "t-log-fail": {"fatal", 7.0}, "t-log-lines": {"ok", 0.0}}
+	if len(calls) != 3 {
+		t.Fatalf("want 3 call lines, got %v", calls)
 	}
 	for _, c := range calls {
 		w := want[c["tag"].(string)]
@@ -314,9 +318,13 @@ func TestLogs(t *testing.T) {
 			t.Errorf("call line %v, want outcome %v exit_code %v and a duration", c, w[0], w[1])
 		}
 	}
-	found := map[string]string{}
+	found, count := map[string]string{}, map[string]int{}
 	for _, l := range stderrLines {
 		found[l["tag"].(string)] = l["line"].(string)
+		count[l["tag"].(string)]++
+	}
+	if count["t-log-lines"] != 1024 || len(notInFull) != 1 || notInFull[0]["tag"] != "t-log-lines" || notInFull[0]["bytes_dropped"] != float64(60000-1024) {
+		t.Errorf("60,000 empty lines: %d logged and %v, want 1,024 and the other %d bytes counted", count["t-log-lines"], notInFull, 60000-1024)
 	}
 	if found["t-log-ok"] != "hello from the function" || found["t-log-fail"] != "about to fail" {
 		t.Errorf("stderr lines by tag: %v", found)

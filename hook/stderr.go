@@ -9,6 +9,12 @@ import (
 const (
 	// StderrLogBytes bounds how much of one call's stderr is logged.
 	StderrLogBytes = 64 << 10
+	// StderrLogLines bounds how many lines of one call's stderr are
+	// logged: each is a record of its own, whose time, level, message and
+	// tag (a Crossplane tag is 64 hex digits) take about 150 bytes, so
+	// 64 KiB of empty lines were 65,536 records, 5 MB of log, from one
+	// call.
+	StderrLogLines = 1024
 	// StderrTailBytes is how much of the end of stderr an answer about a
 	// failed call quotes.
 	StderrTailBytes = 2048
@@ -22,8 +28,8 @@ const (
 //
 // A line is logged whole or not at all: one that would take the budget
 // past its end (its newline counted) is dropped and counted, and so is
-// every line after the budget is spent. What is held of a line never
-// exceeds the budget, however long the line.
+// every line after the budget, or StderrLogLines, is spent. What is held
+// of a line never exceeds the budget, however long the line.
 type StderrLog struct {
 	log *slog.Logger
 	// attrs are added to every line, through a logger made at the first
@@ -32,6 +38,8 @@ type StderrLog struct {
 	attrs  []any
 	with   *slog.Logger
 	budget int
+	// linesLeft is how many more lines may be logged.
+	linesLeft int
 	// line is the current line so far, while it fits the budget; over
 	// says it does not, and its bytes are being counted in dropped.
 	line    []byte
@@ -42,10 +50,10 @@ type StderrLog struct {
 }
 
 // NewStderrLog returns a StderrLog that logs to l, with attrs, at most
-// budget bytes of whole lines (newlines included) and keeps the last
-// tailMax bytes.
+// budget bytes of whole lines (newlines included), StderrLogLines lines
+// at most, and keeps the last tailMax bytes.
 func NewStderrLog(l *slog.Logger, budget, tailMax int, attrs ...any) *StderrLog {
-	return &StderrLog{log: l, attrs: attrs, budget: budget, tailMax: tailMax}
+	return &StderrLog{log: l, attrs: attrs, budget: budget, linesLeft: StderrLogLines, tailMax: tailMax}
 }
 
 // logger is l with the attributes, made once.
@@ -76,7 +84,7 @@ func (s *StderrLog) Write(p []byte) (int, error) {
 
 // add takes the next bytes of the current line.
 func (s *StderrLog) add(part []byte) {
-	if !s.over && len(s.line)+len(part)+1 > s.budget {
+	if !s.over && (s.linesLeft == 0 || len(s.line)+len(part)+1 > s.budget) {
 		// The line cannot be logged whole: count it instead.
 		s.over = true
 		s.dropped += len(s.line)
@@ -98,6 +106,7 @@ func (s *StderrLog) endLine() {
 		return
 	}
 	s.budget -= len(s.line) + 1
+	s.linesLeft--
 	s.logger().Info(StderrMessage, "line", string(s.line))
 	s.line = s.line[:0]
 }

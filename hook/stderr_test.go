@@ -68,6 +68,26 @@ func TestStderrLogInPieces(t *testing.T) {
 	}
 }
 
+// TestStderrLogLines: past StderrLogLines lines, lines are counted, not
+// logged, however short: each costs a record, not only its bytes.
+func TestStderrLogLines(t *testing.T) {
+	var out bytes.Buffer
+	s := NewStderrLog(slog.New(slog.NewTextHandler(&out, nil)), StderrLogBytes, 64)
+	_, _ = s.Write(bytes.Repeat([]byte("\n"), 60000))
+	_, _ = s.Write([]byte("x\nlast"))
+	s.Flush()
+	lines, dropped := parseStderrLog(t, out.String())
+	if len(lines) != StderrLogLines {
+		t.Errorf("%d lines logged, want %d", len(lines), StderrLogLines)
+	}
+	if want := 60000 - StderrLogLines + len("x\nlast"); dropped != want {
+		t.Errorf("%d bytes counted as dropped, want %d", dropped, want)
+	}
+	if out.Len() > 4*StderrLogBytes {
+		t.Errorf("%d bytes of log from %d bytes of stderr", out.Len(), StderrLogBytes)
+	}
+}
+
 // parseStderrLog returns the lines a StderrLog logged in slog's text
 // format and the bytes it said it dropped.
 func parseStderrLog(t *testing.T, out string) (lines []string, dropped int) {
