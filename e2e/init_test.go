@@ -99,3 +99,38 @@ func runOcifnIn(dir string, args ...string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// TestInitLeavesNothingOnFailure fills the disk while `ocifn init` writes:
+// the error says why, and what it wrote is removed again, so that the same
+// command works once there is room.
+func TestInitLeavesNothingOnFailure(t *testing.T) {
+	for _, c := range []struct{ name, dir, existing string }{
+		{name: "new_directory", dir: "fn"},
+		{name: "new_parents", dir: "a/b/fn"},
+		{name: "empty_directory", dir: "fn", existing: "fn"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mount, _ := smallDisk(t, 12<<10)
+			before := []string{mount, filepath.Join(mount, "cache")}
+			if c.existing != "" {
+				if err := os.Mkdir(filepath.Join(mount, c.existing), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				before = append(before, filepath.Join(mount, c.existing))
+			}
+			out, err := runOcifnIn(mount, "init", "function-greeting", "--dir", c.dir)
+			if err == nil {
+				t.Fatalf("ocifn init on a 12 KiB disk should fail:\n%s", out)
+			}
+			mustContain(t, "output", out, "no space left on device")
+			var after []string
+			_ = filepath.WalkDir(mount, func(p string, _ os.DirEntry, _ error) error {
+				after = append(after, p)
+				return nil
+			})
+			if strings.Join(after, "\n") != strings.Join(before, "\n") {
+				t.Errorf("a failed ocifn init changed the disk from\n  %s\nto\n  %s", strings.Join(before, "\n  "), strings.Join(after, "\n  "))
+			}
+		})
+	}
+}

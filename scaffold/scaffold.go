@@ -51,7 +51,7 @@ var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Write creates the directory dir holding a new function called name, made
 // from the template. dir must not exist, or be empty. It returns the files
-// written, relative to dir.
+// written, relative to dir; when it fails, what it wrote is removed.
 func Write(dir, name, template string) ([]string, error) {
 	t, ok := Templates[template]
 	if !ok {
@@ -65,6 +65,48 @@ func Write(dir, name, template string) ([]string, error) {
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
+	created, err := firstMissing(dir)
+	if err != nil {
+		return nil, err
+	}
+	written, err := write(dir, name, t)
+	if err != nil {
+		// A half-written directory is not empty, so a second `ocifn init`
+		// after fixing the cause (a full disk, say) would be refused; leave
+		// things as they were.
+		if created != "" {
+			os.RemoveAll(created)
+		} else {
+			// dir was empty: what is in it now is what was written.
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				os.RemoveAll(filepath.Join(dir, e.Name()))
+			}
+		}
+		return nil, err
+	}
+	return written, nil
+}
+
+// firstMissing returns the outermost directory of dir's path that does not
+// exist yet (dir itself, or one of its parents), or "" when dir exists.
+func firstMissing(dir string) (string, error) {
+	missing := ""
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			return missing, nil
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return "", err
+		}
+		missing = d
+		if parent := filepath.Dir(d); parent == d {
+			return missing, nil
+		}
+	}
+}
+
+// write writes the template's files into dir and returns those it wrote.
+func write(dir, name string, t Template) ([]string, error) {
 	r := strings.NewReplacer("__NAME__", name, "__LANGUAGE__", t.Language, "__FUNCTION_FILE__", t.FunctionFile)
 
 	files := map[string]string{} // relative path -> embedded path
