@@ -134,3 +134,37 @@ func TestInitLeavesNothingOnFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestInitExpectedKeepsOutputsOnFailure breaks a scaffolded function and
+// runs `make expected`: it fails, and the expected outputs are as they were.
+func TestInitExpectedKeepsOutputsOnFailure(t *testing.T) {
+	parent := t.TempDir()
+	if out, err := runOcifnIn(parent, "init", "function-greeting"); err != nil {
+		t.Fatalf("ocifn init: %v\n%s", err, out)
+	}
+	dir := filepath.Join(parent, "function-greeting")
+	if err := os.WriteFile(filepath.Join(dir, "function.jq"), []byte("error(\"broken on purpose\")\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	goldens := []string{"example/expected.yaml", "example/rendered.yaml"}
+	want := map[string]string{}
+	for _, g := range goldens {
+		b, err := os.ReadFile(filepath.Join(dir, g))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[g] = string(b)
+	}
+	cmd := exec.Command("make", "--no-print-directory", "OCIFN="+ocifnBin, "BUILDER=buildah", "expected")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("make expected with a broken function should fail:\n%s", out)
+	}
+	mustContain(t, "make output", string(out), "broken on purpose")
+	for _, g := range goldens {
+		if b, err := os.ReadFile(filepath.Join(dir, g)); err != nil || string(b) != want[g] {
+			t.Errorf("a failed make expected changed %s (%v):\n%s", g, err, b)
+		}
+	}
+}
