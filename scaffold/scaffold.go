@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 //go:embed all:templates
@@ -60,14 +61,16 @@ func Write(dir, name, template string) ([]string, error) {
 	if !validName.MatchString(name) {
 		return nil, fmt.Errorf("%q cannot name a function: use lowercase letters, digits and dashes (a DNS label, such as function-greeting)", name)
 	}
-	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-		return nil, fmt.Errorf("%s exists and is not empty; choose a new directory", dir)
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
 	created, err := firstMissing(dir)
 	if err != nil {
 		return nil, err
+	}
+	if created == "" {
+		if entries, err := os.ReadDir(dir); err != nil {
+			return nil, err
+		} else if len(entries) > 0 {
+			return nil, fmt.Errorf("%s exists and is not empty; choose a new directory", dir)
+		}
 	}
 	written, err := write(dir, name, t)
 	if err != nil {
@@ -89,13 +92,19 @@ func Write(dir, name, template string) ([]string, error) {
 }
 
 // firstMissing returns the outermost directory of dir's path that does not
-// exist yet (dir itself, or one of its parents), or "" when dir exists.
+// exist yet (dir itself, or one of its parents), or "" when dir exists. What
+// exists of the path must be directories.
 func firstMissing(dir string) (string, error) {
 	missing := ""
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
 		if _, err := os.Lstat(d); err == nil {
+			// The system's "not a directory" names neither the path at
+			// fault nor that it was there before.
+			if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+				return "", fmt.Errorf("%s exists and is not a directory; choose a new directory", d)
+			}
 			return missing, nil
-		} else if !errors.Is(err, os.ErrNotExist) {
+		} else if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 			return "", err
 		}
 		missing = d

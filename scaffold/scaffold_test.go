@@ -62,6 +62,12 @@ func TestWriteRefuses(t *testing.T) {
 	if _, err := Write(dir, "fn", "jq"); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("non-empty directory: err = %v", err)
 	}
+	file := filepath.Join(dir, "x")
+	for _, d := range []string{file, filepath.Join(file, "fn")} {
+		if _, err := Write(d, "fn", "jq"); err == nil || err.Error() != file+" exists and is not a directory; choose a new directory" {
+			t.Errorf("%s: err = %v", d, err)
+		}
+	}
 }
 
 func contains(ss []string, s string) bool {
