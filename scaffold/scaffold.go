@@ -27,13 +27,19 @@ type Template struct {
 	Language string
 	// FunctionFile is the file that holds the function.
 	FunctionFile string
+	// BuildNeeds is what build.sh needs on the build machine to stage the
+	// pieces the template's Dockerfile copies, as the README says it.
+	BuildNeeds string
 }
 
 // Templates are the templates there are, by name.
 var Templates = map[string]Template{
-	"jq": {Name: "jq", Language: "jq", FunctionFile: "function.jq"},
-	"yq": {Name: "yq", Language: "yq", FunctionFile: "function.yq"},
-	"sh": {Name: "sh", Language: "shell (busybox sh and jq)", FunctionFile: "function.sh"},
+	"jq": {Name: "jq", Language: "jq", FunctionFile: "function.jq",
+		BuildNeeds: "`jq` installed (the Debian/Ubuntu package)"},
+	"yq": {Name: "yq", Language: "yq", FunctionFile: "function.yq",
+		BuildNeeds: "Go, to build a static yq v4, unless `YQ` names one"},
+	"sh": {Name: "sh", Language: "shell (busybox sh and jq)", FunctionFile: "function.sh",
+		BuildNeeds: "`jq` and `busybox-static` installed (Debian/Ubuntu package names)"},
 }
 
 // TemplateNames returns the names of the templates, sorted.
@@ -116,7 +122,7 @@ func firstMissing(dir string) (string, error) {
 
 // write writes the template's files into dir and returns those it wrote.
 func write(dir, name string, t Template) ([]string, error) {
-	r := strings.NewReplacer("__NAME__", name, "__LANGUAGE__", t.Language, "__FUNCTION_FILE__", t.FunctionFile)
+	r := strings.NewReplacer("__NAME__", name, "__LANGUAGE__", t.Language, "__FUNCTION_FILE__", t.FunctionFile, "__BUILD_NEEDS__", t.BuildNeeds)
 
 	files := map[string]string{} // relative path -> embedded path
 	for _, root := range []string{"templates/common", "templates/" + t.Name} {

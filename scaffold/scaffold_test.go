@@ -3,6 +3,7 @@ package scaffold
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -28,7 +29,7 @@ func TestWrite(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, ph := range []string{"__NAME__", "__LANGUAGE__", "__FUNCTION_FILE__"} {
+				for _, ph := range []string{"__NAME__", "__LANGUAGE__", "__FUNCTION_FILE__", "__BUILD_NEEDS__"} {
 					if strings.Contains(string(b), ph) {
 						t.Errorf("%s keeps the placeholder %s", f, ph)
 					}
@@ -43,6 +44,16 @@ func TestWrite(t *testing.T) {
 			df, _ := os.ReadFile(filepath.Join(dir, "Dockerfile"))
 			if !strings.Contains(string(df), "FROM scratch") || !strings.Contains(string(df), Templates[tmpl].FunctionFile) {
 				t.Errorf("Dockerfile:\n%s", df)
+			}
+			// The README names what build.sh needs to stage the pieces the
+			// Dockerfile copies, and nothing it does not need.
+			readme, _ := os.ReadFile(filepath.Join(dir, "README.md"))
+			needs := regexp.MustCompile("`build.sh` needs [^;]*;").FindString(string(readme))
+			for piece, need := range map[string]string{"jq": "`jq`", "busybox": "`busybox-static`", "yq": "yq v4"} {
+				copied := strings.Contains(string(df), "COPY stage/"+piece+"/ ")
+				if copied != strings.Contains(needs, need) {
+					t.Errorf("the Dockerfile copies stage/%s: %v, but the README says %q", piece, copied, needs)
+				}
 			}
 		})
 	}
