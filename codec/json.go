@@ -97,8 +97,10 @@ func encodeState(s *fnv1.State) ([]byte, error) {
 	return append([]byte(`{"resources":{},`), body...), nil
 }
 
-// Decode parses what the function printed. Unknown fields are an error: a
-// misspelt field would otherwise be dropped without a word.
+// Decode parses what the function printed. Unknown fields, and enum
+// numbers no value has, are an error: a misspelt field would otherwise be
+// dropped without a word, and Crossplane drops a result of a severity it
+// does not know.
 func (JSON) Decode(_ *fnv1.RunFunctionRequest, out []byte) (*fnv1.RunFunctionResponse, error) {
 	if err := checkText(out, "it must print a RunFunctionResponse as JSON"); err != nil {
 		return nil, err
@@ -114,6 +116,9 @@ func (JSON) Decode(_ *fnv1.RunFunctionRequest, out []byte) (*fnv1.RunFunctionRes
 			why = err.Error()
 		}
 		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %s; output began with %s", clip(why, reasonBytes), QuoteHead(out))
+	}
+	if why := unknownEnum(rsp.ProtoReflect(), ""); why != "" {
+		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %s; output began with %s", why, QuoteHead(out))
 	}
 	return rsp, nil
 }

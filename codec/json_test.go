@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
@@ -87,5 +88,26 @@ func TestJSONByteOrderMark(t *testing.T) {
 	// A function that exits non-zero is told of the wrong mode alone.
 	if hint := Mismatch("json", out); hint != "" {
 		t.Errorf("Mismatch of JSON after a byte order mark: %q, want none", hint)
+	}
+}
+
+// TestJSONUnknownEnumNumber: protojson keeps an enum's number that no
+// value has, and Crossplane drops a result of a severity it does not know;
+// such a number is refused, named by where it is and with the values
+// there are. A number that is a value is taken as its name is.
+func TestJSONUnknownEnumNumber(t *testing.T) {
+	for out, want := range map[string]string{
+		`{"results": [{"severity": "SEVERITY_NORMAL", "message": "a"}, {"severity": 99, "message": "b"}]}`: `results[1].severity is 99, which is no Severity (SEVERITY_UNSPECIFIED, SEVERITY_FATAL, SEVERITY_WARNING, SEVERITY_NORMAL)`,
+		`{"conditions": [{"type": "T", "status": 7, "reason": "R"}]}`:                                      `conditions[0].status is 7, which is no Status`,
+		`{"desired": {"resources": {"a": {"resource": {"kind": "A"}, "ready": 5}}}}`:                       `desired.resources["a"].ready is 5, which is no Ready`,
+	} {
+		_, err := JSON{}.Decode(&fnv1.RunFunctionRequest{}, []byte(out))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %q", out, err, want)
+		}
+	}
+	rsp, err := JSON{}.Decode(&fnv1.RunFunctionRequest{}, []byte(`{"results": [{"severity": 3, "message": "m"}], "desired": {"resources": {"a": {"resource": {"k": null}, "ready": 1}}}}`))
+	if err != nil || rsp.GetResults()[0].GetSeverity() != fnv1.Severity_SEVERITY_NORMAL {
+		t.Errorf("known numbers: %v, %v", rsp, err)
 	}
 }
