@@ -254,9 +254,35 @@ func (b *Bundle) createIn(ctx context.Context) (c *container, err error) {
 	return b.createWith(ctx, "")
 }
 
+// createGrace is how long a crun create that ctx's end finds under way
+// may still take before it is killed. Killed midway, crun leaves the
+// container's first process to ocifn, its subreaper, with no pid file to
+// name it: the process ends once its set-up with crun fails, and stayed a
+// zombie for the life of the server, one per call whose caller gave up
+// while its container was made. Let finish, crun either makes the
+// container, which is then removed as any other, or fails and removes
+// what it made itself. A crun create takes milliseconds; one that takes
+// longer is stuck, and killed.
+const createGrace = time.Second
+
+// graceAfter returns a context that ends grace after ctx does, and the
+// function that releases it.
+func graceAfter(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	late, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return late, func() {
+		stop()
+		cancel()
+	}
+}
+
 // createWith creates a container from the config file config, or from the
-// bundle's own config when it is empty. crun is killed if ctx ends first.
+// bundle's own config when it is empty. If ctx ends first, crun is let
+// finish for createGrace, then killed, and what it made is removed.
 func (b *Bundle) createWith(ctx context.Context, config string) (c *container, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &RuntimeError{Op: "create", Message: context.Cause(ctx).Error()}
+	}
 	id, err := containerID()
 	if err != nil {
 		return nil, err
@@ -313,7 +339,9 @@ func (b *Bundle) createWith(ctx context.Context, config string) (c *container, e
 	if config != "" {
 		args = append(args, "--config", config)
 	}
-	runErr := b.runtime.run(ctx, append(args, id), inR, outW, errW, logW)
+	runCtx, stopRun := graceAfter(ctx, createGrace)
+	runErr := b.runtime.run(runCtx, append(args, id), inR, outW, errW, logW)
+	stopRun()
 	// The container holds its own copies now.
 	for _, f := range []*os.File{inR, outW, errW, logW} {
 		f.Close()
@@ -358,6 +386,12 @@ func (b *Bundle) createWith(ctx context.Context, config string) (c *container, e
 	c.namespaces = holdNamespaces(pid, c.pidfd)
 	if fd, err := c.openExecFifo(); err == nil {
 		c.fifo, c.fifoOpen = fd, true
+	}
+	if ctx.Err() != nil {
+		// Made after ctx ended: nobody will start it.
+		files = nil // discard closes them
+		c.discard()
+		return nil, &RuntimeError{Op: "create", Message: context.Cause(ctx).Error()}
 	}
 	return c, nil
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -294,4 +295,39 @@ func (b *backgroundCalls) wait() map[string]*fnv1.RunFunctionResponse {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.results
+}
+
+// TestCallsCancelledWhileTheirContainerIsMade: calls whose callers give
+// up while crun is still creating their containers (deadlines of a few
+// milliseconds) leave no process behind: the container's first process,
+// which comes to ocifn when its crun is killed and then ends, is reaped
+// too, not left a zombie for the life of the server; whether crun runs in
+// the fork server or, once that is gone, is executed.
+func TestCallsCancelledWhileTheirContainerIsMade(t *testing.T) {
+	cache, tmp := cacheDir(t), t.TempDir()
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "0"}, privateTmp(tmp))
+	cancelled := func(round string) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// From before crun starts to after the container exists.
+				for i := range 40 {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration((i*4+w)%60+1)*time.Millisecond)
+					_, _ = s.callErr(ctx, shRequest(t, fmt.Sprintf("%s-%d-%d", round, w, i), okScript))
+					cancel()
+				}
+			}()
+		}
+		wg.Wait()
+		s.call(t, shRequest(t, round+"-after", okScript))
+		assertNoLeaks(t, s, cache, tmp)
+	}
+	cancelled("fork-server")
+	if pid := forkServerOf(t, servingPID(t, s)); pid != 0 {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	cancelled("exec")
 }
