@@ -796,3 +796,35 @@ func (zeroReader) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
+
+// TestHangupStopsCleanly: SIGHUP, which a closed terminal sends to the
+// server it started, stops the server as SIGTERM does (its default action
+// would end ocifn on the spot): the call running is stopped once the grace
+// period ends, and the unpacked image, the state directory and every
+// container go with the server, which exits 0.
+func TestHangupStopsCleanly(t *testing.T) {
+	cache := cacheDir(t)
+	marker := "4242" + strconv.Itoa(os.Getpid())
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", "500ms"})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.callErr(context.Background(), shRequest(t, "t-hangup", "exec sleep "+marker))
+		done <- err
+	}()
+	eventually(t, 5*time.Second, "the call's process runs", func() bool { return len(processesWith(t, marker)) > 0 })
+	memory := memoryStateDirs(t, cache)
+	_ = s.cmd.Process.Signal(syscall.SIGHUP)
+	<-done
+	s.wait(t)
+	if !s.cmd.ProcessState.Success() {
+		t.Errorf("exit: %v\n%s", s.cmd.ProcessState, s.stderr)
+	}
+	mustContain(t, "server log", s.stderr.String(), "shutting down")
+	if pids := processesWith(t, marker); len(pids) != 0 {
+		t.Errorf("processes of the call running at SIGHUP left: %v", pids)
+	}
+	if left, _ := os.ReadDir(cache); len(left) != 0 {
+		t.Errorf("left in the cache directory: %v", left)
+	}
+	assertRemoved(t, "the runtime state directory", memory)
+}

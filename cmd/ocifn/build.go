@@ -192,7 +192,7 @@ func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
 
 	// Interrupted, the build stops where it can and always removes its
 	// scratch files and half-written output.
-	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
+	ctx, stop := signal.NotifyContext(ctx, stopSignals...)
 	defer stop()
 
 	status := newStatusLine(os.Stderr)

@@ -6,7 +6,15 @@ import (
 	"os"
 
 	"github.com/containers/storage/pkg/reexec"
+	"golang.org/x/sys/unix"
 )
+
+// stopSignals interrupt a command, which then removes what it made (its
+// containers, the unpacked image, scratch files) before it exits. SIGHUP,
+// which a closed terminal sends to what it started, is one: its default
+// action would end ocifn on the spot and leave all of that behind, the
+// containers of calls still running.
+var stopSignals = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP}
 
 func main() {
 	// Image layers are unpacked by a re-executed copy of this binary that

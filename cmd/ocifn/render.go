@@ -9,7 +9,6 @@ import (
 	"sort"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/ocifn/ocifn/pipeline"
 )
@@ -343,7 +342,7 @@ func (o *renderOptions) run(ctx context.Context, xrPath, compPath, fnsPath strin
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
+	ctx, stop := signal.NotifyContext(ctx, stopSignals...)
 	defer stop()
 	defer fns.Close()
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/ocifn/ocifn/adaptor"
@@ -296,7 +295,7 @@ func (o *serveOptions) warnIgnored(log *slog.Logger) {
 var grpcOnlyFlags = []string{"cache", "cache-ttl", "cache-max-bytes", "max-recv-msg-size"}
 
 // stoppedWhileStarting returns err, the failure of a step of the startup,
-// unless a SIGTERM or SIGINT (ctx) cut the step short: then the server
+// unless a SIGTERM, SIGINT or SIGHUP (ctx) cut the step short: then the server
 // stops as it does once serving, with exit code 0, for a pod deleted
 // while it unpacks its image has not failed.
 func stoppedWhileStarting(ctx context.Context, log *slog.Logger, err error) error {
@@ -396,7 +395,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 		debug.SetMemoryLimit(int64(o.maxInflight) / 4 * 3)
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
+	ctx, stop := signal.NotifyContext(ctx, stopSignals...)
 	defer stop()
 
 	reg := newRegistry()

@@ -10,7 +10,6 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/ocifn/ocifn/pipeline"
@@ -145,7 +144,7 @@ func (o *testOptions) run(ctx context.Context, image string, stdin io.Reader, st
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, unix.SIGTERM, unix.SIGINT)
+	ctx, stop := signal.NotifyContext(ctx, stopSignals...)
 	defer stop()
 
 	fns := newLocalFunctions(o.functionFlags, log, rt, o.insecureReg)
