@@ -377,6 +377,11 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		// (the runner kills the container), so a timeout that passed
 		// meanwhile did not stop the function.
 		return fail(OutcomeFatal, fmt.Sprintf("the function printed more than the limit of %d bytes on stdout", f.maxOutputBytes))
+	case runErr != nil && errors.Is(context.Cause(callCtx), front.ErrTimeout) && exit.Start == 0:
+		// Its container was still being made (a stuck runtime): saying
+		// the function ran too long would send its author after the
+		// wrong thing.
+		return fail(OutcomeTimeout, fmt.Sprintf("the function did not start within the limit of %s: its container was not made in time (%v)", f.timeout, runErr))
 	case runErr != nil && errors.Is(context.Cause(callCtx), front.ErrTimeout):
 		return fail(OutcomeTimeout, fmt.Sprintf("the function ran longer than the limit of %s and was stopped", f.timeout))
 	case stdout.Refused != nil:

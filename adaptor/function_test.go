@@ -28,7 +28,10 @@ type scriptedRunner struct {
 	oom            string
 	err            error
 	block          bool
-	stdin          []byte
+	// unstarted, with block, stands for a container that was still being
+	// made when ctx ended: the function never started (Start is 0).
+	unstarted bool
+	stdin     []byte
 	// chunk, when not 0, writes stdout in pieces of that size, as a pipe
 	// is read.
 	chunk int
@@ -41,7 +44,11 @@ func (r *scriptedRunner) Run(ctx context.Context, stdin io.Reader, stdout, stder
 	r.stdin, _ = io.ReadAll(stdin)
 	if r.block {
 		<-ctx.Done()
-		return Exit{Code: 137}, ctx.Err()
+		if r.unstarted {
+			return Exit{}, ctx.Err()
+		}
+		// As the runner reports a function that started, then was killed.
+		return Exit{Code: 137, Start: time.Millisecond}, ctx.Err()
 	}
 	_, _ = io.WriteString(stderr, r.stderr)
 	out := r.stdout
@@ -105,6 +112,7 @@ func TestRun(t *testing.T) {
 		{"response_nested_too_deep_for_protobuf_gives_fatal_result", scriptedRunner{stdout: `{"desired":{"resources":{"a":{"resource":` + strings.Repeat(`{"a":`, 3400) + "1" + strings.Repeat("}", 3400) + `}}}}`}, nil, fnv1.Severity_SEVERITY_FATAL, []string{`nests more than 10000 levels deep in protobuf under "desired"`}},
 		{"runtime_failure_gives_fatal_result", scriptedRunner{err: errors.New("cannot start crun")}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"could not be run", "cannot start crun"}},
 		{"timeout_gives_fatal_result", scriptedRunner{block: true}, []Option{WithTimeout(50 * time.Millisecond)}, fnv1.Severity_SEVERITY_FATAL, []string{"longer than the limit of 50ms"}},
+		{"timeout_before_the_start_says_the_function_did_not_start", scriptedRunner{block: true, unstarted: true}, []Option{WithTimeout(50 * time.Millisecond)}, fnv1.Severity_SEVERITY_FATAL, []string{"did not start within the limit of 50ms", "context deadline exceeded"}},
 		{"missing_desired_gives_warning", scriptedRunner{stdout: `{"results": []}`}, nil, fnv1.Severity_SEVERITY_WARNING, []string{`no "desired" field`}},
 	}
 	for _, tc := range cases {

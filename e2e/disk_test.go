@@ -397,3 +397,35 @@ func TestHTTPCallsWaitingForTheUnpack(t *testing.T) {
 		})
 	}
 }
+
+// TestContainerNotMadeWithinTheTimeout: a call whose container crun has
+// not made when --timeout passes (a stuck crun, here a wrapper that never
+// runs it) gets a Fatal result saying that the function did not run, with
+// crun's failure, not that the function ran longer than the limit, which
+// would send its author after the wrong thing.
+func TestContainerNotMadeWithinTheTimeout(t *testing.T) {
+	wrapper := filepath.Join(t.TempDir(), "crun-stuck")
+	crun, err := exec.LookPath("crun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf("#!/bin/sh\ncase \" $* \" in *\" create \"*) exec sleep 30 ;; esac\nexec %s \"$@\"\n", crun)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--warm", "0", "--runtime", wrapper, "--timeout", "1s"})
+	req := shRequest(t, "t-not-made", okScript)
+	rsp := s.call(t, req)
+	wantFatal(t, req, rsp, "did not start within the limit of 1s", "crun create")
+	if rs := rsp.GetResults(); len(rs) == 1 && strings.Contains(rs[0].GetMessage(), "ran longer") {
+		t.Errorf("the Fatal result blames the function, which never ran: %s", rs[0].GetMessage())
+	}
+	mustContain(t, "server log", s.stderr.String(), "outcome=timeout")
+
+	// The HTTP front says the same, with Kubeless' status of a timeout.
+	f := startCGI(t, []string{"--runtime", wrapper, "--timeout", "1s"})
+	code, body := f.get(t, "/")
+	if code != http.StatusRequestTimeout || !strings.Contains(body, "did not start within the limit of 1s") || !strings.Contains(body, "crun create") {
+		t.Errorf("the HTTP front: %d %q, want 408 saying that the function did not start, and why", code, body)
+	}
+}

@@ -54,6 +54,9 @@ type Output struct {
 	// TimedOut reports the call was stopped at its timeout, Timeout.
 	TimedOut bool
 	Timeout  time.Duration
+	// Unstarted, with TimedOut, is why the function had not started by
+	// then (its container was still being made), or nil.
+	Unstarted error
 	// Overflow names the stream that went over MaxOutputBytes, if any.
 	Overflow string
 	// Shutdown reports the call was stopped at the end of the server's
@@ -113,6 +116,9 @@ func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdi
 		out.Shutdown, out.Err = true, runErr
 	case runErr != nil && errors.Is(context.Cause(callCtx), ErrTimeout):
 		out.TimedOut = true
+		if exit.Start == 0 {
+			out.Unstarted = runErr
+		}
 	case runErr != nil && ctx.Err() != nil:
 		// Not the function's, nor the container's: nobody waits for
 		// the answer any more.

@@ -72,6 +72,11 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	stderr.Flush()
 	tail := stderr.Tail()
 	switch {
+	case out.TimedOut && out.Unstarted != nil:
+		// Its container was still being made (a stuck runtime): saying
+		// the function ran too long would send its author after the
+		// wrong thing.
+		return fail(hook.Timeout, http.StatusRequestTimeout, fmt.Sprintf("the function did not start within the limit of %s: its container was not made in time (%v)", out.Timeout, out.Unstarted))
 	case out.TimedOut:
 		// Kubeless answers a call past its timeout with 408.
 		return fail(hook.Timeout, http.StatusRequestTimeout, fmt.Sprintf("the function ran longer than the limit of %s and was stopped", out.Timeout))

@@ -393,6 +393,9 @@ func (p *Proxy) activate(ctx context.Context, call *hook.Call, bc bundle.Call, v
 		return status, errorBody(msg), outLogs, errLogs
 	}
 	switch {
+	case out.TimedOut && out.Unstarted != nil:
+		// Its container was still being made: the action never ran.
+		return fail(hook.Timeout, http.StatusBadGateway, fmt.Sprintf("The action did not start within the limit of %s: its container was not made in time (%v).", out.Timeout.Round(time.Millisecond), out.Unstarted))
 	case out.TimedOut:
 		return fail(hook.Timeout, http.StatusBadGateway, fmt.Sprintf("The action ran longer than the limit of %s and was stopped.", out.Timeout.Round(time.Millisecond)))
 	case out.Overflow != "":
