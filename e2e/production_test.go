@@ -827,4 +827,17 @@ func TestHangupStopsCleanly(t *testing.T) {
 		t.Errorf("left in the cache directory: %v", left)
 	}
 	assertRemoved(t, "the runtime state directory", memory)
+
+	// Started with SIGHUP ignored (nohup), the server keeps it ignored,
+	// and serves on.
+	nohup := startServer(t, []string{"--tarball", image("sh-function.tar")}, func(c *exec.Cmd) {
+		c.Args = append([]string{"sh", "-c", `trap "" HUP; exec "$0" "$@"`}, c.Args...)
+		c.Path = "/bin/sh"
+	})
+	_ = nohup.cmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(time.Second)
+	nohup.call(t, shRequest(t, "t-after-hangup", okScript))
+	if strings.Contains(nohup.stderr.String(), "shutting down") {
+		t.Errorf("a server started with SIGHUP ignored stopped on SIGHUP:\n%s", nohup.stderr)
+	}
 }

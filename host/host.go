@@ -182,7 +182,13 @@ func Reexec(p Plan) (int, error) {
 	defer runtime.UnlockOSThread()
 
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT)
+	forward := []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGQUIT}
+	// An ignored SIGHUP (nohup) is left ignored, here and, inherited, in
+	// the child: asking for it would undo that, and the child would stop.
+	if !signal.Ignored(unix.SIGHUP) {
+		forward = append(forward, unix.SIGHUP)
+	}
+	signal.Notify(sigs, forward...)
 	defer signal.Stop(sigs)
 	if err := cmd.Start(); err != nil {
 		return 1, fmt.Errorf("cannot start ocifn in its own namespaces (user namespace: %t): %w", p.UserNS, err)

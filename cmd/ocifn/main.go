@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"os/signal"
 
 	"github.com/containers/storage/pkg/reexec"
 	"golang.org/x/sys/unix"
@@ -13,8 +14,15 @@ import (
 // containers, the unpacked image, scratch files) before it exits. SIGHUP,
 // which a closed terminal sends to what it started, is one: its default
 // action would end ocifn on the spot and leave all of that behind, the
-// containers of calls still running.
-var stopSignals = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP}
+// containers of calls still running. Unless it was ignored when ocifn
+// started (nohup): asking for it would undo that.
+var stopSignals = func() []os.Signal {
+	s := []os.Signal{unix.SIGTERM, unix.SIGINT}
+	if !signal.Ignored(unix.SIGHUP) {
+		s = append(s, unix.SIGHUP)
+	}
+	return s
+}()
 
 func main() {
 	// Image layers are unpacked by a re-executed copy of this binary that
