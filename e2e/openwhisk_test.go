@@ -759,3 +759,17 @@ func TestOpenWhiskActivationTimedFromArrival(t *testing.T) {
 		t.Errorf("the activation that waited for a slot took %s by its log line, want its wait for the first (about 2 s) counted too", longest)
 	}
 }
+
+// TestOpenWhiskTimeoutIsTheActionsLimit: without --timeout, the OpenWhisk
+// front allows OpenWhisk's longest action limit, 5 minutes, not the
+// Crossplane front's 25 s, which would stop an action of the default 60 s
+// limit early; each activation's deadline is what ends it sooner.
+func TestOpenWhiskTimeoutIsTheActionsLimit(t *testing.T) {
+	f := startOpenWhisk(t)
+	mustContain(t, "the server's log", f.stderr.String(), "msg=serving", "timeout=5m0s")
+	f.mustInit(t, initPayload("#!/bin/sh\nsleep 60\necho {}", "main"))
+	soon := time.Now().Add(2 * time.Second).UnixMilli()
+	if code, out := f.post(t, "/run", runPayload(map[string]any{"forever": 1}, map[string]any{"deadline": soon})); code != http.StatusBadGateway || !strings.Contains(out, "longer than the limit of 2s") && !strings.Contains(out, "longer than the limit of 1.") {
+		t.Errorf("activation past its deadline: %d %s, want it stopped at its deadline", code, out)
+	}
+}

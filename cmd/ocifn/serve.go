@@ -57,6 +57,11 @@ const (
 	apiHTTP       = "http"
 )
 
+// openWhiskMaxTimeout is the --timeout of the OpenWhisk front when none is
+// given: OpenWhisk's largest time limit of an action. Each activation's
+// deadline, from its action's own limit, ends it sooner.
+const openWhiskMaxTimeout = 5 * time.Minute
+
 // httpAddress is where the HTTP fronts listen by default, as OpenWhisk and
 // Kubeless expect.
 const httpAddress = ":8080"
@@ -206,6 +211,13 @@ another I/O mode.`,
 					return err
 				}
 			}
+			if o.api == apiOpenWhisk && !f.Changed("timeout") {
+				// OpenWhisk's invoker gives each activation the deadline
+				// of its action's time limit (60 s by default, up to
+				// 5 min), which the proxy keeps; Crossplane's 25 s would
+				// stop longer actions before their limit.
+				o.timeout = openWhiskMaxTimeout
+			}
 			return o.run(cmd.Context())
 		},
 	}
@@ -224,7 +236,7 @@ another I/O mode.`,
 	f.Var(&o.resultsMaxBytes, "results-max-bytes", "HTTP fronts: the most the results of asynchronous invocations take on disk (e.g. 256Mi); the oldest go first")
 	o.functionFlags.register(f)
 	f.Lookup("io").Usage += " (env " + oci.EnvIO + ")"
-	f.Lookup("timeout").Usage += "; with --api http, FUNC_TIMEOUT (seconds) when not given, as Kubeless sets it"
+	f.Lookup("timeout").Usage += "; with --api http, FUNC_TIMEOUT (seconds) when not given, as Kubeless sets it; with --api openwhisk, 5m when not given, the longest limit of an OpenWhisk action, whose deadline ends it sooner"
 	f.IntVar(&o.warm, "warm", defaultWarm, "fewest containers to keep created ahead of calls, so that a call only has to start one; each still serves a single call; the pool grows to as many calls as ran at once, and by one for each call that found it empty though large enough, up to --max-concurrency (0: off)")
 	f.DurationVar(&o.warmIdle, "warm-idle", defaultWarmIdle, "after this long without a call, let every warm container go; the next call refills the pool (0: never)")
 	f.StringVar(&o.tarball, "tarball", defaultTarball, "image tarball of the function: docker save output (optionally gzipped) or an OCI archive")
