@@ -606,6 +606,33 @@ echo "{\"big\": ${#__OW_BIG}, \"last\": ${#__OW_K_LAST}}"`, "main"))
 	}
 }
 
+// TestOpenWhiskInitWithManyVariables: an init's value.env of 20,000
+// variables reaches every activation whole. Each variable is an element of
+// process.env that crun's JSON parser and its putenv add one at a time;
+// crun create and the container's process, forked by the crun fork server,
+// once kept every copy of those growing arrays, 4·N² bytes in each, and
+// failed past some 12,000 variables under the 1 GiB RLIMIT_DATA (a
+// segfault, or `putenv: Out of memory`).
+func TestOpenWhiskInitWithManyVariables(t *testing.T) {
+	const n = 20000
+	f := startOpenWhisk(t)
+	env := map[string]any{}
+	for i := range n {
+		env[fmt.Sprintf("V%05d", i)] = "x"
+	}
+	body, _ := json.Marshal(map[string]any{"value": map[string]any{"main": "main", "env": env,
+		"code": `#!/bin/sh
+echo "{\"n\": $(env | grep -c '^V[0-9]*=x$'), \"last\": \"$V19999\"}"`}})
+	f.mustInit(t, string(body))
+	for range 2 {
+		code, out := f.post(t, "/run", runPayload(map[string]any{}, nil))
+		if code != http.StatusOK {
+			t.Fatalf("/run with %d variables: %d %s\n%s", n, code, out, f.stderr)
+		}
+		jsonEqual(t, "result", out, map[string]any{"n": n, "last": "x"})
+	}
+}
+
 // TestOpenWhiskActivations: activations overlap, each in a fresh container
 // that shares nothing writable with the others; bad requests get clear
 // errors and the server stays up.
