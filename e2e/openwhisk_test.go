@@ -631,6 +631,20 @@ echo "{\"n\": $(env | grep -c '^V[0-9]*=x$'), \"last\": \"$V19999\"}"`}})
 		}
 		jsonEqual(t, "result", out, map[string]any{"n": n, "last": "x"})
 	}
+	// An environment no process can be given is refused at the init,
+	// rather than taken and then refused at every activation.
+	f = startOpenWhisk(t)
+	large := map[string]any{}
+	for i := range 3000 {
+		large[fmt.Sprintf("V%04d", i)] = strings.Repeat("x", 1000)
+	}
+	body, _ = json.Marshal(map[string]any{"value": map[string]any{"env": large}})
+	if code, out := f.post(t, "/init", string(body)); code != http.StatusRequestEntityTooLarge || !strings.Contains(out, "3000 variables") || !strings.Contains(out, "from the init's value.env") {
+		t.Errorf("/init with 3 MB of value.env: %d %s, want 413 naming the variables and where they come from", code, out)
+	}
+	if code, out := f.post(t, "/init", initPayload("#!/bin/sh\necho {}", "main")); code != http.StatusOK {
+		t.Errorf("/init after a refused one: %d %s, want the action installed", code, out)
+	}
 }
 
 // TestOpenWhiskActivations: activations overlap, each in a fresh container

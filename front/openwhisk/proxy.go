@@ -209,6 +209,16 @@ func (p *Proxy) init(raw json.RawMessage, withActivation bool) (int, error) {
 	if err != nil {
 		return http.StatusBadRequest, err
 	}
+	// An environment no process can be given would fail every activation
+	// with 413: the init that brings it is refused instead. Each
+	// activation's own variables and value are checked as it comes.
+	args := p.cfg.Runner.Args()
+	if v.hasCode() {
+		args = []string{ActionDir + "/" + execName}
+	}
+	if err := CheckExecSize(args, env, p.execLimit, func(string) string { return "from the init's value.env" }); err != nil {
+		return http.StatusRequestEntityTooLarge, err
+	}
 	a := &action{env: env, sum: initSum(raw)}
 	// Without code the image's entrypoint is the action, and it runs as
 	// it does before any init: in the image's working directory, which
@@ -229,7 +239,7 @@ func (p *Proxy) init(raw json.RawMessage, withActivation bool) (int, error) {
 			p.writeLogs(nil, []byte("init failed: "+err.Error()+"\n"), !withActivation)
 			return http.StatusBadGateway, errors.New(msgInitFailed)
 		}
-		a.dir, a.args = dir, []string{ActionDir + "/" + execName}
+		a.dir, a.args = dir, args
 	}
 	p.action = a
 	p.cfg.Log.Info("action initialized", "name", v.Name, "main", v.Main, "code", v.hasCode(), "binary", v.Binary, "env", len(env))
