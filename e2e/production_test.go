@@ -531,6 +531,43 @@ func TestShutdown(t *testing.T) {
 	if left, _ := os.ReadDir(cache); len(left) != 0 {
 		t.Errorf("left in the cache directory: %v", left)
 	}
+
+	// A second signal ends a long grace period at once (a second Ctrl-C).
+	s3 := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", "10m"})
+	go func() {
+		_, err := s3.callErr(context.Background(), shRequest(t, "t-second", "exec sleep "+marker))
+		done <- err
+	}()
+	eventually(t, 5*time.Second, "the call's process runs", func() bool { return len(processesWith(t, marker)) > 0 })
+	// Two at once are one, as a terminal's Ctrl-C that ocifn gets from
+	// the terminal and from its parent process: the call goes on.
+	_ = s3.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s3.cmd.Process.Signal(syscall.SIGINT)
+	eventually(t, 5*time.Second, "shutting down", func() bool { return strings.Contains(s3.stderr.String(), "shutting down") })
+	time.Sleep(1500 * time.Millisecond)
+	if len(processesWith(t, marker)) == 0 {
+		t.Errorf("a signal right after the first stopped the call")
+	}
+	_ = s3.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("the call stopped by a second signal got an answer")
+		}
+	case <-time.After(patient(10 * time.Second)):
+		t.Fatalf("the call still runs %s after a second signal\n%s", patient(10*time.Second), s3.stderr)
+	}
+	s3.wait(t)
+	if !s3.cmd.ProcessState.Success() {
+		t.Errorf("exit: %v\n%s", s3.cmd.ProcessState, s3.stderr)
+	}
+	mustContain(t, "server log", s3.stderr.String(), "a second signal ends the grace period")
+	if pids := processesWith(t, marker); len(pids) != 0 {
+		t.Errorf("processes of the call stopped by a second signal left: %v", pids)
+	}
+	if left, _ := os.ReadDir(cache); len(left) != 0 {
+		t.Errorf("left in the cache directory: %v", left)
+	}
 }
 
 // TestRestartAfterKill: SIGKILL the server mid-call; a new server on the

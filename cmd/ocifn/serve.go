@@ -243,7 +243,7 @@ another I/O mode.`,
 	f.StringVar(&o.address, "address", ":9443", "address to serve on; :8080 by default for the HTTP fronts, and with --api http the port in FUNC_PORT (Kubeless) or else PORT (Knative) when set")
 	f.BoolVar(&o.insecure, "insecure", false, "serve plaintext gRPC without TLS (local development only)")
 	f.StringVar(&o.tlsDir, "tls-server-certs-dir", os.Getenv("TLS_SERVER_CERTS_DIR"), "directory with tls.crt, tls.key and ca.crt; client certificates are required (env TLS_SERVER_CERTS_DIR)")
-	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on SIGTERM, how long running calls may take to finish (0: stop them at once)")
+	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on SIGTERM, how long running calls may take to finish (0: stop them at once); a second SIGTERM, SIGINT or SIGHUP, a second or more after the first, ends it")
 	o.maxRecvMsgSize, o.maxInflight = adaptor.DefaultMaxRecvMsgSize, adaptor.DefaultMaxInflightBytes
 	f.Var(&o.maxRecvMsgSize, "max-recv-msg-size", "largest gRPC request accepted, in bytes (e.g. 64Mi)")
 	f.Var(&o.maxInflight, "max-inflight-bytes", "Crossplane front: memory that calls being received or run may hold at once, in bytes (e.g. 1Gi) (on the HTTP fronts it only sets Go's soft memory limit, GOMEMLIMIT, to 3/4 of it: --max-concurrency, --max-request-bytes and --max-output-bytes bound their calls); a request counts twice the largest size until it is read, then what it takes decoded and encoded for the function, counted from its bytes; the function's answer its stdout, then what decoding it takes; beyond it, RESOURCE_EXHAUSTED")
@@ -261,6 +261,45 @@ another I/O mode.`,
 }
 
 var errNoTransport = errors.New("refusing to start without a transport security choice: pass --tls-server-certs-dir DIR (or set TLS_SERVER_CERTS_DIR) to serve mTLS, or --insecure to serve plaintext for local development")
+
+// secondSignalAfter is how long after a shutdown's start a stop signal
+// counts as a second one (graceContext).
+const secondSignalAfter = time.Second
+
+// graceContext returns the context of a shutdown's grace period: it ends
+// after period, or at a second stop signal, whose sender (a second Ctrl-C)
+// wants the calls still running stopped now rather than waited for. They
+// are stopped and cleaned up as at the period's end.
+//
+// A signal within secondSignalAfter of the shutdown's start is the first
+// one again: a terminal signals its whole process group, so ocifn running
+// in namespaces of its own (host.Reexec) gets a Ctrl-C both from the
+// terminal and as forwarded by its parent.
+func graceContext(period time.Duration, log *slog.Logger) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), period)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, stopSignals...)
+	start := time.Now()
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				if time.Since(start) < secondSignalAfter {
+					continue
+				}
+				log.Warn("a second signal ends the grace period", "signal", s.String())
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		cancel()
+	}
+}
 
 // drainWithin runs drain, which refuses new calls and waits for those
 // already admitted, until it returns or grace ends, and says whether it
@@ -488,7 +527,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	log.Info("shutting down", "grace_period", o.gracePeriod)
 	srv.Drain()
-	grace, cancel := context.WithTimeout(context.Background(), o.gracePeriod)
+	grace, cancel := graceContext(o.gracePeriod, log)
 	defer cancel()
 	// Health checks NOT_SERVING, and new calls and those still queued
 	// UNAVAILABLE at once (the gate's Drain wakes the queue), until the

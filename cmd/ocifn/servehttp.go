@@ -177,7 +177,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	}
 	log.Info("shutting down", "grace_period", o.gracePeriod)
 	srv.Drain()
-	sctx, cancel := context.WithTimeout(context.Background(), o.gracePeriod)
+	sctx, cancel := graceContext(o.gracePeriod, log)
 	defer cancel()
 	// 503 from /healthz, and at once for a new call, synchronous or not,
 	// and for one still queued, until the calls already admitted are done
