@@ -117,3 +117,31 @@ func TestPushSaysItPushesOneImage(t *testing.T) {
 		t.Errorf("Push of a tarball of two images: %v, want refused, saying push takes one", err)
 	}
 }
+
+// TestInsecureRegistryAcceptsAnUnverifiedCertificate: WithInsecureRegistry
+// (--insecure-registry) reaches a registry whose certificate no authority
+// of this machine signed, as docker's insecure-registries does, for push,
+// pull and inspect alike; without it that registry is refused.
+func TestInsecureRegistryAcceptsAnUnverifiedCertificate(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	srv := httptest.NewTLSServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "https://")
+	img := newImage(t, gzipLayer, makeTar(t, entFile("a/file1", "x")))
+	path := writeArchive(t, t.TempDir(), dockerLegacyFiles(t, tagged{[]string{"fn:v1"}, img}), false)
+	ctx := context.Background()
+	if _, err := Push(ctx, path, host+"/fn:v1"); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("Push to a registry of an unknown authority without WithInsecureRegistry: %v, want refused for its certificate", err)
+	}
+	d, err := Push(ctx, path, host+"/fn:v1", WithInsecureRegistry())
+	if err != nil {
+		t.Fatalf("Push with WithInsecureRegistry: %v", err)
+	}
+	if _, err := RemoteImage(ctx, host+"/fn:v1", WithInsecureRegistry()); err != nil {
+		t.Errorf("RemoteImage with WithInsecureRegistry: %v", err)
+	}
+	got, err := Pull(ctx, host+"/fn:v1", filepath.Join(t.TempDir(), "pulled.tar"), WithInsecureRegistry())
+	if err != nil || got.String() != d.DigestStr() {
+		t.Errorf("Pull with WithInsecureRegistry: %v %v, want %s", got, err, d.DigestStr())
+	}
+}

@@ -2,8 +2,10 @@ package oci
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -34,8 +36,10 @@ func WithMaxPullBytes(n int64) RegistryOption {
 	return func(o *registryOptions) { o.maxPull = n }
 }
 
-// WithInsecureRegistry allows plain HTTP (and unverified TLS) to the
-// registry: for a local test registry such as 127.0.0.1:5000.
+// WithInsecureRegistry allows plain HTTP, and TLS with a certificate that
+// is not verified, to the registry: for a local test registry such as
+// 127.0.0.1:5000, or one with a self-signed certificate, as docker's
+// insecure-registries and crane --insecure allow both.
 func WithInsecureRegistry() RegistryOption {
 	return func(o *registryOptions) { o.insecure = true }
 }
@@ -95,6 +99,16 @@ func (o registryOptions) remote(ctx context.Context, updates chan<- v1.Update) [
 	}
 	if updates != nil {
 		ro = append(ro, remote.WithProgress(updates))
+	}
+	if o.insecure {
+		// name.Insecure only lets the client fall back to plain HTTP:
+		// the HTTPS attempt would still fail on the certificate.
+		t := remote.DefaultTransport.(*http.Transport).Clone()
+		if t.TLSClientConfig == nil {
+			t.TLSClientConfig = &tls.Config{}
+		}
+		t.TLSClientConfig.InsecureSkipVerify = true //nolint:gosec // asked for with --insecure-registry
+		ro = append(ro, remote.WithTransport(t))
 	}
 	return ro
 }

@@ -74,7 +74,7 @@ what "crossplane xpkg build" writes; push it with "ocifn push".`,
 	f.StringVar(&o.name, "name", "", "generate minimal package metadata for a Function of this name")
 	f.StringVar(&o.runtimeImage, "runtime-image", "", "the ocifn runtime image to build on, from a registry")
 	f.StringVar(&o.runtimeTarball, "runtime-image-tarball", "", "the ocifn runtime image to build on, as an image tarball (make image)")
-	f.BoolVar(&o.insecure, "insecure-registry", false, "allow plain HTTP to the registry of --runtime-image")
+	f.BoolVar(&o.insecure, "insecure-registry", false, "allow plain HTTP, or a TLS certificate not verified, to the registry of --runtime-image")
 	f.StringSliceVar(&o.capabilities, "capabilities", oci.DefaultCapabilities, "with --name: what the Function declares it can be used for, in spec.capabilities (Crossplane v2 runs it in Compositions with composition, in Operations with operation; empty: declare nothing)")
 	f.StringVar(&o.io, "io", "", "I/O mode of the function, recorded in the package for ocifn serve: "+strings.Join(codec.Names(), ", ")+" (default: none recorded, which means json)")
 	f.StringVar(&o.api, "api", apiCrossplane, "what the package serves: crossplane (a Function package), openwhisk (an OpenWhisk Docker action) or http (a Kubeless custom runtime or Knative Service); the image's entrypoint then serves it on :8080")

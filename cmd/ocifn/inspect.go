@@ -54,7 +54,7 @@ registry reference.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&insecure, "insecure-registry", false, "allow plain HTTP to the registry")
+	cmd.Flags().BoolVar(&insecure, "insecure-registry", false, "allow plain HTTP, or a TLS certificate not verified, to the registry")
 	cmd.Flags().StringVarP(&format, "output", "o", "text", "output format: text or json")
 	return cmd
 }

@@ -24,14 +24,14 @@ io.crossplane.xpkg: base in the pushed manifest. Prints the pushed
 reference by digest.`,
 		Example: `  ocifn push function.xpkg registry.example.com/acme/function-labels:v0.1.0
 
-  # A local registry without TLS:
+  # A local registry without TLS, or with a self-signed certificate:
   ocifn push --insecure-registry function.xpkg 127.0.0.1:5000/function-labels:v0.1.0`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runPush(cmd.Context(), args[0], args[1], insecure)
 		},
 	}
-	cmd.Flags().BoolVar(&insecure, "insecure-registry", false, "allow plain HTTP to the registry (for a local test registry)")
+	cmd.Flags().BoolVar(&insecure, "insecure-registry", false, "allow plain HTTP, or a TLS certificate not verified, to the registry (for a local test registry)")
 	return cmd
 }
 

@@ -118,7 +118,7 @@ those resources.`,
 	f.BoolVarP(&o.includeContext, "include-context", "c", false, "also print the pipeline's final context, as an object of kind Context")
 	f.StringVar(&o.xrd, "xrd", "", "YAML file with the XR's CompositeResourceDefinition: its schema's defaults are applied to the XR, and its scope says where the XR keeps Crossplane's fields")
 	f.BoolVar(&o.includeFullOp, "include-full-operation", false, "with an Operation: accepted as crossplane operation render's -o is; the Operation's spec is printed either way")
-	f.BoolVar(&o.insecureReg, "insecure-registry", false, "allow plain HTTP to registries (for a local test registry)")
+	f.BoolVar(&o.insecureReg, "insecure-registry", false, "allow plain HTTP, or TLS certificates not verified, to registries (for a local test registry)")
 	f.BoolVar(&o.debug, "debug", false, "also show ocifn's own progress (images unpacked, each call and its duration)")
 	return cmd
 }

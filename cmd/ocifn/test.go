@@ -90,7 +90,7 @@ could not be called.`,
 	f.StringArrayVar(&o.contextFiles, "context-files", nil, "context value from a JSON or YAML file, as KEY=FILE (repeatable)")
 	f.StringArrayVar(&o.contextValues, "context-values", nil, "context value as KEY=JSON (or YAML, as crossplane render reads it; repeatable); wins over --context-files")
 	f.StringVarP(&o.output, "output", "o", "yaml", "output format of the response: yaml or json")
-	f.BoolVar(&o.insecureReg, "insecure-registry", false, "allow plain HTTP to registries (for a local test registry)")
+	f.BoolVar(&o.insecureReg, "insecure-registry", false, "allow plain HTTP, or TLS certificates not verified, to registries (for a local test registry)")
 	f.BoolVar(&o.debug, "debug", false, "also show ocifn's own progress (image unpacked, the call and its duration)")
 	return cmd
 }
