@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -360,10 +361,17 @@ func enterUserNamespace() (code int, reexeced bool, err error) {
 }
 
 // registryHint explains a failed registry call: to a plain-HTTP registry,
-// or refused for want of credentials.
+// to one whose certificate this machine cannot verify, or refused for want
+// of credentials.
 func registryHint(err error, ref string) error {
 	if err != nil && !strings.Contains(ref, "://") && strings.Contains(err.Error(), "http: server gave HTTP response to HTTPS client") {
 		return fmt.Errorf("%w (a plain-HTTP registry needs --insecure-registry)", err)
+	}
+	// Go's message names the authority as unknown, not what makes it
+	// known: a registry of one's own CA is a common setup.
+	var ua x509.UnknownAuthorityError
+	if errors.As(err, &ua) {
+		return fmt.Errorf("%w (the registry's certificate is signed by an authority this machine does not trust: name its CA certificate in SSL_CERT_FILE or SSL_CERT_DIR, or skip verification with --insecure-registry)", err)
 	}
 	// A push's first call is a HEAD, whose 401 carries no message: say
 	// where the credentials come from.

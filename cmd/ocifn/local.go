@@ -140,7 +140,7 @@ func (l *localFunctions) pull(ctx context.Context, ref string) (string, error) {
 	digest, err := oci.Pull(ctx, ref, f.Name(), l.registry...)
 	if err != nil {
 		os.Remove(f.Name())
-		return "", fmt.Errorf("cannot pull %s: %w", ref, err)
+		return "", fmt.Errorf("cannot pull %s: %w", ref, registryHint(err, ref))
 	}
 	l.log.Info("pulled", "ref", ref, "digest", digest.String(), "duration", time.Since(start).Round(time.Millisecond))
 	return f.Name(), nil

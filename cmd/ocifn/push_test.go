@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"io"
+	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -38,5 +41,43 @@ func TestPushUnauthorizedSaysWhereCredentialsComeFrom(t *testing.T) {
 	_, err = inspect(context.Background(), host+"/acme/function:v1", true)
 	if err == nil || !strings.Contains(err.Error(), "docker login "+host) {
 		t.Errorf("inspect on a registry that wants credentials: %v, want how to log in", err)
+	}
+}
+
+// TestRegistryOfUnknownAuthoritySaysWhatFixesIt: a registry whose
+// certificate no authority of this machine signed is refused, naming the
+// settings that make it work, by push, inspect, build --runtime-image and
+// the pulls of test and render alike.
+func TestRegistryOfUnknownAuthoritySaysWhatFixesIt(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
+	srv.StartTLS()
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "https://") + "/acme/function:v1"
+	img, err := random.Image(1024, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg := filepath.Join(t.TempDir(), "function.xpkg")
+	if err := tarball.WriteToFile(pkg, nil, img); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	_, inspectErr := inspect(ctx, ref, false)
+	build := &buildOptions{runtimeImage: ref}
+	_, _, buildErr := build.runtime(ctx)
+	fns := newLocalFunctions(functionFlags{cacheDir: t.TempDir()}, slog.New(slog.DiscardHandler), nil, false)
+	_, pullErr := fns.pull(ctx, ref)
+	for what, err := range map[string]error{
+		"push":                  runPush(ctx, pkg, ref, false),
+		"inspect":               inspectErr,
+		"build --runtime-image": buildErr,
+		"render's pull":         pullErr,
+	} {
+		if err == nil || !strings.Contains(err.Error(), "unknown authority") ||
+			!strings.Contains(err.Error(), "SSL_CERT_FILE") || !strings.Contains(err.Error(), "--insecure-registry") {
+			t.Errorf("%s from a registry of an unknown authority: %v, want the error to name SSL_CERT_FILE and --insecure-registry", what, err)
+		}
 	}
 }
