@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/containers/storage/pkg/unshare"
@@ -360,9 +361,13 @@ func enterUserNamespace() (code int, reexeced bool, err error) {
 	return code, true, err
 }
 
+// missingHelper finds the credential helper program the docker-credential-
+// helpers client could not run in its message, which it does not wrap.
+var missingHelper = regexp.MustCompile(`exec: "(docker-credential-[^"]*)": executable file not found`)
+
 // registryHint explains a failed registry call: to a plain-HTTP registry,
-// to one whose certificate this machine cannot verify, or refused for want
-// of credentials.
+// to one whose certificate this machine cannot verify, with a credential
+// helper that is not installed, or refused for want of credentials.
 func registryHint(err error, ref string) error {
 	if err != nil && !strings.Contains(ref, "://") && strings.Contains(err.Error(), "http: server gave HTTP response to HTTPS client") {
 		return fmt.Errorf("%w (a plain-HTTP registry needs --insecure-registry)", err)
@@ -372,6 +377,11 @@ func registryHint(err error, ref string) error {
 	var ua x509.UnknownAuthorityError
 	if errors.As(err, &ua) {
 		return fmt.Errorf("%w (the registry's certificate is signed by an authority this machine does not trust: name its CA certificate in SSL_CERT_FILE or SSL_CERT_DIR, or skip verification with --insecure-registry)", err)
+	}
+	// The client's message names the program, not the config that asks
+	// for it: one copied from a machine with Docker Desktop, say.
+	if m := missingHelper.FindStringSubmatch(fmt.Sprint(err)); m != nil {
+		return fmt.Errorf("%w (the docker config %s names the credential helper %s, in credsStore or credHelpers, and no such program is on PATH: install it, or remove it from the config)", err, dockerConfigFile(), m[1])
 	}
 	// A push's first call is a HEAD, whose 401 carries no message: say
 	// where the credentials come from.
@@ -384,6 +394,18 @@ func registryHint(err error, ref string) error {
 		return fmt.Errorf("%w (the registry refused the credentials of the docker config, or there were none (some registries say so of a repository that does not exist): docker login %s, or set DOCKER_CONFIG to the directory of a config.json that has them)", err, host)
 	}
 	return err
+}
+
+// dockerConfigFile is the docker config the registry client reads.
+func dockerConfigFile() string {
+	if dir := os.Getenv("DOCKER_CONFIG"); dir != "" {
+		return filepath.Join(dir, "config.json")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "~/.docker/config.json"
+	}
+	return filepath.Join(home, ".docker", "config.json")
 }
 
 // packageAPI is what a package records of --api: nothing for Crossplane's

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
@@ -79,5 +81,32 @@ func TestRegistryOfUnknownAuthoritySaysWhatFixesIt(t *testing.T) {
 			!strings.Contains(err.Error(), "SSL_CERT_FILE") || !strings.Contains(err.Error(), "--insecure-registry") {
 			t.Errorf("%s from a registry of an unknown authority: %v, want the error to name SSL_CERT_FILE and --insecure-registry", what, err)
 		}
+	}
+}
+
+// TestMissingCredentialHelperNamesTheConfig: a docker config whose
+// credsStore or credHelpers names a helper that is not installed fails
+// every registry call; the error says which config names it and what to
+// do, not only which program could not be run.
+func TestMissingCredentialHelperNamesTheConfig(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	for key, config := range map[string]string{
+		"credsStore":  `{"credsStore": "ocifn-test-missing"}`,
+		"credHelpers": `{"credHelpers": {"` + host + `": "ocifn-test-missing"}}`,
+	} {
+		t.Run(key, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("DOCKER_CONFIG", dir)
+			_, err := inspect(context.Background(), host+"/acme/function:v1", false)
+			if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "config.json")) ||
+				!strings.Contains(err.Error(), "docker-credential-ocifn-test-missing") || !strings.Contains(err.Error(), "remove it") {
+				t.Errorf("inspect with a %s helper that is not installed: %v, want the config file, the helper and what to do", key, err)
+			}
+		})
 	}
 }
