@@ -366,12 +366,8 @@ func (iv *Invocations) writeResult(id string, rec record) error {
 	}
 	if n := len(line) + len(rec.Body); int64(n) > iv.maxBytes {
 		iv.log.Warn("the result of an asynchronous invocation is larger than --results-max-bytes and was not kept", "id", id, "status", rec.Status, "body_bytes", len(rec.Body), "stored_bytes", n, "results_max_bytes", iv.maxBytes)
-		rec = record{
-			Created: rec.Created,
-			Status:  http.StatusInsufficientStorage,
-			Header:  http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
-			Body:    []byte(fmt.Sprintf("the invocation finished with status %d and a body of %d bytes, but its result takes %d bytes stored, more than --results-max-bytes (%d): it was not kept\n", rec.Status, len(rec.Body), n, iv.maxBytes)),
-		}
+		rec = notKept(rec.Created, http.StatusInsufficientStorage, rec.Status, len(rec.Body),
+			fmt.Sprintf("its result takes %d bytes stored, more than --results-max-bytes (%d): it was not kept", n, iv.maxBytes))
 		if line, err = rec.line(); err != nil {
 			return err
 		}
@@ -385,15 +381,22 @@ func (iv *Invocations) writeResult(id string, rec record) error {
 // after 202, for ever: a running record never expires. If even that cannot
 // be written, the record goes, and its id answers 404.
 func (iv *Invocations) storeFailure(id string, status, bodyBytes int, err error) {
-	failed := record{
-		Created: iv.now(),
-		Status:  http.StatusInternalServerError,
-		Header:  http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
-		Body:    []byte(fmt.Sprintf("the invocation finished with status %d and a body of %d bytes, but its result could not be stored: %v\n", status, bodyBytes, err)),
-	}
+	failed := notKept(iv.now(), http.StatusInternalServerError, status, bodyBytes, fmt.Sprintf("its result could not be stored: %v", err))
 	if werr := iv.write(id, failed); werr != nil {
 		iv.log.Error("cannot store that the result of an asynchronous invocation was lost; its id is removed", "id", id, "error", werr)
 		iv.remove(id)
+	}
+}
+
+// notKept is the record, answered with code, that stands for a finished
+// invocation's result (its status and body size) that was not kept, and
+// says why.
+func notKept(created time.Time, code, status, bodyBytes int, why string) record {
+	return record{
+		Created: created,
+		Status:  code,
+		Header:  http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+		Body:    []byte(fmt.Sprintf("the invocation finished with status %d and a body of %d bytes, but %s\n", status, bodyBytes, why)),
 	}
 }
 
