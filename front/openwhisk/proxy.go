@@ -466,6 +466,13 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 	_, hasInit := msg["init"]
 	_, hasActivation := msg["activation"]
 	_, hasValue := msg["value"]
+	var activation map[string]json.RawMessage
+	var activationErr error
+	if raw := bytes.TrimSpace(msg["activation"]); hasActivation && hasValue && len(raw) > 0 && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &activation); err != nil {
+			activationErr = fmt.Errorf("activation is not a JSON object: %v", err)
+		}
+	}
 	if hasInit {
 		// /init's body wraps the fields in "value"; here they come as
 		// they are. Taken as it is, such an init would install no code
@@ -484,11 +491,7 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 			// sentinels after it (the invoker waits for them), and
 			// counted and logged, under its activation id when it
 			// has one.
-			var activation struct {
-				ID json.RawMessage `json:"activation_id"`
-			}
-			_ = json.Unmarshal(msg["activation"], &activation)
-			p.refuse(w, r, received, EnvValue(activation.ID), hook.Error, status, err)
+			p.refuse(w, r, received, EnvValue(activation["activation_id"]), hook.Error, status, err)
 			return
 		}
 	}
@@ -496,12 +499,9 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 		p.run(w, r, received, msg, msg, false)
 		return
 	}
-	var activation map[string]json.RawMessage
-	if raw := bytes.TrimSpace(msg["activation"]); len(raw) > 0 && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &activation); err != nil {
-			p.refuse(w, r, received, "", hook.Error, http.StatusBadRequest, fmt.Errorf("activation is not a JSON object: %v", err))
-			return
-		}
+	if activationErr != nil {
+		p.refuse(w, r, received, "", hook.Error, http.StatusBadRequest, activationErr)
+		return
 	}
 	p.run(w, r, received, msg, activation, true)
 }
