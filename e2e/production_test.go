@@ -851,7 +851,11 @@ func TestHangupStopsCleanly(t *testing.T) {
 	eventually(t, 5*time.Second, "the call's process runs", func() bool { return len(processesWith(t, marker)) > 0 })
 	memory := memoryStateDirs(t, cache)
 	_ = s.cmd.Process.Signal(syscall.SIGHUP)
-	<-done
+	select {
+	case <-done:
+	case <-time.After(patient(30 * time.Second)):
+		t.Fatalf("the call running at SIGHUP is still unanswered after %s\n%s", patient(30*time.Second), s.stderr)
+	}
 	s.wait(t)
 	if !s.cmd.ProcessState.Success() {
 		t.Errorf("exit: %v\n%s", s.cmd.ProcessState, s.stderr)
