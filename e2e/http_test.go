@@ -109,7 +109,7 @@ func TestHTTPFunction(t *testing.T) {
 			many.Set(fmt.Sprintf("X-F%d", i), "a")
 		}
 		code, _, body := f.do(t, http.MethodGet, "/env", nil, many)
-		if code != http.StatusRequestHeaderFieldsTooLarge || !strings.Contains(string(body), "header fields, more than the 1000") {
+		if code != http.StatusRequestHeaderFieldsTooLarge || !strings.Contains(string(body), "HTTP_* variables of the program's environment (one per name), more than the 1000") {
 			t.Errorf("20,000 header fields: %d %.300s, want 431 saying how many", code, body)
 		}
 	})

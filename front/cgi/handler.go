@@ -64,7 +64,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return fail(hook.Error, status, fmt.Sprintf("%s is too long for the function's environment: %s would be %d bytes, and a program's environment variable holds at most %d", what, name, n, front.MaxArgBytes))
 	}
 	if n := HeaderFields(env); n > MaxHeaderFields {
-		return fail(hook.Error, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("the request has %d header fields, more than the %d a function takes: each is a variable of its program's environment", n, MaxHeaderFields))
+		return fail(hook.Error, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("the request's headers make %d HTTP_* variables of the program's environment (one per name), more than the %d a function takes", n, MaxHeaderFields))
 	}
 	out := h.cfg.Exec(ctx, call, bundle.Call{Env: env}, body, 0)
 	stderr := hook.NewStderrLog(h.cfg.Log, hook.StderrLogBytes, hook.StderrTailBytes, "tag", call.Tag)

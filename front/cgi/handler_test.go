@@ -257,7 +257,7 @@ func TestTooManyHeaderFields(t *testing.T) {
 	if w.Code != http.StatusRequestHeaderFieldsTooLarge || runner.calls != 0 {
 		t.Errorf("Host and %d header fields: %d %q after %d containers, want 431 and none", MaxHeaderFields, w.Code, w.Body, runner.calls)
 	}
-	fronttest.Says(t, "the answer", w.Body.String(), fmt.Sprintf("%d header fields, more than the %d", MaxHeaderFields+1, MaxHeaderFields))
+	fronttest.Says(t, "the answer", w.Body.String(), fmt.Sprintf("headers make %d HTTP_* variables of the program's environment (one per name), more than the %d", MaxHeaderFields+1, MaxHeaderFields))
 	w = httptest.NewRecorder()
 	h.ServeHTTP(w, request(MaxHeaderFields-1))
 	if w.Code != http.StatusOK || runner.calls != 1 {
