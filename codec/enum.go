@@ -7,6 +7,10 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
+// keyBytes bounds a map key quoted in a path: a resource's name can be of
+// any length.
+const keyBytes = 128
+
 // unknownEnum names the first enum field of m (at path) that holds a
 // number its enum does not define, with the values it does, or "" when
 // there is none. protojson takes an enum's number as well as its name, and
@@ -31,7 +35,9 @@ func unknownEnum(m protoreflect.Message, path string) string {
 				return true
 			}
 			v.Map().Range(func(k protoreflect.MapKey, e protoreflect.Value) bool {
-				found = unknownEnumValue(fd.MapValue(), e, fmt.Sprintf("%s[%q]", at, k.String()))
+				// The key is the function's and of any length: clipped, so
+				// that the reason stays short and still says what is wrong.
+				found = unknownEnumValue(fd.MapValue(), e, fmt.Sprintf("%s[%q]", at, clip(k.String(), keyBytes)))
 				return found == ""
 			})
 		case fd.IsList():
