@@ -71,7 +71,7 @@ func deriveConnectionDetails(observed map[string]any, conn map[string][]byte, ru
 				out[name] = v
 			}
 		default:
-			return nil, fmt.Errorf("connectionDetails[%d]: unknown type %q (want one of FromConnectionSecretKey, FromFieldPath, FromValue)", i, r.Type)
+			return nil, fmt.Errorf("connectionDetails[%d]: unknown type %q (want one of FromConnectionSecretKey, FromFieldPath, FromValue)", i, clip(r.Type, keyBytes))
 		}
 	}
 	return out, nil

@@ -7,10 +7,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// keyBytes bounds a map key quoted in a path: a resource's name can be of
-// any length.
-const keyBytes = 128
-
 // unknownEnum names the first enum field of m (at path) that holds a
 // number its enum does not define, with the values it does, or "" when
 // there is none. protojson takes an enum's number as well as its name, and

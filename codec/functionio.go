@@ -121,7 +121,12 @@ func (FunctionIO) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
 // response: the desired resources list becomes the desired map, with
 // readiness and the XR's connection details evaluated against the observed
 // state as Crossplane 1.13 did.
-func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.RunFunctionResponse, error) {
+func (f FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.RunFunctionResponse, error) {
+	rsp, err := f.decode(req, stdout)
+	return rsp, bounded(err)
+}
+
+func (FunctionIO) decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.RunFunctionResponse, error) {
 	if err := checkText(stdout, "in the functionio I/O mode it must print a FunctionIO YAML document"); err != nil {
 		return nil, err
 	}
@@ -140,7 +145,7 @@ func (FunctionIO) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), h)
 	}
 	if (fio.APIVersion != "" && fio.APIVersion != "apiextensions.crossplane.io/v1alpha1") || (fio.Kind != "" && fio.Kind != "FunctionIO") {
-		return nil, fmt.Errorf("the function's output is %s %s, not a FunctionIO document (apiextensions.crossplane.io/v1alpha1)%s", fio.APIVersion, fio.Kind, hint("functionio", stdout))
+		return nil, fmt.Errorf("the function's output is %s %s, not a FunctionIO document (apiextensions.crossplane.io/v1alpha1)%s", clip(fio.APIVersion, keyBytes), clip(fio.Kind, keyBytes), hint("functionio", stdout))
 	}
 	if fio.Desired.Composite.Resource == nil && fio.Desired.Resources == nil && fio.Observed.Composite.Resource == nil {
 		return nil, fmt.Errorf("the function's output has neither desired nor observed state, so it is not a FunctionIO document; output began with %s%s", QuoteHead(stdout), hint("functionio", stdout))
@@ -188,7 +193,7 @@ func (fio *functionIO) desired(req *fnv1.RunFunctionRequest, desired *fnv1.State
 		if d.Name == "" {
 			return fmt.Errorf("%s has no name", at)
 		}
-		at = fmt.Sprintf("%s (%s)", at, d.Name)
+		at = fmt.Sprintf("%s (%s)", at, clip(d.Name, keyBytes))
 		if _, dup := desired.Resources[d.Name]; dup {
 			return fmt.Errorf("%s: the name is used twice; names must be unique", at)
 		}
@@ -253,7 +258,7 @@ func (fio *functionIO) results() ([]*fnv1.Result, error) {
 		sev, ok := fioSeverities[r.Severity]
 		if !ok {
 			if bad == nil {
-				bad = fmt.Errorf("results[%d]: unknown severity %q (want Fatal, Warning or Normal)", i, r.Severity)
+				bad = fmt.Errorf("results[%d]: unknown severity %q (want Fatal, Warning or Normal)", i, clip(r.Severity, keyBytes))
 			}
 			continue
 		}

@@ -18,6 +18,11 @@ const outputHeadBytes = 256
 // (the fuzzer found a 2 KiB key quoted twice).
 const reasonBytes = 1024
 
+// keyBytes bounds one string of the function's that a reason quotes: a
+// key, a resource's name, an apiVersion, a severity. Each can be of any
+// length; clipped, the reason still says what is wrong with it.
+const keyBytes = 128
+
 // clip cuts s to at most n bytes, on a UTF-8 boundary, marking the cut.
 func clip(s string, n int) string {
 	if len(s) <= n {

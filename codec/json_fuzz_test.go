@@ -2,6 +2,7 @@ package codec
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -56,8 +57,8 @@ func encodeDecode(t *testing.T, c Codec, data []byte) (e encoded, ok bool) {
 }
 
 // fuzzDecode fuzzes c's Decode: whatever a function prints, Decode answers
-// or errs, and an answer carries the request's tag and a desired resources
-// map. req's tag is "fuzz".
+// or errs with a short, valid UTF-8 reason, and an answer carries the
+// request's tag and a desired resources map. req's tag is "fuzz".
 func fuzzDecode(f *testing.F, c Codec, req *fnv1.RunFunctionRequest) {
 	f.Add([]byte("a: &x [1, {b: *x}]\nc: *x\nd: *y\n"))
 	f.Fuzz(func(t *testing.T, out []byte) {
@@ -68,6 +69,17 @@ func fuzzDecode(f *testing.F, c Codec, req *fnv1.RunFunctionRequest) {
 		}
 		rsp, err := c.Decode(req, out)
 		if err != nil {
+			// The results a refused answer carries follow its reason as
+			// the function wrote them, of any length (YAML aliases can
+			// repeat one message many times): the reason alone is short.
+			reason := err
+			var r *refusal
+			if errors.As(err, &r) {
+				reason = r.reason
+			}
+			if msg := err.Error(); !utf8.ValidString(msg) || len(reason.Error()) > 4096 {
+				t.Fatalf("the reason is not short valid UTF-8 (%d bytes): %q", len(reason.Error()), msg)
+			}
 			return
 		}
 		if rsp.GetMeta().GetTag() != "fuzz" || rsp.GetDesired().GetResources() == nil {

@@ -191,9 +191,10 @@ func krmComposite(req *fnv1.RunFunctionRequest) (map[string]any, error) {
 func (k KRM) Decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.RunFunctionResponse, error) {
 	rl, err := parseResourceList(stdout)
 	if err != nil {
-		return nil, err
+		return nil, bounded(err)
 	}
-	return k.response(req, rl)
+	rsp, err := k.response(req, rl)
+	return rsp, bounded(err)
 }
 
 // DecodeFailure answers for a KRM function that exited non-zero with the
@@ -221,7 +222,7 @@ func parseResourceList(stdout []byte) (*resourceList, error) {
 		return nil, fmt.Errorf("the function's output is not a valid ResourceList: %v; output began with %s%s", err, QuoteHead(stdout), h)
 	}
 	if rl.Kind != "ResourceList" || !krmAPIVersions[rl.APIVersion] {
-		return nil, fmt.Errorf("the function's output is %q %q, not a ResourceList (apiVersion config.kubernetes.io/v1, kind ResourceList)%s", rl.APIVersion, rl.Kind, hint("krm", stdout))
+		return nil, fmt.Errorf("the function's output is %q %q, not a ResourceList (apiVersion config.kubernetes.io/v1, kind ResourceList)%s", clip(rl.APIVersion, keyBytes), clip(rl.Kind, keyBytes), hint("krm", stdout))
 	}
 	return &rl, nil
 }
@@ -306,11 +307,11 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 			return fmt.Errorf("items[%d]: annotation %s is empty", i, AnnotationResourceName)
 		}
 		if _, dup := rsp.Desired.Resources[name]; dup {
-			return fmt.Errorf("items[%d]: a second item is annotated %s: %s", i, AnnotationResourceName, name)
+			return fmt.Errorf("items[%d]: a second item is annotated %s: %s", i, AnnotationResourceName, clip(name, keyBytes))
 		}
 		r, err := krmResource(item, before[name], sentAnnotations(before[name]))
 		if err != nil {
-			return fmt.Errorf("items[%d] (%s): %w", i, name, err)
+			return fmt.Errorf("items[%d] (%s): %w", i, clip(name, keyBytes), err)
 		}
 		rsp.Desired.Resources[name] = r
 		names[i] = name
@@ -326,7 +327,7 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 		name := uniqueName(derivedName(kind, objName), rsp.Desired.Resources)
 		r, err := krmResource(item, nil, nil)
 		if err != nil {
-			return fmt.Errorf("items[%d] (%s %s): %w", i, kind, objName, err)
+			return fmt.Errorf("items[%d] (%s %s): %w", i, clip(kind, keyBytes), clip(objName, keyBytes), err)
 		}
 		rsp.Desired.Resources[name] = r
 		names[i] = name
@@ -344,7 +345,7 @@ func crossplaneResults(rl *resourceList, names []string) ([]*fnv1.Result, error)
 		sev, ok := krmSeverities[res.Severity]
 		if !ok {
 			if bad == nil {
-				bad = fmt.Errorf("results[%d]: unknown severity %q (want error, warning or info)", i, res.Severity)
+				bad = fmt.Errorf("results[%d]: unknown severity %q (want error, warning or info)", i, clip(res.Severity, keyBytes))
 			}
 			continue
 		}

@@ -54,7 +54,7 @@ func (c readinessCheck) validate() error {
 			return fmt.Errorf("type %q requires matchInteger", c.Type)
 		}
 	default:
-		return fmt.Errorf("unknown type %q (want one of NonEmpty, MatchString, MatchInteger, MatchCondition, None)", c.Type)
+		return fmt.Errorf("unknown type %q (want one of NonEmpty, MatchString, MatchInteger, MatchCondition, None)", clip(c.Type, keyBytes))
 	}
 	if c.FieldPath == nil || *c.FieldPath == "" {
 		return fmt.Errorf("type %q requires fieldPath", c.Type)

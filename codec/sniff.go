@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -113,5 +114,40 @@ func withResults(err error, what string, rs []*fnv1.Result) error {
 		sev := strings.ToLower(strings.TrimPrefix(r.GetSeverity().String(), "SEVERITY_"))
 		fmt.Fprintf(&b, "; %s: %s", sev, r.GetMessage())
 	}
-	return fmt.Errorf("%w (the function's %s%s)", err, what, b.String())
+	return &refusal{reason: err, results: fmt.Sprintf(" (the function's %s%s)", what, b.String())}
+}
+
+// refusal is why a function's answer is refused, followed by the results
+// it reported (see withResults): bounded tells the one from the other.
+type refusal struct {
+	reason  error
+	results string
+}
+
+func (r *refusal) Error() string { return r.reason.Error() + r.results }
+func (r *refusal) Unwrap() error { return r.reason }
+
+// refusalBytes bounds why a YAML mode refuses an answer: well above any
+// reason it writes (a QuoteHead, a hint, a path), but a reason quotes the
+// function's own strings (an apiVersion, a severity, a resource's name, a
+// field path, a key), each of any length and, quoted, up to three times as
+// long: a function printing 6 KB had an 18 KB reason, and one printing
+// tens of megabytes could have had an answer larger than a response may be.
+const refusalBytes = 4000
+
+// bounded clips the reason of err, a YAML mode's refusal of an answer, to
+// refusalBytes. The results a refusal carries are the function's own words
+// and are kept whole, as they would be in an answer that was not refused.
+func bounded(err error) error {
+	var r *refusal
+	if errors.As(err, &r) {
+		if len(r.reason.Error()) <= refusalBytes {
+			return err
+		}
+		return &refusal{reason: errors.New(clip(r.reason.Error(), refusalBytes)), results: r.results}
+	}
+	if err == nil || len(err.Error()) <= refusalBytes {
+		return err
+	}
+	return errors.New(clip(err.Error(), refusalBytes))
 }
