@@ -1,9 +1,11 @@
 package oci
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -678,7 +680,10 @@ func TestSkopeoConvertedArchive(t *testing.T) {
 	}
 }
 
-// FuzzOpen feeds Open arbitrary files: it must fail cleanly, never panic.
+// FuzzOpen feeds Open arbitrary files: it must fail cleanly, never panic,
+// and an image it accepts is what its archive says it is: the config and
+// manifest it serves have the digests the image is known by, and each
+// layer's stored bytes are as many as its descriptor says.
 func FuzzOpen(f *testing.F) {
 	img := newImage(f, gzipLayer, makeTar(f, entFile("x", "x")))
 	for _, files := range [][]afile{
@@ -703,13 +708,47 @@ func FuzzOpen(f *testing.F) {
 			return
 		}
 		defer img.Close()
+		if img.ConfigFile() == nil {
+			t.Fatal("Open accepted an image without a config")
+		}
+		m, err := img.Image().Manifest()
+		if err != nil {
+			t.Fatalf("Open accepted an image whose manifest cannot be read: %v", err)
+		}
+		rawCfg, err := img.Image().RawConfigFile()
+		if err != nil {
+			t.Fatalf("Open accepted an image whose config cannot be read: %v", err)
+		}
+		if h, _, _ := v1.SHA256(bytes.NewReader(rawCfg)); h != m.Config.Digest {
+			t.Fatalf("the config served has digest %s, the manifest says %s", h, m.Config.Digest)
+		}
+		rawManifest, err := img.Image().RawManifest()
+		if err != nil {
+			t.Fatalf("Open accepted an image whose manifest cannot be read: %v", err)
+		}
+		if h, _, _ := v1.SHA256(bytes.NewReader(rawManifest)); h != img.Digest() {
+			t.Fatalf("the manifest served has digest %s, the image is known as %s", h, img.Digest())
+		}
 		layers, err := img.Image().Layers()
 		if err != nil {
 			return
 		}
 		for _, l := range layers {
-			if rc, err := l.Compressed(); err == nil {
-				_ = rc.Close()
+			size, err := l.Size()
+			if err != nil {
+				continue
+			}
+			// Compressed is unverified by design (Unpack checks the
+			// digest as it reads), but a blob of another size than
+			// its descriptor's is refused by Open.
+			rc, err := l.Compressed()
+			if err != nil {
+				continue
+			}
+			n, err := io.Copy(io.Discard, rc)
+			_ = rc.Close()
+			if err == nil && n != size {
+				t.Fatalf("a layer of %d bytes, its descriptor says %d", n, size)
 			}
 		}
 	})
