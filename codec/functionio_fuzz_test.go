@@ -5,13 +5,15 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // FuzzFunctionIORoundTrip: for any request, a 1.13 function that prints
-// its FunctionIO document back unchanged leaves the desired resources and
-// the XR as they were, and neither Encode nor Decode changes the request.
+// its FunctionIO document back unchanged leaves the desired resources, the
+// readiness an earlier step decided, and the XR and its connection details
+// as they were, and neither Encode nor Decode changes the request.
 func FuzzFunctionIORoundTrip(f *testing.F) {
 	addRequestSeeds(f)
 	f.Add([]byte(`{"observed": {"resources": {"a": {"resource": {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, "connectionDetails": {"k": "dg=="}}}}, "desired": {"composite": {"resource": {"kind": "X"}, "connectionDetails": {"u": "dg=="}}, "resources": {"a": {"resource": {"kind": "A"}}}}}`))
@@ -35,12 +37,20 @@ func FuzzFunctionIORoundTrip(f *testing.F) {
 			if d := cmp.Diff(r.GetResource(), got.GetResource(), protocmp.Transform()); d != "" {
 				t.Fatalf("desired resource %q after a round trip (-want +got):\n%s\ndocument:\n%s", name, d, out)
 			}
+			// FunctionIO carries no readiness: one an earlier step
+			// decided is kept, an undecided one is computed afresh.
+			if r.GetReady() != fnv1.Ready_READY_UNSPECIFIED && got.GetReady() != r.GetReady() {
+				t.Fatalf("desired resource %q is %v after a round trip, want %v", name, got.GetReady(), r.GetReady())
+			}
 		}
 		if len(rsp.GetDesired().GetResources()) != len(req.GetDesired().GetResources()) {
 			t.Fatalf("%d desired resources after a round trip, want %d", len(rsp.GetDesired().GetResources()), len(req.GetDesired().GetResources()))
 		}
 		if d := cmp.Diff(req.GetDesired().GetComposite().GetResource(), rsp.GetDesired().GetComposite().GetResource(), protocmp.Transform()); d != "" {
 			t.Fatalf("desired XR after a round trip (-want +got):\n%s\ndocument:\n%s", d, out)
+		}
+		if d := cmp.Diff(req.GetDesired().GetComposite().GetConnectionDetails(), rsp.GetDesired().GetComposite().GetConnectionDetails(), cmpopts.EquateEmpty()); d != "" {
+			t.Fatalf("desired XR's connection details after a round trip (-want +got):\n%s\ndocument:\n%s", d, out)
 		}
 	})
 }
