@@ -58,7 +58,8 @@ func encodeDecode(t *testing.T, c Codec, data []byte) (e encoded, ok bool) {
 
 // fuzzDecode fuzzes c's Decode: whatever a function prints, Decode answers
 // or errs with a short, valid UTF-8 reason, and an answer carries the
-// request's tag and a desired resources map. req's tag is "fuzz".
+// request's tag and a desired resources map, and survives a protojson round
+// trip (Crossplane reads a resource as JSON). req's tag is "fuzz".
 func fuzzDecode(f *testing.F, c Codec, req *fnv1.RunFunctionRequest) {
 	f.Add([]byte("a: &x [1, {b: *x}]\nc: *x\nd: *y\n"))
 	f.Fuzz(func(t *testing.T, out []byte) {
@@ -84,6 +85,14 @@ func fuzzDecode(f *testing.F, c Codec, req *fnv1.RunFunctionRequest) {
 		}
 		if rsp.GetMeta().GetTag() != "fuzz" || rsp.GetDesired().GetResources() == nil {
 			t.Fatalf("response %v", rsp)
+		}
+		b, err := protojson.Marshal(rsp)
+		if err != nil {
+			t.Fatalf("the response cannot be sent: %v", err)
+		}
+		again := &fnv1.RunFunctionResponse{}
+		if err := protojson.Unmarshal(b, again); err != nil || !proto.Equal(again, rsp) {
+			t.Fatalf("round trip: %v\n%v\n%v", err, rsp, again)
 		}
 	})
 }
