@@ -27,6 +27,11 @@ func FuzzFunctionIORoundTrip(f *testing.F) {
 			if _, ok := req.GetDesired().GetResources()[""]; ok {
 				return // a resource without a name is refused
 			}
+			if _, ok := req.GetDesired().GetComposite().GetConnectionDetails()[""]; ok {
+				// So is a connection detail without a name, as a
+				// resource without one is: no Secret can hold it.
+				return
+			}
 			if req.GetDesired().GetComposite().GetResource() == nil && len(req.GetDesired().GetResources()) == 0 && req.GetObserved().GetComposite().GetResource() == nil {
 				return // a document with no state at all is refused
 			}
