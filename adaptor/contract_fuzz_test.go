@@ -11,8 +11,9 @@ import (
 )
 
 // FuzzContract: whatever a function prints is either refused, or becomes a
-// response that carries the request's tag and a desired state, and survives
-// a protojson round trip once the contract is applied.
+// response that carries the request's tag and a desired state (the
+// request's, and its context, when the function left them out), and
+// survives a protojson round trip once the contract is applied.
 func FuzzContract(f *testing.F) {
 	for _, s := range []string{
 		`{"desired": {"resources": {"a": {"resource": {"kind": "A"}}}}, "results": [{"severity": "SEVERITY_NORMAL", "message": "m"}]}`,
@@ -32,7 +33,14 @@ func FuzzContract(f *testing.F) {
 		if err != nil {
 			return
 		}
+		noDesired, noContext := rsp.Desired == nil, rsp.Context == nil
 		complete(req, rsp)
+		if noDesired && !proto.Equal(rsp.Desired, req.Desired) {
+			t.Fatalf("the function left desired out, and the response's is %v, not the request's", rsp.Desired)
+		}
+		if noContext && !proto.Equal(rsp.Context, req.Context) {
+			t.Fatalf("the function left context out, and the response's is %v, not the request's", rsp.Context)
+		}
 		if rsp.GetMeta().GetTag() != "t" {
 			t.Fatalf("tag %q, want the request's", rsp.GetMeta().GetTag())
 		}
