@@ -70,16 +70,15 @@ func fuzzDecode(f *testing.F, c Codec, req *fnv1.RunFunctionRequest) {
 		}
 		rsp, err := c.Decode(req, out)
 		if err != nil {
-			// The results a refused answer carries follow its reason as
-			// the function wrote them, of any length (YAML aliases can
-			// repeat one message many times): the reason alone is short.
+			// The results a refused answer carries follow its reason,
+			// bounded apart: the reason alone is short.
 			reason := err
 			var r *refusal
 			if errors.As(err, &r) {
 				reason = r.reason
 			}
-			if msg := err.Error(); !utf8.ValidString(msg) || len(reason.Error()) > 4096 {
-				t.Fatalf("the reason is not short valid UTF-8 (%d bytes): %q", len(reason.Error()), msg)
+			if msg := err.Error(); !utf8.ValidString(msg) || len(reason.Error()) > 4096 || len(msg) > 4096+resultsBytes+1024 {
+				t.Fatalf("the reason is not short valid UTF-8 (%d bytes, %d with results): %.4096q", len(reason.Error()), len(msg), msg)
 			}
 			return
 		}

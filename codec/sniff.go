@@ -110,12 +110,23 @@ func withResults(err error, what string, rs []*fnv1.Result) error {
 		return err
 	}
 	var b strings.Builder
-	for _, r := range rs {
+	for i, r := range rs {
+		if b.Len() >= resultsBytes {
+			fmt.Fprintf(&b, "; and %d more", len(rs)-i)
+			break
+		}
 		sev := strings.ToLower(strings.TrimPrefix(r.GetSeverity().String(), "SEVERITY_"))
-		fmt.Fprintf(&b, "; %s: %s", sev, r.GetMessage())
+		fmt.Fprintf(&b, "; %s: %s", sev, clip(r.GetMessage(), resultsBytes-b.Len()))
 	}
 	return &refusal{reason: err, results: fmt.Sprintf(" (the function's %s%s)", what, b.String())}
 }
+
+// resultsBytes bounds the results a refusal quotes. They are the function's
+// own words, and an answer that was not refused would carry them whole; but
+// that answer is checked against the largest response a caller takes, the
+// refusal's Fatal message is not: YAML aliases made 80 MB of results out of
+// 128 KB of output, more than gRPC may send.
+const resultsBytes = 64 << 10
 
 // refusal is why a function's answer is refused, followed by the results
 // it reported (see withResults): bounded tells the one from the other.
@@ -136,8 +147,8 @@ func (r *refusal) Unwrap() error { return r.reason }
 const refusalBytes = 4000
 
 // bounded clips the reason of err, a YAML mode's refusal of an answer, to
-// refusalBytes. The results a refusal carries are the function's own words
-// and are kept whole, as they would be in an answer that was not refused.
+// refusalBytes. The results a refusal carries are bounded apart (see
+// resultsBytes), so that a long reason does not cut them off.
 func bounded(err error) error {
 	var r *refusal
 	if errors.As(err, &r) {
