@@ -122,7 +122,7 @@ func (JSON) Decode(_ *fnv1.RunFunctionRequest, out []byte) (*fnv1.RunFunctionRes
 		}
 		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %s; output began with %s", clip(why, reasonBytes), QuoteHead(out))
 	}
-	if why := unknownEnum(rsp.ProtoReflect(), ""); why != "" {
+	if why := unknownEnum(rsp.ProtoReflect()); why != "" {
 		return nil, fmt.Errorf("the function's output is not a valid RunFunctionResponse: %s; output began with %s", why, QuoteHead(out))
 	}
 	return rsp, nil
