@@ -100,6 +100,13 @@ func TestIOModeFromImage(t *testing.T) {
 // its only labels, and returns its path.
 func labeledImage(t *testing.T, name string, labels map[string]string) string {
 	t.Helper()
+	return configuredImage(t, name, func(c *v1.Config) { c.Labels = labels })
+}
+
+// configuredImage writes a copy of a test image whose config change has
+// changed, and returns its path.
+func configuredImage(t *testing.T, name string, change func(*v1.Config)) string {
+	t.Helper()
 	img, err := tarball.ImageFromPath(image(name), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -109,15 +116,15 @@ func labeledImage(t *testing.T, name string, labels map[string]string) string {
 		t.Fatal(err)
 	}
 	cf = cf.DeepCopy()
-	cf.Config.Labels = labels
+	change(&cf.Config)
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		t.Fatal(err)
 	}
-	labeled := filepath.Join(t.TempDir(), "labeled-"+name)
-	if err := tarball.WriteToFile(labeled, nil, img); err != nil {
+	changed := filepath.Join(t.TempDir(), "changed-"+name)
+	if err := tarball.WriteToFile(changed, nil, img); err != nil {
 		t.Fatal(err)
 	}
-	return labeled
+	return changed
 }
 
 // TestBuildRefusesUnknownIOMode: an unknown --io is refused before

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -15,8 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
 )
 
@@ -396,24 +394,8 @@ echo "{\"pwd_env\":\"$PWD\",\"pwd_cmd\":\"$(pwd)\",\"writable\":\"$w\"}"`, "main
 // before any init: in the image's own working directory, which its
 // command may name files relative to, with nothing mounted over /action.
 func TestOpenWhiskInitWithoutCodeKeepsTheImagesWorkingDirectory(t *testing.T) {
-	img, err := tarball.ImageFromPath(image("owskeleton.tar"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
 	// stub.sh, relative to the image's WorkingDir /stub.
-	cf.Config.Entrypoint = []string{"/bin/sh", "stub.sh"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	relative := filepath.Join(t.TempDir(), "owskeleton-relative.tar")
-	if err := tarball.WriteToFile(relative, nil, img); err != nil {
-		t.Fatal(err)
-	}
+	relative := configuredImage(t, "owskeleton.tar", func(c *v1.Config) { c.Entrypoint = []string{"/bin/sh", "stub.sh"} })
 	f := startFront(t, "openwhisk", []string{"--tarball", relative})
 	if code, out := f.post(t, "/run", "{}"); code != http.StatusOK || !strings.Contains(out, owStub) {
 		t.Fatalf("/run before /init: %d %s", code, out)
