@@ -85,14 +85,7 @@ func fuzzDecode(f *testing.F, c Codec, req *fnv1.RunFunctionRequest) {
 		if rsp.GetMeta().GetTag() != "fuzz" || rsp.GetDesired().GetResources() == nil {
 			t.Fatalf("response %v", rsp)
 		}
-		b, err := protojson.Marshal(rsp)
-		if err != nil {
-			t.Fatalf("the response cannot be sent: %v", err)
-		}
-		again := &fnv1.RunFunctionResponse{}
-		if err := protojson.Unmarshal(b, again); err != nil || !proto.Equal(again, rsp) {
-			t.Fatalf("round trip: %v\n%v\n%v", err, rsp, again)
-		}
+		mustSurviveProtojson(t, rsp)
 	})
 }
 
@@ -175,13 +168,21 @@ func FuzzJSONDecode(f *testing.F) {
 			}
 			return
 		}
-		b, err := protojson.Marshal(rsp)
-		if err != nil {
-			t.Fatalf("the response cannot be sent: %v", err)
-		}
-		again := &fnv1.RunFunctionResponse{}
-		if err := protojson.Unmarshal(b, again); err != nil || !proto.Equal(again, rsp) {
-			t.Fatalf("round trip: %v\n%v\n%v", err, rsp, again)
-		}
+		mustSurviveProtojson(t, rsp)
 	})
+}
+
+// mustSurviveProtojson fails unless rsp, an answer decoded from what a
+// function printed, can be sent: protojson writes it, and reads back the
+// same response.
+func mustSurviveProtojson(t *testing.T, rsp *fnv1.RunFunctionResponse) {
+	t.Helper()
+	b, err := protojson.Marshal(rsp)
+	if err != nil {
+		t.Fatalf("the response cannot be sent: %v", err)
+	}
+	again := &fnv1.RunFunctionResponse{}
+	if err := protojson.Unmarshal(b, again); err != nil || !proto.Equal(again, rsp) {
+		t.Fatalf("round trip: %v\n%v\n%v", err, rsp, again)
+	}
 }
