@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -340,7 +339,6 @@ func TestTerminatedDuringUnpack(t *testing.T) {
 // (OpenWhisk's invoker sends /init as soon as the port takes connections.)
 func TestHTTPCallsWaitingForTheUnpack(t *testing.T) {
 	big := gzipImage(t, t.TempDir(), "zeros", 512<<20)
-	listening := regexp.MustCompile(`msg=listening api=http address=(\S+)`)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -352,14 +350,7 @@ func TestHTTPCallsWaitingForTheUnpack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cache := cacheDir(t)
 			s := startProcess(t, append([]string{"--api", "http", "--address", "127.0.0.1:0", "--tarball", big, "--cache-dir", cache}, tc.args...))
-			var addr string
-			eventually(t, 30*time.Second, "listening", func() bool {
-				m := listening.FindStringSubmatch(s.stderr.String())
-				if m != nil {
-					addr = m[1]
-				}
-				return m != nil
-			})
+			addr := s.awaitListening(t)
 			type answer struct {
 				code int
 				body string

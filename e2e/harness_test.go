@@ -294,6 +294,23 @@ func cacheDir(t *testing.T) string {
 	return d
 }
 
+// listeningAt matches the line a server logs once its port takes
+// connections, before its image is unpacked.
+var listeningAt = regexp.MustCompile(`msg=listening (?:api=\S+ )?address=(\S+)`)
+
+// awaitListening waits for s to take connections, and returns its address.
+func (s *server) awaitListening(t *testing.T) string {
+	t.Helper()
+	var addr string
+	eventually(t, 30*time.Second, "listening", func() bool {
+		if m := listeningAt.FindStringSubmatch(s.stderr.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	return addr
+}
+
 // startProcess starts `ocifn serve` without waiting for it.
 func startProcess(t *testing.T, args []string, opts ...serverOption) *server {
 	t.Helper()

@@ -599,15 +599,7 @@ func TestRestartAfterKill(t *testing.T) {
 func TestHealthWhileUnpacking(t *testing.T) {
 	big := bigImage(t, 96<<20)
 	s := startProcess(t, []string{"--insecure", "--tarball", big})
-	listening := regexp.MustCompile(`msg=listening address=(\S+)`)
-	var addr string
-	eventually(t, 30*time.Second, "listening", func() bool {
-		m := listening.FindStringSubmatch(s.stderr.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	})
+	addr := s.awaitListening(t)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecureCreds()))
 	if err != nil {
 		t.Fatal(err)
