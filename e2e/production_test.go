@@ -512,33 +512,16 @@ func TestShutdown(t *testing.T) {
 	// Past the grace period.
 	marker := "5353" + strconv.Itoa(os.Getpid())
 	s2 := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", "500ms"})
-	go func() {
-		_, err := s2.callErr(context.Background(), shRequest(t, "t-killed", "exec sleep "+marker))
-		done <- err
-	}()
-	eventually(t, 5*time.Second, "the call's process runs", func() bool { return len(processesWith(t, marker)) > 0 })
+	killed := sleepingCall(t, s2, "t-killed", marker)
 	_ = s2.cmd.Process.Signal(syscall.SIGTERM)
-	if err := <-done; err == nil {
+	if err := <-killed; err == nil {
 		t.Errorf("the call past the grace period got an answer")
 	}
-	s2.wait(t)
-	if !s2.cmd.ProcessState.Success() {
-		t.Errorf("exit: %v\n%s", s2.cmd.ProcessState, s2.stderr)
-	}
-	if pids := processesWith(t, marker); len(pids) != 0 {
-		t.Errorf("processes of the stopped call left: %v", pids)
-	}
-	if left, _ := os.ReadDir(cache); len(left) != 0 {
-		t.Errorf("left in the cache directory: %v", left)
-	}
+	assertStoppedClean(t, s2, cache, marker)
 
 	// A second signal ends a long grace period at once (a second Ctrl-C).
 	s3 := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", "10m"})
-	go func() {
-		_, err := s3.callErr(context.Background(), shRequest(t, "t-second", "exec sleep "+marker))
-		done <- err
-	}()
-	eventually(t, 5*time.Second, "the call's process runs", func() bool { return len(processesWith(t, marker)) > 0 })
+	second := sleepingCall(t, s3, "t-second", marker)
 	// Two at once are one, as a terminal's Ctrl-C that ocifn gets from
 	// the terminal and from its parent process: the call goes on.
 	_ = s3.cmd.Process.Signal(syscall.SIGTERM)
@@ -550,20 +533,41 @@ func TestShutdown(t *testing.T) {
 	}
 	_ = s3.cmd.Process.Signal(syscall.SIGINT)
 	select {
-	case err := <-done:
+	case err := <-second:
 		if err == nil {
 			t.Errorf("the call stopped by a second signal got an answer")
 		}
 	case <-time.After(patient(10 * time.Second)):
 		t.Fatalf("the call still runs %s after a second signal\n%s", patient(10*time.Second), s3.stderr)
 	}
-	s3.wait(t)
-	if !s3.cmd.ProcessState.Success() {
-		t.Errorf("exit: %v\n%s", s3.cmd.ProcessState, s3.stderr)
-	}
+	assertStoppedClean(t, s3, cache, marker)
 	mustContain(t, "server log", s3.stderr.String(), "a second signal ends the grace period")
+}
+
+// sleepingCall starts a call whose function sleeps under marker's name,
+// waits for its process to run, and returns where the call's error comes.
+func sleepingCall(t *testing.T, s *server, tag, marker string) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.callErr(context.Background(), shRequest(t, tag, "exec sleep "+marker))
+		done <- err
+	}()
+	eventually(t, 5*time.Second, "the call's process runs", func() bool { return len(processesWith(t, marker)) > 0 })
+	return done
+}
+
+// assertStoppedClean waits for s to exit, and fails unless it exited 0
+// and left nothing of the call under marker: no process, nothing in its
+// cache directory.
+func assertStoppedClean(t *testing.T, s *server, cache, marker string) {
+	t.Helper()
+	s.wait(t)
+	if !s.cmd.ProcessState.Success() {
+		t.Errorf("exit: %v\n%s", s.cmd.ProcessState, s.stderr)
+	}
 	if pids := processesWith(t, marker); len(pids) != 0 {
-		t.Errorf("processes of the call stopped by a second signal left: %v", pids)
+		t.Errorf("processes of the stopped call left: %v", pids)
 	}
 	if left, _ := os.ReadDir(cache); len(left) != 0 {
 		t.Errorf("left in the cache directory: %v", left)
@@ -577,8 +581,7 @@ func TestRestartAfterKill(t *testing.T) {
 	cache := cacheDir(t)
 	marker := "6464" + strconv.Itoa(os.Getpid())
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache})
-	go func() { _, _ = s.callErr(context.Background(), shRequest(t, "t-orphan", "exec sleep "+marker)) }()
-	eventually(t, 5*time.Second, "the call's process runs", func() bool { return len(processesWith(t, marker)) > 0 })
+	sleepingCall(t, s, "t-orphan", marker)
 	old, _ := filepath.Glob(filepath.Join(cache, "bundle-*"))
 	memory := memoryStateDirs(t, cache)
 	_ = s.cmd.Process.Kill()
@@ -835,12 +838,7 @@ func TestHangupStopsCleanly(t *testing.T) {
 	cache := cacheDir(t)
 	marker := "4242" + strconv.Itoa(os.Getpid())
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", "500ms"})
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.callErr(context.Background(), shRequest(t, "t-hangup", "exec sleep "+marker))
-		done <- err
-	}()
-	eventually(t, 5*time.Second, "the call's process runs", func() bool { return len(processesWith(t, marker)) > 0 })
+	done := sleepingCall(t, s, "t-hangup", marker)
 	memory := memoryStateDirs(t, cache)
 	_ = s.cmd.Process.Signal(syscall.SIGHUP)
 	select {
@@ -848,17 +846,8 @@ func TestHangupStopsCleanly(t *testing.T) {
 	case <-time.After(patient(30 * time.Second)):
 		t.Fatalf("the call running at SIGHUP is still unanswered after %s\n%s", patient(30*time.Second), s.stderr)
 	}
-	s.wait(t)
-	if !s.cmd.ProcessState.Success() {
-		t.Errorf("exit: %v\n%s", s.cmd.ProcessState, s.stderr)
-	}
+	assertStoppedClean(t, s, cache, marker)
 	mustContain(t, "server log", s.stderr.String(), "shutting down")
-	if pids := processesWith(t, marker); len(pids) != 0 {
-		t.Errorf("processes of the call running at SIGHUP left: %v", pids)
-	}
-	if left, _ := os.ReadDir(cache); len(left) != 0 {
-		t.Errorf("left in the cache directory: %v", left)
-	}
 	assertRemoved(t, "the runtime state directory", memory)
 
 	// Started with SIGHUP ignored (nohup), the server keeps it ignored,
