@@ -28,15 +28,8 @@ func TestPushUnauthorizedSaysWhereCredentialsComeFrom(t *testing.T) {
 	}))
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")
-	img, err := random.Image(1024, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkg := filepath.Join(t.TempDir(), "function.xpkg")
-	if err := tarball.WriteToFile(pkg, nil, img); err != nil {
-		t.Fatal(err)
-	}
-	err = runPush(context.Background(), pkg, host+"/acme/function:v1", true)
+	pkg := randomPackage(t)
+	err := runPush(context.Background(), pkg, host+"/acme/function:v1", true)
 	if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "docker login "+host) {
 		t.Errorf("push to a registry that wants credentials: %v, want the 401 and how to log in", err)
 	}
@@ -57,14 +50,7 @@ func TestRegistryOfUnknownAuthoritySaysWhatFixesIt(t *testing.T) {
 	srv.StartTLS()
 	defer srv.Close()
 	ref := strings.TrimPrefix(srv.URL, "https://") + "/acme/function:v1"
-	img, err := random.Image(1024, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkg := filepath.Join(t.TempDir(), "function.xpkg")
-	if err := tarball.WriteToFile(pkg, nil, img); err != nil {
-		t.Fatal(err)
-	}
+	pkg := randomPackage(t)
 	ctx := context.Background()
 	_, inspectErr := inspect(ctx, ref, false)
 	build := &buildOptions{runtimeImage: ref}
@@ -109,4 +95,19 @@ func TestMissingCredentialHelperNamesTheConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randomPackage writes an image of random content, which push and its
+// registry take as a package, and returns its path.
+func randomPackage(t *testing.T) string {
+	t.Helper()
+	img, err := random.Image(1024, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg := filepath.Join(t.TempDir(), "function.xpkg")
+	if err := tarball.WriteToFile(pkg, nil, img); err != nil {
+		t.Fatal(err)
+	}
+	return pkg
 }
