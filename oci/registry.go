@@ -226,6 +226,13 @@ func Push(ctx context.Context, path, ref string, opts ...RegistryOption) (name.D
 	if err != nil {
 		return name.Digest{}, err
 	}
+	// A reference by digest names the manifest it must be. Some
+	// registries take a manifest under another digest's name without a
+	// check; the others refuse it only once every layer is uploaded.
+	if d, ok := r.(name.Digest); ok && d.DigestStr() != digest.String() {
+		return name.Digest{}, fmt.Errorf("cannot push %s to %s: its manifest is %s, not the digest the reference names (push to a tag, or to %s)",
+			filepath.Base(path), r, digest, r.Context().Digest(digest.String()))
+	}
 	updates, wait := o.watch()
 	err = remote.Write(r, img, o.remote(ctx, updates)...)
 	wait()

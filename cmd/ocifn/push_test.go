@@ -10,11 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/ocifn/ocifn/oci"
 )
 
 // TestPushUnauthorizedSaysWhereCredentialsComeFrom: a registry that wants
@@ -94,6 +97,42 @@ func TestMissingCredentialHelperNamesTheConfig(t *testing.T) {
 				t.Errorf("inspect with a %s helper that is not installed: %v, want the config file, the helper and what to do", key, err)
 			}
 		})
+	}
+}
+
+// TestPushToAnotherDigestUploadsNothing: a reference by digest names the
+// manifest it must be; a package whose manifest is another is refused
+// before a byte is uploaded, naming both digests, instead of uploading
+// its layers for the registry to refuse the manifest at the end.
+func TestPushToAnotherDigestUploadsNothing(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	var writes atomic.Int32
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch {
+			writes.Add(1)
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	pkg := randomPackage(t)
+	wrong := "sha256:" + strings.Repeat("0", 64)
+	err := runPush(context.Background(), pkg, host+"/acme/function@"+wrong, true)
+	if err == nil || !strings.Contains(err.Error(), wrong) || !strings.Contains(err.Error(), "sha256:") {
+		t.Errorf("push to a digest the package does not have: %v, want an error naming it and the package's", err)
+	}
+	if n := writes.Load(); n != 0 {
+		t.Errorf("push to a digest the package does not have made %d uploads, want none", n)
+	}
+	// The package's own digest is pushed to as to a tag.
+	tagged, err := oci.Push(context.Background(), pkg, host+"/acme/function:v1", oci.WithInsecureRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDigest, err := oci.Push(context.Background(), pkg, tagged.String(), oci.WithInsecureRegistry())
+	if err != nil || byDigest != tagged {
+		t.Errorf("push to the package's own digest %s: %v, %v", tagged, byDigest, err)
 	}
 }
 
