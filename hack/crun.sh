@@ -4,7 +4,9 @@
 # without what ocifn never uses (systemd cgroups, CRIU, dynamic handlers,
 # libgcrypt) and linked statically against musl, with the libraries crun
 # needs built from their Debian source packages against musl too. Idempotent:
-# a binary built from the pinned versions with these flags is kept.
+# a binary built from the pinned versions with these flags is kept. A
+# pinned version the suite no longer has is replaced by its current one,
+# with a warning (bin/crun.stamp's second line names what was taken).
 #
 #   hack/crun.sh                     build (or keep) build/crun/bin/crun
 #   OUT=dir hack/crun.sh             somewhere else
@@ -64,7 +66,7 @@ PATCHES=("$root"/hack/crun-patches/*.patch)
 shopt -u nullglob
 stamp="$VERSION ${CONFIGURE[*]} static $WRAP_LDFLAGS $LIBC $(cat /dev/null "${PATCHES[@]}" | sha256sum | cut -c1-16)"
 [[ $LIBC == glibc ]] || stamp+=" ${MUSL_DEPS[*]} $DEP_CFLAGS"
-if [[ -x $out/bin/crun && "$(cat "$out/bin/crun.stamp" 2>/dev/null)" == "$stamp" ]]; then
+if [[ -x $out/bin/crun && "$(head -n 1 "$out/bin/crun.stamp" 2>/dev/null)" == "$stamp" ]]; then
 	exit 0
 fi
 
@@ -98,10 +100,28 @@ apt_opts=(-o Dir::Etc::sourcelist=/dev/null -o "Dir::Etc::sourceparts=$work/apt/
 packages=("crun=$VERSION")
 [[ $LIBC == glibc ]] || packages+=("${MUSL_DEPS[@]}")
 log "fetching the Debian source packages ${packages[*]}"
-if ! (cd "$work/src" && apt-get "${apt_opts[@]}" update && apt-get "${apt_opts[@]}" source --download-only "${packages[@]}") >"$work/apt.log" 2>&1; then
+if ! (cd "$work/src" && apt-get "${apt_opts[@]}" update) >"$work/apt.log" 2>&1; then
 	cat "$work/apt.log" >&2
-	die "cannot fetch the source packages ${packages[*]} from $mirror ($SUITE)"
+	die "cannot read the package lists of $mirror ($SUITE)"
 fi
+# A suite keeps only the latest version of a package: once a point release
+# replaces a pinned one, the version the suite has now is taken, which the
+# log and the stamp's second line name, rather than failing the build
+# (ocifn's patches must still apply to it, or the build stops below).
+fallback=()
+for i in "${!packages[@]}"; do
+	pkg=${packages[$i]}
+	if ! (cd "$work/src" && apt-get "${apt_opts[@]}" source --download-only "$pkg") >>"$work/apt.log" 2>&1; then
+		(cd "$work/src" && apt-get "${apt_opts[@]}" source --download-only "${pkg%%=*}") >>"$work/apt.log" 2>&1 ||
+			{ cat "$work/apt.log" >&2; die "cannot fetch the source package $pkg, nor any version of it, from $mirror ($SUITE)"; }
+		now=$(sed -n 's/^Version: //p' "$work/src/${pkg%%=*}"_*.dsc | head -n 1)
+		log "WARNING: $mirror ($SUITE) no longer has $pkg; building from its version $now"
+		packages[i]=${pkg%%=*}=$now
+		fallback+=("${packages[$i]}")
+	fi
+done
+VERSION=${packages[0]#*=}
+[[ $LIBC == glibc ]] || MUSL_DEPS=("${packages[@]:1}")
 
 tarball() { compgen -G "$work/src/$1.tar.*" | grep -v '\.asc$' | head -n 1; }
 # unpack PACKAGE=VERSION [FILE...]: the package's upstream tarball (only the
@@ -276,5 +296,8 @@ if ldd "$out/bin/crun.tmp" >/dev/null 2>&1; then
 	die "the built crun is dynamically linked"
 fi
 mv "$out/bin/crun.tmp" "$out/bin/crun"
-echo "$stamp" >"$out/bin/crun.stamp"
+{
+	echo "$stamp"
+	[[ ${#fallback[@]} -eq 0 ]] || echo "built from ${fallback[*]} in place of the pinned versions, which $mirror ($SUITE) no longer has"
+} >"$out/bin/crun.stamp"
 log "built $out/bin/crun ($("$out/bin/crun" --version | head -n 1), $LIBC)"
