@@ -187,7 +187,7 @@ func (fio *functionIO) desired(req *fnv1.RunFunctionRequest, desired *fnv1.State
 		desired.Composite = proto.Clone(before).(*fnv1.Resource)
 	}
 
-	conn := map[string][]byte{}
+	derived := map[string][]byte{}
 	for i, d := range fio.Desired.Resources {
 		at := fmt.Sprintf("desired.resources[%d]", i)
 		if d.Name == "" {
@@ -220,16 +220,20 @@ func (fio *functionIO) desired(req *fnv1.RunFunctionRequest, desired *fnv1.State
 		if err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
-		derived, err := deriveConnectionDetails(body, details, d.ConnectionDetails)
+		ds, err := deriveConnectionDetails(body, details, d.ConnectionDetails)
 		if err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
-		maps.Copy(conn, derived)
+		maps.Copy(derived, ds)
 		desired.Resources[d.Name] = &fnv1.Resource{Resource: s, Ready: ready}
 	}
 	// The XR's own connection details, as the function passed them on or
-	// set them (or the request's, when it left the XR out), win over
-	// derived ones of the same name.
+	// set them (or the request's, when it left the XR out), then the
+	// derived ones over them: 1.13's Crossplane derived them after it took
+	// the XR's from the document, so a value passed on from before (1.13
+	// started desired.composite with the XR's whole secret) never hides a
+	// fresh one.
+	conn := map[string][]byte{}
 	sent := before.GetConnectionDetails()
 	if fio.Desired.Composite.Resource == nil && fio.Desired.Composite.ConnectionDetails == nil {
 		maps.Copy(conn, sent)
@@ -240,6 +244,7 @@ func (fio *functionIO) desired(req *fnv1.RunFunctionRequest, desired *fnv1.State
 		}
 		conn[cd.Name] = detailValue(cd.Value, sent[cd.Name])
 	}
+	maps.Copy(conn, derived)
 	if len(conn) > 0 {
 		if desired.Composite == nil {
 			desired.Composite = &fnv1.Resource{}

@@ -258,7 +258,7 @@ observed:
 desired:
   composite:
     resource: {apiVersion: example.org/v1, kind: XBucket, status: {ok: true}}
-    connectionDetails: [{name: url, value: "https://x"}]
+    connectionDetails: [{name: url, value: "https://x"}, {name: user, value: admin}]
   resources:
   - name: bucket
     resource: {apiVersion: s3.example.org/v1, kind: Bucket}
@@ -277,8 +277,10 @@ results:
 		Meta: &fnv1.ResponseMeta{Tag: "t1"},
 		Desired: &fnv1.State{
 			Composite: &fnv1.Resource{
-				Resource:          obj(t, "apiVersion: example.org/v1\nkind: XBucket\nstatus: {ok: true}\n"),
-				ConnectionDetails: map[string][]byte{"url": []byte("https://x")},
+				Resource: obj(t, "apiVersion: example.org/v1\nkind: XBucket\nstatus: {ok: true}\n"),
+				// A derived detail wins over the XR's own of its name, as
+				// in 1.13, which derived them after taking the XR's.
+				ConnectionDetails: map[string][]byte{"url": []byte("derived"), "user": []byte("admin")},
 			},
 			Resources: map[string]*fnv1.Resource{
 				"bucket": {Resource: obj(t, "apiVersion: s3.example.org/v1\nkind: Bucket\n"), Ready: fnv1.Ready_READY_TRUE},

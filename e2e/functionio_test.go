@@ -142,6 +142,11 @@ func TestFunctionIOConnectionDetails(t *testing.T) {
 			map[string]string{}},
 		{"xr_own_details", "connectionDetails: [{name: url, value: 'https://xb.example'}]\n",
 			map[string]string{"url": "https://xb.example"}},
+		// 1.13 derived the XR's details after taking its own from the
+		// document, so a stale value passed on never hid a fresh one.
+		{"derived_wins_over_xr_own", bucketWith("  connectionDetails: [{name: pw, type: FromConnectionSecretKey, fromConnectionSecretKey: password}]\n") +
+			"connectionDetails: [{name: pw, value: stale}, {name: url, value: 'https://xb.example'}]\n",
+			map[string]string{"pw": "s3cr3t", "url": "https://xb.example"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
