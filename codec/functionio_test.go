@@ -111,6 +111,37 @@ desired:
 	}
 }
 
+// TestFunctionIOEncodeFirstStep: a pipeline's first step, whose desired
+// state Crossplane starts empty, reads the XR as null in desired, not the
+// observed one 1.13 put there; echoed back, no XR is desired, so the
+// observed object is never applied as the XR's desired state.
+func TestFunctionIOEncodeFirstStep(t *testing.T) {
+	req := fioRequest(t)
+	req.Desired = &fnv1.State{}
+	b, err := FunctionIO{}.Encode(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Desired struct {
+			Composite map[string]any `json:"composite"`
+		} `json:"desired"`
+	}
+	if err := yaml.Unmarshal(b, &got); err != nil {
+		t.Fatalf("not YAML: %v\n%s", err, b)
+	}
+	if r, ok := got.Desired.Composite["resource"]; !ok || r != nil {
+		t.Errorf("desired.composite.resource: %v (present: %v), want null\n%s", r, ok, b)
+	}
+	rsp, err := FunctionIO{}.Decode(req, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if xr := rsp.GetDesired().GetComposite(); xr.GetResource() != nil || len(xr.GetConnectionDetails()) > 0 {
+		t.Errorf("an echoed first step desires the XR %v, want none", xr)
+	}
+}
+
 // fioOutput is a function's output: the XR, the bucket with the given
 // readiness checks and connection details, and a new queue resource.
 func fioOutput(bucketExtra string) string {
