@@ -36,7 +36,7 @@ type functionIO struct {
 	Kind       string         `json:"kind,omitempty"`
 	Config     map[string]any `json:"config,omitempty"`
 	Observed   fioObserved    `json:"observed"`
-	Desired    fioDesired     `json:"desired"`
+	Desired    *fioDesired    `json:"desired"`
 	Results    []fioResult    `json:"results,omitempty"`
 }
 
@@ -92,7 +92,7 @@ var fioSeverities = map[string]fnv1.Severity{
 // does not reach the function; the context is carried over to the
 // response by Decode.
 func (FunctionIO) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
-	fio := functionIO{Config: structMap(req.GetInput())}
+	fio := functionIO{Config: structMap(req.GetInput()), Desired: &fioDesired{}}
 	fio.Observed.Composite = fioCompositeOf(req.GetObserved().GetComposite())
 	fio.Desired.Composite = fioCompositeOf(req.GetDesired().GetComposite())
 	for _, name := range keysOf(req.GetObserved().GetResources()) {
@@ -147,7 +147,7 @@ func (FunctionIO) decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 	if (fio.APIVersion != "" && fio.APIVersion != "apiextensions.crossplane.io/v1alpha1") || (fio.Kind != "" && fio.Kind != "FunctionIO") {
 		return nil, fmt.Errorf("the function's output is %s %s, not a FunctionIO document (apiextensions.crossplane.io/v1alpha1)%s", clip(fio.APIVersion, keyBytes), clip(fio.Kind, keyBytes), hint("functionio", stdout))
 	}
-	if fio.Desired.Composite.Resource == nil && fio.Desired.Resources == nil && fio.Observed.Composite.Resource == nil {
+	if d := fio.Desired; (d == nil || (d.Composite.Resource == nil && d.Resources == nil)) && fio.Observed.Composite.Resource == nil {
 		return nil, fmt.Errorf("the function's output has neither desired nor observed state, so it is not a FunctionIO document; output began with %s%s", QuoteHead(stdout), hint("functionio", stdout))
 	}
 
@@ -157,7 +157,14 @@ func (FunctionIO) decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		Context: req.GetContext(),
 	}
 	rs, bad := fio.results()
-	if err := fio.desired(req, rsp.Desired); err != nil {
+	if fio.Desired == nil {
+		// No desired state at all, unlike desired.resources left out,
+		// which deletes them all: the response has none either, so the
+		// contract every mode shares keeps the request's, with a
+		// warning, rather than every composed resource deleted without
+		// a word (1.13 refused such output).
+		rsp.Desired = nil
+	} else if err := fio.desired(req, rsp.Desired); err != nil {
 		// The answer is refused, but what the function reported, often
 		// why it printed what it did, is not lost behind the resource.
 		return nil, withResults(err, "results", rs)

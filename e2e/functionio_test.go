@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
@@ -216,6 +217,34 @@ func TestFunctionIOResponse(t *testing.T) {
 			t.Errorf("result %d: %v %q, want %v %q", i, rs[i].GetSeverity(), rs[i].GetMessage(), w.sev, w.msg)
 		}
 	}
+}
+
+// TestFunctionIOWithoutDesiredKeepsDesired: a function that prints no
+// desired state at all (here the document with desired deleted, and a
+// result) keeps the request's, with a warning, as every mode does, rather
+// than having every composed resource an earlier step desired deleted.
+func TestFunctionIOWithoutDesiredKeepsDesired(t *testing.T) {
+	img := configuredImage(t, "xfn-legacy.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/yq", "-P", "-p", "yaml", "-o", "yaml", `del(.desired) | .results = [{"severity": "Normal", "message": "looked"}]`, "-"}
+	})
+	s := startServer(t, []string{"--tarball", img, "--io", "functionio", "--warm", "0"})
+	req := xfnRequest(t, "no-desired", "")
+	rsp := s.call(t, req)
+	if got := rsp.GetDesired().GetResources(); len(got) != 1 || got["policy"].GetReady() != fnv1.Ready_READY_TRUE {
+		t.Errorf("desired resources %v, want the request's policy kept", got)
+	}
+	if got := rsp.GetDesired().GetComposite().GetResource().GetFields()["kind"].GetStringValue(); got != "XBucket" {
+		t.Errorf("desired XR %v, want the request's", rsp.GetDesired().GetComposite())
+	}
+	var msgs []string
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+			t.Errorf("Fatal result: %s", r.GetMessage())
+		}
+		msgs = append(msgs, r.GetSeverity().String()+" "+r.GetMessage())
+	}
+	mustContain(t, "the results", strings.Join(msgs, "\n"), "SEVERITY_NORMAL looked",
+		`SEVERITY_WARNING the function's response has no "desired" field; the request's desired state was kept unchanged`)
 }
 
 // TestFunctionIOModeFromImage: an xfn image whose config records the mode
