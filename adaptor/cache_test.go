@@ -125,6 +125,44 @@ func TestCacheTellsCallsOfOneStepApart(t *testing.T) {
 	}
 }
 
+// Crossplane adds meta.capabilities to a request after it has made its
+// tag, and a tag is no secret: a cached answer must not reach a request
+// under the same tag that declares other capabilities (a Crossplane
+// upgraded meanwhile) or carries other credentials, or none.
+func TestCacheTellsCapabilitiesAndCredentialsApart(t *testing.T) {
+	r := &scriptedRunner{stdout: `{"meta": {"ttl": "60s"}, "desired": {}}`}
+	f := NewFunction(r, quiet(), WithCache(1<<20, 0))
+	first := request(t, req1)
+	first.Meta.Capabilities = []fnv1.Capability{fnv1.Capability_CAPABILITY_CAPABILITIES}
+	first.Credentials = map[string]*fnv1.Credentials{"aws": {Source: &fnv1.Credentials_CredentialData{CredentialData: &fnv1.CredentialData{Data: map[string][]byte{"key": []byte("a")}}}}}
+	if _, err := f.Run(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	capabilities := proto.Clone(first).(*fnv1.RunFunctionRequest)
+	capabilities.Meta.Capabilities = append(capabilities.Meta.Capabilities, fnv1.Capability_CAPABILITY_REQUIRED_SCHEMAS)
+	none := proto.Clone(first).(*fnv1.RunFunctionRequest)
+	none.Meta.Capabilities = nil
+	otherKey := proto.Clone(first).(*fnv1.RunFunctionRequest)
+	otherKey.Credentials["aws"].GetCredentialData().Data["key"] = []byte("b")
+	noCredentials := proto.Clone(first).(*fnv1.RunFunctionRequest)
+	noCredentials.Credentials = nil
+	for name, req := range map[string]*fnv1.RunFunctionRequest{
+		"with more capabilities": capabilities,
+		"without capabilities":   none,
+		"with other credentials": otherKey,
+		"without credentials":    noCredentials,
+	} {
+		r.stdin = nil
+		if _, err := f.Run(context.Background(), req); err != nil || r.stdin == nil {
+			t.Errorf("the call %s, under the first call's tag, was answered from the cache (err %v)", name, err)
+		}
+	}
+	r.stdin = nil
+	if _, err := f.Run(context.Background(), proto.Clone(first).(*fnv1.RunFunctionRequest)); err != nil || r.stdin != nil {
+		t.Errorf("the first call again ran the function (err %v)", err)
+	}
+}
+
 // keyHook records the cache key of every call it sees.
 type keyHook struct{ keys *[]string }
 

@@ -197,12 +197,16 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 }
 
 // cacheKey is the key of a call in the response cache: the request's tag
-// and, when the request carries any, a digest of the fields Crossplane
-// changes between the calls of one pipeline step. Crossplane tags a step's
-// request once, then calls the function again under that tag with the
-// required resources (and schemas) it asked for and the context it
-// returned; keyed by the tag alone, those calls would get the first call's
-// response and the function never what it asked for.
+// and, when the request carries any, a digest of the fields the tag does
+// not pin down. Crossplane tags a step's request once, then calls the
+// function again under that tag with the required resources (and schemas)
+// it asked for and the context it returned; keyed by the tag alone, those
+// calls would get the first call's response and the function never what
+// it asked for. It adds meta.capabilities after the tag is made, so a
+// Crossplane upgraded while a response is cached sends the same tag with
+// other capabilities. And the tag is no secret (it is logged): an answer
+// made with one caller's credentials must not answer a request that
+// carries other credentials, or none.
 func cacheKey(req *fnv1.RunFunctionRequest) string {
 	tag := req.GetMeta().GetTag()
 	if tag == "" {
@@ -213,6 +217,10 @@ func cacheKey(req *fnv1.RunFunctionRequest) string {
 		ExtraResources:    req.GetExtraResources(), //nolint:staticcheck // Crossplane still fills the deprecated field.
 		RequiredSchemas:   req.GetRequiredSchemas(),
 		Context:           req.GetContext(),
+		Credentials:       req.GetCredentials(),
+	}
+	if caps := req.GetMeta().GetCapabilities(); len(caps) > 0 {
+		varying.Meta = &fnv1.RequestMeta{Capabilities: caps}
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(varying)
 	if err != nil {

@@ -63,3 +63,28 @@ func TestCacheTTLFlag(t *testing.T) {
 		t.Errorf("cache hits with --cache=false: %v", hits)
 	}
 }
+
+// TestResponseCacheTellsCapabilitiesAndCredentialsApart: under one tag, a
+// request with other capabilities or other credentials reaches the
+// function rather than an answer made for another request.
+func TestResponseCacheTellsCapabilitiesAndCredentialsApart(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("jq-function.tar")})
+	filter := `"input": {"filter": "{meta: {ttl: \"60s\"}, desired: .desired, context: {seen: ([.meta.capabilities, .credentials] | tostring)}}"}`
+	req := func(meta, credentials string) *fnv1.RunFunctionRequest {
+		return jsonRequest(t, `{"meta": {"tag": "one-tag"`+meta+`}, "credentials": {"c": {"credentialData": {"data": {"key": "`+credentials+`"}}}}, `+filter+`}`)
+	}
+	first := req(`, "capabilities": ["CAPABILITY_CAPABILITIES"]`, "YQ==")
+	seen := func(rsp *fnv1.RunFunctionResponse) any { return rsp.GetContext().AsMap()["seen"] }
+	want := seen(s.call(t, first))
+	if got := seen(s.call(t, first)); got != want {
+		t.Fatalf("the same request again: %v, want %v", got, want)
+	}
+	for name, other := range map[string]*fnv1.RunFunctionRequest{
+		"other capabilities": req(`, "capabilities": ["CAPABILITY_CAPABILITIES", "CAPABILITY_REQUIRED_SCHEMAS"]`, "YQ=="),
+		"other credentials":  req(`, "capabilities": ["CAPABILITY_CAPABILITIES"]`, "Yg=="),
+	} {
+		if got := seen(s.call(t, other)); got == want {
+			t.Errorf("a request with %s got the cached answer to the first: %v", name, got)
+		}
+	}
+}
