@@ -82,11 +82,13 @@ func WithTimeout(d time.Duration) Option { return func(f *Function) { f.timeout 
 func WithMaxOutputBytes(n int) Option { return func(f *Function) { f.maxOutputBytes = n } }
 
 // WithMaxResponseBytes is the largest response, in protobuf's encoding,
-// that the caller can be sent (0: no limit). ocifn serve sets gRPC's send
-// limit: a function's output within --max-output-bytes can still encode
-// larger (JSON's `[0,0,…]` takes 2.5 bytes a value in protobuf's
-// Struct), and gRPC would then fail the call with a bare RESOURCE_EXHAUSTED
-// after the hooks had counted, logged and cached it as an answer.
+// that the caller can be sent (0: no limit). ocifn serve sets what the
+// caller can receive, --max-send-msg-size, also gRPC's send limit: a
+// function's output within --max-output-bytes can encode larger (JSON's
+// `[0,0,…]` takes 2.5 bytes a value in protobuf's Struct), and gRPC, or
+// the caller's client, would then fail the call with a bare
+// RESOURCE_EXHAUSTED after the hooks had counted, logged and cached it as
+// an answer.
 func WithMaxResponseBytes(n int) Option { return func(f *Function) { f.maxResponseBytes = n } }
 
 // WithGate admits calls through g, shared with other fronts.
@@ -508,7 +510,7 @@ func (f *Function) tooLarge(rsp *fnv1.RunFunctionResponse, printed int) string {
 	if n <= f.maxResponseBytes {
 		return ""
 	}
-	return fmt.Sprintf("the function's response takes %d bytes in protobuf, more than the %d bytes a response may have (--max-recv-msg-size bounds responses too); it printed %d bytes", n, f.maxResponseBytes, printed)
+	return fmt.Sprintf("the function's response takes %d bytes in protobuf, more than the %d bytes a response may have (--max-send-msg-size; Crossplane's gRPC client takes at most 4 MiB); it printed %d bytes", n, f.maxResponseBytes, printed)
 }
 
 // decode parses the function's output, in a span of its own when tracing.

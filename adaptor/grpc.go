@@ -29,6 +29,13 @@ const (
 // observed and desired states both travel in one request.
 const DefaultMaxRecvMsgSize = 64 << 20
 
+// DefaultMaxSendMsgSize is the largest response sent: what Crossplane's
+// gRPC client accepts. It keeps gRPC's default receive limit of 4 MiB (it
+// sets none), so a larger answer fails at Crossplane with a bare
+// RESOURCE_EXHAUSTED, after ocifn has counted, logged and cached it as an
+// answer; within this bound the function gets a Fatal result naming it.
+const DefaultMaxSendMsgSize = 4 << 20
+
 // Server is the gRPC server of the adaptor with its health service.
 type Server struct {
 	*grpc.Server
@@ -44,6 +51,15 @@ type serverOptions struct {
 	maxInflightBytes int64
 	streamWorkers    uint32
 	recvTimeout      time.Duration
+	maxSendMsgSize   int
+}
+
+// WithMaxSendMsgSize is the largest response gRPC sends (default: the
+// largest request accepted); a Function's WithMaxResponseBytes should say
+// the same, so that a larger answer is a Fatal result rather than a failed
+// send.
+func WithMaxSendMsgSize(n int) ServerOption {
+	return func(o *serverOptions) { o.maxSendMsgSize = n }
 }
 
 // WithMaxInflightBytes bounds the memory that calls being received or run
@@ -110,13 +126,13 @@ func CheckInflightBytes(maxInflight int64, maxRecvMsgSize int) error {
 // reflection. It reports NOT_SERVING, and refuses calls, until Ready. creds
 // may be nil for plaintext.
 func NewServer(creds credentials.TransportCredentials, maxRecvMsgSize int, options ...ServerOption) *Server {
-	so := serverOptions{maxInflightBytes: DefaultMaxInflightBytes}
+	so := serverOptions{maxInflightBytes: DefaultMaxInflightBytes, maxSendMsgSize: maxRecvMsgSize}
 	for _, o := range options {
 		o(&so)
 	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
-		grpc.MaxSendMsgSize(maxRecvMsgSize),
+		grpc.MaxSendMsgSize(so.maxSendMsgSize),
 		// Requests reach the in-flight budget undecoded (see inflight).
 		grpc.ForceServerCodecV2(newRawCodec()),
 		// Stop waits for handlers to return, so no call is still starting a

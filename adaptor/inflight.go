@@ -217,7 +217,7 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 // beyond its request's share: the function's output as it is read, then
 // what decoding it takes. It is let go with the request's share, when the
 // call returns; gRPC encodes the response after that, into at most
-// --max-recv-msg-size bytes.
+// --max-send-msg-size bytes.
 type answerBudget struct {
 	b  *inflight
 	mu sync.Mutex

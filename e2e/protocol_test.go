@@ -9,6 +9,7 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	fnv1beta1 "github.com/crossplane/function-sdk-go/proto/v1beta1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -194,4 +195,28 @@ func appendUnknown(m proto.Message, num protowire.Number, value string) {
 	r := m.ProtoReflect()
 	b := protowire.AppendTag(r.GetUnknown(), num, protowire.BytesType)
 	r.SetUnknown(protowire.AppendString(b, value))
+}
+
+// TestAnswerOverTheSendLimit: Crossplane's gRPC client keeps gRPC's default
+// receive limit of 4 MiB, so an answer larger than that is a Fatal result
+// naming the limit, which a client with the default limit, as Crossplane's,
+// reads; with --max-send-msg-size raised, a client that accepts more gets
+// the answer itself.
+func TestAnswerOverTheSendLimit(t *testing.T) {
+	// About 5 MB in protobuf: a string of 5,000,000 bytes.
+	script := `jq -c '{desired: (.desired | .composite = {resource: {pad: ("x" * 5000000)}})}'`
+	req := shRequest(t, "t-large-answer", script)
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache=false"})
+	wantFatal(t, req, s.call(t, req), "more than the 4194304 bytes a response may have", "--max-send-msg-size")
+
+	raised := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache=false", "--max-send-msg-size", "8Mi"})
+	ctx, cancel := context.WithTimeout(context.Background(), patient(60*time.Second))
+	defer cancel()
+	rsp, err := fnv1.NewFunctionRunnerServiceClient(raised.conn).RunFunction(ctx, req, grpc.MaxCallRecvMsgSize(16<<20))
+	if err != nil {
+		t.Fatalf("RunFunction with --max-send-msg-size 8Mi: %v\n%s", err, raised.stderr)
+	}
+	if pad := rsp.GetDesired().GetComposite().GetResource().AsMap()["pad"]; len(fmt.Sprint(pad)) != 5000000 || len(rsp.GetResults()) != 0 {
+		t.Errorf("with --max-send-msg-size 8Mi: an answer with a pad of %d bytes and results %v, want the function's answer", len(fmt.Sprint(pad)), rsp.GetResults())
+	}
 }

@@ -114,6 +114,7 @@ type serveOptions struct {
 	tlsDir          string
 	gracePeriod     time.Duration
 	maxRecvMsgSize  byteSize
+	maxSendMsgSize  byteSize
 	maxInflight     byteSize
 	maxConcurrency  int
 	maxQueue        int
@@ -246,6 +247,8 @@ another I/O mode.`,
 	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on SIGTERM, how long running calls may take to finish (0: stop them at once); a second SIGTERM, SIGINT or SIGHUP, a second or more after the first, ends it")
 	o.maxRecvMsgSize, o.maxInflight = adaptor.DefaultMaxRecvMsgSize, adaptor.DefaultMaxInflightBytes
 	f.Var(&o.maxRecvMsgSize, "max-recv-msg-size", "largest gRPC request accepted, in bytes (e.g. 64Mi)")
+	o.maxSendMsgSize = adaptor.DefaultMaxSendMsgSize
+	f.Var(&o.maxSendMsgSize, "max-send-msg-size", "largest gRPC response sent, in bytes (e.g. 4Mi, what Crossplane's gRPC client accepts); a function's answer that takes more in protobuf gets a Fatal result saying so")
 	f.Var(&o.maxInflight, "max-inflight-bytes", "Crossplane front: memory that calls being received or run may hold at once, in bytes (e.g. 1Gi) (on the HTTP fronts it only sets Go's soft memory limit, GOMEMLIMIT, to 3/4 of it: --max-concurrency, --max-request-bytes and --max-output-bytes bound their calls); a request counts twice the largest size until it is read, then what it takes decoded and encoded for the function, counted from its bytes; the function's answer its stdout, then what decoding it takes; beyond it, RESOURCE_EXHAUSTED")
 	f.IntVar(&o.maxConcurrency, "max-concurrency", adaptor.DefaultMaxConcurrency(), "calls running at once; by default 4 per CPU")
 	f.IntVar(&o.maxQueue, "max-queue", 0, "calls waiting for a slot before new ones are refused (gRPC RESOURCE_EXHAUSTED, HTTP 503) (0: 4 x --max-concurrency)")
@@ -343,7 +346,7 @@ func (o *serveOptions) warnIgnored(log *slog.Logger) {
 
 // grpcOnlyFlags are the flags only the gRPC front uses, which an HTTP
 // front would otherwise ignore without a word.
-var grpcOnlyFlags = []string{"cache", "cache-ttl", "cache-max-bytes", "max-recv-msg-size"}
+var grpcOnlyFlags = []string{"cache", "cache-ttl", "cache-max-bytes", "max-recv-msg-size", "max-send-msg-size"}
 
 // stoppedWhileStarting returns err, the failure of a step of the startup,
 // unless a SIGTERM, SIGINT or SIGHUP (ctx) cut the step short: then the server
@@ -400,6 +403,9 @@ func (o *serveOptions) run(ctx context.Context) error {
 	// an int.
 	if o.maxRecvMsgSize <= 0 || o.maxRecvMsgSize > math.MaxInt32 {
 		return fmt.Errorf("--max-recv-msg-size %d: must be positive and at most %d", o.maxRecvMsgSize, math.MaxInt32)
+	}
+	if o.maxSendMsgSize <= 0 || o.maxSendMsgSize > math.MaxInt32 {
+		return fmt.Errorf("--max-send-msg-size %d: must be positive and at most %d", o.maxSendMsgSize, math.MaxInt32)
 	}
 	if err := adaptor.CheckInflightBytes(int64(o.maxInflight), int(o.maxRecvMsgSize)); err != nil {
 		return err
@@ -480,7 +486,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 
 	// Listen first: health checks get NOT_SERVING, rather than no answer,
 	// while the image is unpacked.
-	srv := adaptor.NewServer(creds, int(o.maxRecvMsgSize), adaptor.WithMaxInflightBytes(int64(o.maxInflight)), adaptor.WithStreamWorkers(o.maxConcurrency), adaptor.WithRecvTimeout(o.timeout), adaptor.WithHooksWhileStarting(chain))
+	srv := adaptor.NewServer(creds, int(o.maxRecvMsgSize), adaptor.WithMaxInflightBytes(int64(o.maxInflight)), adaptor.WithStreamWorkers(o.maxConcurrency), adaptor.WithRecvTimeout(o.timeout), adaptor.WithHooksWhileStarting(chain), adaptor.WithMaxSendMsgSize(int(o.maxSendMsgSize)))
 	lis, err := listen(o.address, "", "--address")
 	if err != nil {
 		return err
@@ -504,7 +510,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	registerPoolMetrics(reg, b)
 	registerFunctionCPU(reg, b)
 	fn := o.function(log, b, adaptor.WithGate(gate), adaptor.WithHooks(chain, o.cacheTTL), adaptor.WithMetrics(metrics),
-		adaptor.WithMaxResponseBytes(int(o.maxRecvMsgSize)), adaptor.WithHooksAfterAnswer())
+		adaptor.WithMaxResponseBytes(int(o.maxSendMsgSize)), adaptor.WithHooksAfterAnswer())
 	// However serving ends, no call may still run when the bundle goes:
 	// stop the server (it waits for its handlers), refuse and wait out
 	// calls, then remove the containers and the unpacked image. Deferred
