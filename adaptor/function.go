@@ -281,8 +281,12 @@ func refuse(ctx context.Context, chain *hook.Chain, method string, received time
 
 // refusalOutcome is the outcome of a call answered with the gRPC status
 // error err instead of a response: rejected when the server was full,
-// timeout when a deadline passed, error otherwise.
+// timeout when a deadline passed, error otherwise (a request too large,
+// though gRPC's code for it is RESOURCE_EXHAUSTED too).
 func refusalOutcome(err error) Outcome {
+	if errors.As(err, new(oversizeError)) {
+		return OutcomeError
+	}
 	switch status.Code(err) {
 	case grpccodes.ResourceExhausted:
 		return OutcomeRejected

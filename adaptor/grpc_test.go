@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ocifn/ocifn/hook"
 	"github.com/ocifn/ocifn/hook/hooktest"
@@ -89,6 +90,56 @@ func TestRefusalsAreCounted(t *testing.T) {
 	if !strings.Contains(logs.String(), "outcome=rejected") || !strings.Contains(logs.String(), "max-inflight-bytes") {
 		t.Errorf("no log line of the refusal naming the flag: %q", logs.String())
 	}
+}
+
+// TestRequestOverTheLimitIsAnError: a request larger than
+// --max-recv-msg-size gets gRPC's RESOURCE_EXHAUSTED (gRPC writes that
+// status itself), and is counted and logged as an error, a request to make
+// smaller, not as rejected, which says the server was full; the log line
+// names the flag.
+func TestRequestOverTheLimitIsAnError(t *testing.T) {
+	const limit = 1 << 20
+	reg := prometheus.NewRegistry()
+	m := hook.NewMetrics(reg)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	srv := NewServer(nil, limit, WithMaxInflightBytes(largestCost(limit)))
+	srv.Ready(NewFunction(&scriptedRunner{stdout: `{}`}, WithLogger(log), WithMetrics(m),
+		WithHooks(hook.NewChain(log, m, hook.Log{Logger: log}), 0)))
+	conn := serveInMemory(t, srv)
+	big := &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "t"}, Input: &structpb.Struct{Fields: map[string]*structpb.Value{"pad": structpb.NewStringValue(strings.Repeat("x", limit))}}}
+	_, err := fnv1.NewFunctionRunnerServiceClient(conn).RunFunction(context.Background(), big)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("the call: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	// The caller has its status before the handler returns: wait for the
+	// call's hooks (the log line, then the metrics).
+	for deadline := time.Now().Add(5 * time.Second); callsCounted(t, reg) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	hooktest.CheckCalls(t, reg, hook.Error, 1)
+	if !strings.Contains(logs.String(), "outcome=error") || !strings.Contains(logs.String(), "--max-recv-msg-size 1048576") {
+		t.Errorf("the refusal is not logged as an error naming --max-recv-msg-size: %q", logs.String())
+	}
+}
+
+// callsCounted is how many calls ocifn_calls_total counts, whatever their
+// outcome.
+func callsCounted(t *testing.T, reg prometheus.Gatherer) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range families {
+		if f.GetName() == "ocifn_calls_total" {
+			for _, m := range f.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }
 
 // TestStalledRequestLetsGoOfTheBudget: a stream that opens and never sends

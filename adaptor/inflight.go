@@ -180,7 +180,7 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 				}
 				var raw rawRequest
 				if err := b.receive(dec, &raw); err != nil {
-					return err
+					return b.tooLarge(err)
 				}
 				defer raw.free()
 				c, err := protocount.Count(raw.bytes(), m.ProtoReflect().Descriptor())
@@ -315,6 +315,29 @@ func (b *inflight) receive(dec func(any) error, v any) error {
 		return status.Errorf(codes.DeadlineExceeded, "the request did not arrive within %s (--timeout) of the call's start", b.recvTimeout)
 	}
 }
+
+// tooLarge names --max-recv-msg-size in err, for the call's log line, when
+// err is gRPC's refusal of a request larger than it (RESOURCE_EXHAUSTED,
+// "grpc: received message larger than max"; gRPC has sent the caller that
+// status already), and marks it as a bad request rather than a full
+// server (see oversizeError); other errors are returned as they are.
+func (b *inflight) tooLarge(err error) error {
+	if status.Code(err) != codes.ResourceExhausted {
+		return err
+	}
+	return oversizeError{status.Newf(codes.ResourceExhausted, "%s: the request is larger than --max-recv-msg-size %d bytes, the largest ocifn accepts", status.Convert(err).Message(), b.maxMsg)}
+}
+
+// oversizeError is the RESOURCE_EXHAUSTED of a request larger than
+// --max-recv-msg-size, gRPC's code for it: a request the caller must make
+// smaller, or the server accept larger, not a server too busy to take it
+// (refusalOutcome).
+type oversizeError struct{ s *status.Status }
+
+func (e oversizeError) Error() string { return e.s.Err().Error() }
+
+// GRPCStatus makes the error's status the call's.
+func (e oversizeError) GRPCStatus() *status.Status { return e.s }
 
 // rawRequest receives a request's bytes undecoded from rawCodec, so that
 // they can be counted before they are decoded.
