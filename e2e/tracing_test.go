@@ -158,6 +158,12 @@ func TestTracingRefusedCall(t *testing.T) {
 	if got := spans["RunFunction"].GetStatus().GetCode(); got != tracepb.Status_STATUS_CODE_ERROR {
 		t.Errorf("the refused call's span has status %v, want an error", got)
 	}
+	// No function ran: an exit code of 0 would say it succeeded.
+	for _, a := range spans["RunFunction"].GetAttributes() {
+		if a.GetKey() == "ocifn.exit_code" {
+			t.Errorf("the refused call's span has %s %v, though no container ran", a.GetKey(), a.GetValue())
+		}
+	}
 }
 
 // TestTracingErrorsAreLogged: what OpenTelemetry says of its exporter (a
