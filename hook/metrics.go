@@ -29,8 +29,11 @@ type Metrics struct {
 }
 
 // callBuckets are the buckets of the calls' durations, ocifn's own and
-// Kubeless', so that the two histograms agree.
-var callBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+// Kubeless', so that the two histograms agree. They reach past the longest
+// default timeouts, an OpenWhisk activation's 5 minutes and Kubeless'
+// FUNC_TIMEOUT of 180 s: a call that took longer than the last bucket only
+// counts in +Inf, and a quantile of such calls reads as that bucket's bound.
+var callBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
 // NewMetrics creates the call metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
