@@ -83,7 +83,7 @@ func newTracer(ctx context.Context, log *slog.Logger) (trace.Tracer, func(), err
 	// read) through its own global logger and error handler, which print
 	// plain lines on stderr that --log-format json would not parse: they
 	// go to ocifn's log instead.
-	otel.SetLogger(logr.FromSlogHandler(log.With("source", "opentelemetry").Handler()))
+	otel.SetLogger(logr.FromSlogHandler(redactValues{log.With("source", "opentelemetry").Handler()}))
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log.Warn("tracing failed; calls go on", "source", "opentelemetry", "error", err)
 	}))
@@ -101,6 +101,42 @@ func newTracer(ctx context.Context, log *slog.Logger) (trace.Tracer, func(), err
 		defer cancel()
 		_ = tp.Shutdown(sctx)
 	}, nil
+}
+
+// redactValues is the handler of OpenTelemetry's own log: it replaces
+// every attribute named "value" with "(redacted)". The OTLP exporters log
+// an OTEL_EXPORTER_OTLP_HEADERS value they cannot unescape whole, as
+// "value", and those values are the collector's credentials (an
+// Authorization header, an API key); the error beside it still says what
+// is wrong with it.
+type redactValues struct{ slog.Handler }
+
+func (h redactValues) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(redact(a))
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h redactValues) WithAttrs(as []slog.Attr) slog.Handler {
+	rs := make([]slog.Attr, len(as))
+	for i, a := range as {
+		rs[i] = redact(a)
+	}
+	return redactValues{h.Handler.WithAttrs(rs)}
+}
+
+func (h redactValues) WithGroup(name string) slog.Handler {
+	return redactValues{h.Handler.WithGroup(name)}
+}
+
+func redact(a slog.Attr) slog.Attr {
+	if a.Key == "value" {
+		return slog.String(a.Key, "(redacted)")
+	}
+	return a
 }
 
 // traceExporter returns the OTLP exporter of the protocol that

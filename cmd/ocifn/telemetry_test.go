@@ -94,3 +94,29 @@ func TestTraceResource(t *testing.T) {
 		t.Errorf("a malformed OTEL_RESOURCE_ATTRIBUTES: %v, want an error naming it", err)
 	}
 }
+
+// TestTracingHeadersNeverLogged: a value of OTEL_EXPORTER_OTLP_HEADERS that
+// OpenTelemetry cannot read is logged without the value, which is the
+// collector's credential; the line still says what is wrong.
+func TestTracingHeadersNeverLogged(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%zzTOPSECRET")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-api-key=ANOTHER%SECRET")
+	var buf syncBuffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	_, stop, err := newTracer(context.Background(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	got := string(buf.Bytes())
+	for _, secret := range []string{"TOPSECRET", "ANOTHER"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("the log holds the header value %s:\n%s", secret, got)
+		}
+	}
+	if !strings.Contains(got, "escape header value") || !strings.Contains(got, "invalid URL escape") {
+		t.Errorf("the log does not say the header value could not be read:\n%s", got)
+	}
+}
