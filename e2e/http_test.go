@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -252,6 +253,9 @@ func TestAsyncInvocations(t *testing.T) {
 	if code, body := f.asyncResult(t, loc); code != http.StatusOK || body != "slept 1\n" {
 		t.Errorf("result: %d %q", code, body)
 	}
+	// The call's line names the invocation, the one id its caller has.
+	line := regexp.MustCompile(`msg=call .*outcome=ok async=true invocation=` + strings.TrimPrefix(loc, "/invocations/") + ` method=GET path=/sleep status=200 `)
+	eventually(t, 5*time.Second, "the invocation's call logged with its id", func() bool { return line.MatchString(f.stderr.String()) })
 	failed := f.asyncStart(t, http.MethodGet, "/status")
 	if code, body := f.asyncResult(t, failed); code != 418 || body != `{"tea": true}` {
 		t.Errorf("a stored status: %d %q", code, body)

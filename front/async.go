@@ -244,6 +244,10 @@ func (iv *Invocations) Wrap(next http.Handler) http.Handler {
 	})
 }
 
+// invocationKey holds, in the context of an asynchronous invocation's
+// call, the invocation's id.
+type invocationKey struct{}
+
 // prefersAsync reports whether a Prefer header asks for respond-async.
 func prefersAsync(h http.Header) bool {
 	for _, v := range h.Values("Prefer") {
@@ -298,8 +302,9 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 		http.Error(w, "cannot store the invocation", http.StatusInternalServerError)
 		return
 	}
-	// The call outlives the request that started it.
-	r2 := r.Clone(admit.WithReservation(iv.ctx, place))
+	// The call outlives the request that started it. Its log line and
+	// span carry the invocation's id, by which its caller knows it.
+	r2 := r.Clone(context.WithValue(admit.WithReservation(iv.ctx, place), invocationKey{}, id))
 	r2.Body = io.NopCloser(bytes.NewReader(body))
 	r2.ContentLength = int64(len(body))
 	r2.Header.Del("Prefer")

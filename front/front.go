@@ -184,11 +184,13 @@ func (c *Capped) Bytes() []byte { return c.buf }
 const MaxArgBytes = 32*4096 - 1
 
 // NewCall is the hook.Call of an HTTP request to a front, tagged tag: its
-// method as methodLabel names it, the time it came (Received), and its
-// headers, which may carry a trace's context.
+// method as methodLabel names it, the time it came (Received), its
+// headers, which may carry a trace's context, and the asynchronous
+// invocation it runs for, if any.
 func NewCall(front string, r *http.Request, tag string) *hook.Call {
+	id, _ := r.Context().Value(invocationKey{}).(string)
 	return &hook.Call{Front: front, Method: methodLabel(r.Method), Tag: tag, Received: Received(r),
-		Carrier: propagation.HeaderCarrier(r.Header)}
+		Carrier: propagation.HeaderCarrier(r.Header), Invocation: id}
 }
 
 // methodLabel is an HTTP request's method as the calls' metrics and trace

@@ -43,6 +43,10 @@ type Call struct {
 	Method string
 	// Tag identifies the call in logs (a request tag, an activation id).
 	Tag string
+	// Invocation, when set, is the id of the asynchronous invocation the
+	// call runs for: its caller polls its result by it, and knows the
+	// call by nothing else.
+	Invocation string
 	// Carrier holds the caller's W3C trace context, if any.
 	Carrier propagation.TextMapCarrier
 	// Received is when the call arrived.

@@ -52,6 +52,9 @@ func (l Log) After(ctx context.Context, c *Call) error {
 	}
 	r := slog.NewRecord(time.Now(), level, msg, 0)
 	r.AddAttrs(slog.String("tag", c.Tag), slog.String("front", c.Front), slog.String("outcome", string(c.Outcome)))
+	if c.Invocation != "" {
+		r.AddAttrs(slog.Bool("async", true), slog.String("invocation", c.Invocation))
+	}
 	r.Add(c.LogAttrs...)
 	if c.Cached != nil {
 		r.AddAttrs(slog.Bool("cached", true))
@@ -83,6 +86,9 @@ func (t Tracing) Before(ctx context.Context, c *Call) (context.Context, error) {
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("ocifn.front", c.Front), attribute.String("ocifn.tag", c.Tag))}
+	if c.Invocation != "" {
+		opts = append(opts, trace.WithAttributes(attribute.String("ocifn.invocation", c.Invocation)))
+	}
 	// The span starts when the call came, as its duration does: a front
 	// may make the call's hooks only once it has waited for a slot and
 	// read the request.
