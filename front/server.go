@@ -3,6 +3,7 @@ package front
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -81,24 +82,28 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-s.ready:
 			h = s.handler.Load()
 		case <-r.Context().Done():
-			s.refuse(w, r, "the function image was still being unpacked; retry shortly")
+			// Nobody reads an answer now: logged as a call whose
+			// caller left while it waited for a slot is, not as a 503
+			// of ocifn's.
+			err := fmt.Errorf("the caller went away while the call waited for the function image to be unpacked: %w", r.Context().Err())
+			s.refuse(w, r, StatusCallerGone, err.Error(), err)
 			return
 		case <-s.abandoned:
-			s.refuse(w, r, "ocifn stopped before the function image was ready: the call did not run")
+			s.refuse(w, r, http.StatusServiceUnavailable, "ocifn stopped before the function image was ready: the call did not run", nil)
 			return
 		}
 	}
 	(*h).ServeHTTP(w, r)
 }
 
-// refuse answers a call that waited for the server to be ready 503 with
-// msg, through the hooks.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, msg string) {
+// refuse answers a call that waited for the server to be ready with
+// status and msg, through the hooks; err, when set, is the call's error.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, msg string, err error) {
 	call := NewCall(s.front, r, r.Header.Get("Event-Id"))
 	ctx := s.hooks.Before(r.Context(), call)
-	call.Outcome, call.Reason = hook.Error, msg
-	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", http.StatusServiceUnavailable)
-	WriteJSONError(w, http.StatusServiceUnavailable, msg)
+	call.Outcome, call.Reason, call.Err = hook.Error, msg, err
+	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
+	WriteJSONError(w, status, msg)
 	s.hooks.After(ctx, call)
 }
 

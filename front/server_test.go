@@ -128,3 +128,32 @@ func TestCallsRefusedBeforeReadyAreCounted(t *testing.T) {
 	hooktest.CheckCalls(t, reg, hook.Error, 1)
 	fronttest.Says(t, "log", logs.String(), "outcome=error", "status=503", "path=/run", "stopped before the function image was ready")
 }
+
+// TestCallerGoneBeforeReadyIsLoggedSo: a caller that leaves while its call
+// waits for the image to be unpacked is logged as one that leaves while
+// its call waits for a slot: status 499, saying the caller went away,
+// not a 503 of ocifn's that nobody got.
+func TestCallerGoneBeforeReadyIsLoggedSo(t *testing.T) {
+	s := NewServer(prometheus.NewRegistry())
+	var logs bytes.Buffer
+	reg := prometheus.NewRegistry()
+	s.CountRefusals(hook.NewChain(slog.New(slog.DiscardHandler), hook.Log{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, hook.NewMetrics(reg)), "http")
+	logged := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(logged)
+		s.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	c := &http.Client{Timeout: 100 * time.Millisecond}
+	if rsp, err := c.Post(ts.URL+"/run", "application/json", nil); err == nil {
+		rsp.Body.Close()
+		t.Fatalf("a call before ready was answered %d", rsp.StatusCode)
+	}
+	select {
+	case <-logged:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call whose caller left was not logged")
+	}
+	hooktest.CheckCalls(t, reg, hook.Error, 1)
+	fronttest.Says(t, "log", logs.String(), "outcome=error", "status=499", "path=/run", "the caller went away while the call waited for the function image to be unpacked")
+}
