@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -309,10 +310,11 @@ func TestAsyncInvocationLimits(t *testing.T) {
 
 // TestAsyncResultOnAFullDisk: an invocation whose result the cache disk
 // has no room for reads as failed, saying why, rather than as running for
-// ever; the next one, with room, is stored.
+// ever; the next one, with room, is stored. One that cannot even be
+// started is answered 500, and counted and logged as a call.
 func TestAsyncResultOnAFullDisk(t *testing.T) {
 	// The unpacked image takes about 2 MiB of the 16.
-	_, cache := smallDisk(t, 16<<20)
+	mount, cache := smallDisk(t, 16<<20)
 	f := startCGI(t, []string{"--cache-dir", cache})
 	code, h, body := f.do(t, http.MethodPost, "/env", bytes.Repeat([]byte("x"), 15<<20), http.Header{"Prefer": {"respond-async"}})
 	loc := h.Get("Location")
@@ -328,6 +330,16 @@ func TestAsyncResultOnAFullDisk(t *testing.T) {
 	if code, body := f.asyncResult(t, small); code != http.StatusOK || body != "no header block, just a body\n" {
 		t.Errorf("a result with room: %d %q", code, body)
 	}
+
+	// Whether all of it fits or not, the disk is full after.
+	_ = os.WriteFile(filepath.Join(mount, "filler"), make([]byte, freeBytes(t, mount)), 0o644)
+	code, _, body = f.do(t, http.MethodGet, "/plain", nil, http.Header{"Prefer": {"respond-async"}})
+	if code != http.StatusInternalServerError {
+		t.Fatalf("an invocation the disk has no room to start: %d %q, want 500", code, body)
+	}
+	mustContain(t, "the answer", string(body), "cannot store the invocation", "no space left on device")
+	f.awaitMetric(t, `ocifn_calls_total{outcome="error"} 1`)
+	mustContain(t, "log", f.stderr.String(), "outcome=error method=GET path=/plain status=500 async=true")
 }
 
 // TestHTTPPackage: an image built with ocifn build --api http works as a

@@ -299,7 +299,9 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 	if err != nil {
 		place.Release()
 		iv.log.Error("cannot start an asynchronous invocation", "error", err)
-		http.Error(w, "cannot store the invocation", http.StatusInternalServerError)
+		// Refused as when the gate is full: counted and logged as a
+		// call, not only as ocifn's error.
+		iv.refuse(w, r, received, hook.Error, http.StatusInternalServerError, fmt.Errorf("cannot store the invocation: %w", err))
 		return
 	}
 	// The call outlives the request that started it. Its log line and
