@@ -110,7 +110,7 @@ func (FunctionIO) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
 			Resource: structMap(r.GetResource()),
 		})
 	}
-	b, err := yaml.Marshal(fio)
+	b, err := marshalYAML(fio)
 	if err != nil {
 		return nil, fmt.Errorf("cannot encode the request as a FunctionIO document: %w", err)
 	}

@@ -386,3 +386,22 @@ func TestFunctionIORoundTrip(t *testing.T) {
 		t.Errorf("desired after a round trip (-want +got):\n%s", d)
 	}
 }
+
+// TestFunctionIORoundTripKeepsNEL: a string holding a NEL (U+0085), which
+// YAML 1.1 reads as a line break, survives a function that prints its
+// input back unchanged.
+func TestFunctionIORoundTripKeepsNEL(t *testing.T) {
+	req := fioRequest(t)
+	req.Desired.Resources["bucket"].Resource.Fields["spec"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"note": structpb.NewStringValue("a\u0085b\u0085")}})
+	b, err := FunctionIO{}.Encode(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsp, err := FunctionIO{}.Decode(req, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(req.Desired.Resources["bucket"].Resource, rsp.Desired.Resources["bucket"].GetResource(), protocmp.Transform()); d != "" {
+		t.Errorf("desired bucket after a round trip (-want +got):\n%s", d)
+	}
+}

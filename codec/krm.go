@@ -164,7 +164,7 @@ func (KRM) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
 		}
 		rl.Items = append(rl.Items, item)
 	}
-	b, err := yaml.Marshal(rl)
+	b, err := marshalYAML(rl)
 	if err != nil {
 		return nil, fmt.Errorf("cannot encode the request as a ResourceList: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/google/go-cmp/cmp"
+	yamlv3 "go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
@@ -300,5 +301,45 @@ func TestKRMMessageKeepsFieldsWithoutAPath(t *testing.T) {
 		if got := krmMessage(c.r, nil, nil); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.r, got, c.want)
 		}
+	}
+}
+
+// TestKRMRoundTripKeepsNEL: a string holding a NEL (U+0085), a line break
+// to YAML 1.1 that JSON leaves unescaped, reaches the function as it is
+// (kyaml reads it with go.yaml.in/yaml/v3), and an answer that printed the
+// ResourceList back unchanged changes nothing, the XR included.
+func TestKRMRoundTripKeepsNEL(t *testing.T) {
+	const s = "a\u0085b\u0085\u0085c\u0085"
+	req := krmRequest(t)
+	req.Observed.Composite.Resource.Fields["spec"].GetStructValue().Fields["note"] = structpb.NewStringValue(s)
+	req.Desired.Resources["queue"].Resource.Fields["spec"] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"note": structpb.NewStringValue(s)}})
+	b, err := KRM{}.Encode(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent struct {
+		Items []struct {
+			Spec struct {
+				Note string `yaml:"note"`
+			} `yaml:"spec"`
+		} `yaml:"items"`
+	}
+	if err := yamlv3.Unmarshal(b, &sent); err != nil {
+		t.Fatal(err)
+	}
+	for i, item := range sent.Items {
+		if i != 1 && item.Spec.Note != s { // items[1] is the bucket, without a note
+			t.Errorf("items[%d].spec.note reaches the function as %q, want %q:\n%s", i, item.Spec.Note, s, b)
+		}
+	}
+	rsp, err := KRM{}.Decode(req, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(req.Desired, rsp.Desired, protocmp.Transform()); d != "" {
+		t.Errorf("desired state after a function that changed nothing (-want +got):\n%s", d)
+	}
+	if len(rsp.Results) != 0 {
+		t.Errorf("results %v, want none", rsp.Results)
 	}
 }

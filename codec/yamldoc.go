@@ -2,8 +2,59 @@ package codec
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"strconv"
+
+	yamlv2 "go.yaml.in/yaml/v2"
 )
+
+// marshalYAML is what the YAML modes send the function: v as YAML, as
+// sigs.k8s.io/yaml's Marshal writes it, but without its one loss. That
+// Marshal writes v as JSON and parses the JSON back as YAML 1.1 before it
+// writes YAML; JSON leaves a NEL (U+0085) unescaped, and to YAML 1.1 a NEL
+// is a line break, which a quoted scalar folds into a space. Read as JSON,
+// the string keeps it, and the YAML writer escapes it ("\N"). Numbers get
+// the types YAML would have read them as, so that an integer is written as
+// one.
+func marshalYAML(v any) ([]byte, error) {
+	j, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	d := json.NewDecoder(bytes.NewReader(j))
+	d.UseNumber()
+	var doc any
+	if err := d.Decode(&doc); err != nil {
+		return nil, err
+	}
+	return yamlv2.Marshal(yamlNumbers(doc))
+}
+
+// yamlNumbers replaces, in place, each json.Number in v with the int64,
+// uint64 or float64 YAML reads its text as.
+func yamlNumbers(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			t[k] = yamlNumbers(e)
+		}
+	case []any:
+		for i, e := range t {
+			t[i] = yamlNumbers(e)
+		}
+	case json.Number:
+		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
+			return i
+		}
+		if u, err := strconv.ParseUint(string(t), 10, 64); err == nil {
+			return u
+		}
+		f, _ := strconv.ParseFloat(string(t), 64) // json.Marshal wrote it from a float64
+		return f
+	}
+	return v
+}
 
 // oneDocument returns what of YAML output to decode: its one document, or
 // an error when it holds more than one, since the YAML modes' decoder reads

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -275,5 +276,26 @@ spec:
 				t.Errorf("ocifn's KRM annotations leaked into the rendered output:\n%s", r.stdout)
 			}
 		})
+	}
+}
+
+// TestKRMRoundTripKeepsNEL: a string holding a NEL (U+0085) reaches a KRM
+// function and comes back as it was: cat, which prints its ResourceList
+// back, changes neither a composed resource nor the XR.
+func TestKRMRoundTripKeepsNEL(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("echo.tar"), "--io", "krm", "--warm", "0"})
+	req := krmRequest(t, "nel", "")
+	note := structpb.NewStringValue("caf\u0085e\u0085")
+	req.Observed.Composite.Resource.Fields["spec"].GetStructValue().Fields["note"] = note
+	req.Desired.Resources["bucket"].Resource.Fields["spec"].GetStructValue().Fields["note"] = note
+	rsp := s.call(t, req)
+	if len(rsp.GetResults()) != 0 {
+		t.Fatalf("results %v, want none", rsp.GetResults())
+	}
+	if got := structField(rsp.GetDesired().GetResources()["bucket"].GetResource(), "spec.note").GetStringValue(); got != note.GetStringValue() {
+		t.Errorf("bucket spec.note came back as %q, want %q", got, note.GetStringValue())
+	}
+	if !proto.Equal(rsp.GetDesired().GetComposite(), req.GetDesired().GetComposite()) {
+		t.Errorf("desired XR %v, want the request's %v: cat changed nothing", rsp.GetDesired().GetComposite(), req.GetDesired().GetComposite())
 	}
 }
