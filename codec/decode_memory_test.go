@@ -94,6 +94,10 @@ func TestDecodeMemoryBoundsDecode(t *testing.T) {
 		krm := strings.Join([]string{"apiVersion: config.kubernetes.io/v1", "kind: ResourceList", "items:", "- apiVersion: v1", "  kind: X", "  a:", ""}, br) + strings.ReplaceAll(items, "      -", "  -")
 		cases = append(cases, tc{FunctionIO{}, "nulls, lines ending in " + bname, fio}, tc{KRM{}, "nulls, lines ending in " + bname, krm}, tc{JSON{}, "nulls, lines ending in " + bname, fio})
 	}
+	// Plain values YAML 1.1 reads as booleans, which the krm mode parses
+	// once more to quote (quoteYAML11Bools).
+	ons := strings.Join([]string{"apiVersion: config.kubernetes.io/v1", "kind: ResourceList", "items:", "- apiVersion: v1", "  kind: X", "  a:", ""}, "\n") + strings.Repeat("  - on\n", 100000)
+	cases = append(cases, tc{KRM{}, "plain on values", ons}, tc{KRM{}, "plain on values, invalid", ons + "bogus: 1\n"})
 	for _, c := range cases {
 		out := []byte(c.out)
 		var rsp *fnv1.RunFunctionResponse

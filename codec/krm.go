@@ -211,6 +211,8 @@ func parseResourceList(stdout []byte) (*resourceList, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the function's output is not one ResourceList: %w%s", err, hint("krm", stdout))
 	}
+	// Read as YAML 1.2, as kyaml reads it: a plain on or no is a string.
+	doc = quoteYAML11Bools(doc)
 	var rl resourceList
 	if err := yaml.UnmarshalStrict(doc, &rl); err != nil {
 		// Another mode's answer is told so; in this mode's, a key it

@@ -343,3 +343,60 @@ func TestKRMRoundTripKeepsNEL(t *testing.T) {
 		t.Errorf("results %v, want none", rsp.Results)
 	}
 }
+
+// TestKRMDecodeReadsYAML12Booleans: the ResourceList is read as kyaml (and
+// yq, which KRM functions in shell use) reads it, by YAML 1.2, where only
+// true and false are booleans: a plain on, off, yes, no, y or n, which
+// YAML 1.1 reads as a boolean, is a string, as a value and as a key.
+func TestKRMDecodeReadsYAML12Booleans(t *testing.T) {
+	rsp, err := KRM{}.Decode(krmRequest(t), []byte(`apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- apiVersion: s3.example.org/v1
+  kind: Bucket
+  metadata: {name: b1, annotations: {ocifn.io/composition-resource-name: bucket}}
+  spec:
+    versioning: on
+    public: no   # a comment
+    flags: [yes, Off,N]
+    modes: {y: 1, n: YES}
+    on: 2
+    y:
+      Y: [off]
+    enabled: true
+    disabled: False
+    quoted: "on"
+    text: |
+      on
+    sentence: no region set
+results:
+- message: no
+  severity: info
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := obj(t, `apiVersion: s3.example.org/v1
+kind: Bucket
+metadata: {name: b1}
+spec:
+  versioning: "on"
+  public: "no"
+  flags: ["yes", "Off", "N"]
+  modes: {"y": 1, "n": "YES"}
+  "on": 2
+  "y":
+    "Y": ["off"]
+  enabled: true
+  disabled: false
+  quoted: "on"
+  text: "on\n"
+  sentence: no region set
+`)
+	if d := cmp.Diff(want, rsp.Desired.Resources["bucket"].GetResource(), protocmp.Transform()); d != "" {
+		t.Errorf("bucket (-want +got):\n%s", d)
+	}
+	if len(rsp.Results) != 1 || rsp.Results[0].Message != "no" {
+		t.Errorf("results %v, want one with the message \"no\"", rsp.Results)
+	}
+}

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
+	"unicode/utf8"
 
 	yamlv2 "go.yaml.in/yaml/v2"
+	yamlv3 "go.yaml.in/yaml/v3"
 )
 
 // marshalYAML is what the YAML modes send the function: v as YAML, as
@@ -169,4 +172,174 @@ func isMarker(line []byte, m string) bool {
 func hasContent(line []byte) bool {
 	line = bytes.TrimLeft(line, " \t")
 	return len(line) > 0 && line[0] != '#'
+}
+
+// yaml11Bools are the plain scalars that YAML 1.1, as the YAML modes'
+// decoder reads, takes for booleans, and YAML 1.2 (kyaml, yq) for strings.
+// true and false, booleans to both, are not among them.
+var yaml11Bools = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true,
+	"n": true, "N": true, "no": true, "No": true, "NO": true,
+	"on": true, "On": true, "ON": true,
+	"off": true, "Off": true, "OFF": true,
+}
+
+// quoteYAML11Bools returns doc with each plain scalar of yaml11Bools, as a
+// value or a key, double-quoted, so that a YAML 1.1 decoder reads it as
+// the string YAML 1.2 makes of it. A KRM function's output is written to
+// be read by kyaml (YAML 1.2): yq and kyaml print the string "on" plain,
+// which YAML 1.1 would turn into true, and a key "y" into "true". doc is
+// returned as it is when it holds no such scalar, or does not parse (the
+// decoder then says why).
+func quoteYAML11Bools(doc []byte) []byte {
+	if !mayHoldYAML11Bool(doc) {
+		return doc
+	}
+	var root yamlv3.Node
+	if err := yamlv3.Unmarshal(doc, &root); err != nil {
+		return doc
+	}
+	// Where each line begins, counting the line breaks the parser counts.
+	lines := []int{0}
+	for off := 0; off < len(doc); {
+		_, next := lineEnd(doc, off)
+		if next < len(doc) {
+			lines = append(lines, next)
+		}
+		off = next
+	}
+	if bytes.HasPrefix(doc, []byte("\uFEFF")) {
+		lines[0] = len("\uFEFF") // the parser does not count the byte order mark
+	}
+	var at []int // byte offsets of the scalars to quote, in document order
+	var walk func(n *yamlv3.Node)
+	walk = func(n *yamlv3.Node) {
+		if n.Kind == yamlv3.ScalarNode {
+			if n.Style == 0 && n.Tag == "!!str" && yaml11Bools[n.Value] && n.Line >= 1 && n.Line <= len(lines) {
+				off, ok := columnOffset(doc, lines[n.Line-1], n.Column)
+				if ok && n.Anchor != "" {
+					// The node begins at its anchor: the scalar follows.
+					off = skipBlanks(doc, off+len("&")+len(n.Anchor))
+				}
+				// Only the word itself is quoted, never part of another.
+				if ok && off < len(doc) && plainWordLen(doc[off:]) == len(n.Value) && bytes.HasPrefix(doc[off:], []byte(n.Value)) && (off == 0 || !isLetter(doc[off-1])) {
+					at = append(at, off)
+				}
+			}
+			return
+		}
+		// An alias is walked where its anchor is: walking it again
+		// would quote nothing new, however often it repeats.
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&root)
+	if len(at) == 0 {
+		return doc
+	}
+	sort.Ints(at)
+	out := make([]byte, 0, len(doc)+2*len(at))
+	prev := 0
+	for _, off := range at {
+		end := off + plainWordLen(doc[off:])
+		out = append(out, doc[prev:off]...)
+		out = append(out, '"')
+		out = append(out, doc[off:end]...)
+		out = append(out, '"')
+		prev = end
+	}
+	return append(out, doc[prev:]...)
+}
+
+// skipBlanks is off moved past the spaces and tabs there.
+func skipBlanks(doc []byte, off int) int {
+	for off < len(doc) && (doc[off] == ' ' || doc[off] == '\t') {
+		off++
+	}
+	return off
+}
+
+// columnOffset is the byte offset of the column (from 1, in characters, as
+// the parser counts them) of the line that begins at start.
+func columnOffset(doc []byte, start, column int) (int, bool) {
+	off := start
+	for c := 1; c < column; c++ {
+		if off >= len(doc) {
+			return 0, false
+		}
+		_, size := utf8.DecodeRune(doc[off:])
+		off += size
+	}
+	return off, off < len(doc)
+}
+
+// plainWordLen is the length of the ASCII letters b begins with.
+func plainWordLen(b []byte) int {
+	n := 0
+	for n < len(b) && isLetter(b[n]) {
+		n++
+	}
+	return n
+}
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// mayHoldYAML11Bool says, without parsing, whether doc may hold a plain
+// scalar of yaml11Bools: a word of them that begins a scalar (after a line
+// break or indentation, "- ", ": ", "? ", "[", "{" or ",") and ends one
+// (before a line break, ": ", ",", "]", "}", " #" or the end). Most output
+// holds none and is not parsed twice.
+func mayHoldYAML11Bool(doc []byte) bool {
+	for i := 0; i < len(doc); {
+		if !isLetter(doc[i]) {
+			i++
+			continue
+		}
+		j := i + plainWordLen(doc[i:])
+		if yaml11Bools[string(doc[i:j])] && beginsScalar(doc, i) && endsScalar(doc, j) {
+			return true
+		}
+		i = j
+	}
+	return false
+}
+
+func beginsScalar(doc []byte, i int) bool {
+	k := i
+	for k > 0 && (doc[k-1] == ' ' || doc[k-1] == '\t') {
+		k--
+	}
+	if k == 0 {
+		return true
+	}
+	if a := bytes.LastIndexAny(doc[:k], " \t\n\r[{,"); doc[a+1] == '&' && k < i {
+		return beginsScalar(doc, a+1) // after an anchor, "&a on"
+	}
+	switch doc[k-1] {
+	case '\n', '\r', '[', '{', ',':
+		return true
+	case '-', ':', '?':
+		return k < i // "-on" and "a:on" are scalars of their own
+	}
+	return false
+}
+
+func endsScalar(doc []byte, j int) bool {
+	k := j
+	for k < len(doc) && (doc[k] == ' ' || doc[k] == '\t') {
+		k++
+	}
+	if k == len(doc) {
+		return true
+	}
+	switch doc[k] {
+	case '\n', '\r', ',', ']', '}':
+		return true
+	case '#':
+		return k > j
+	case ':':
+		return k+1 == len(doc) || doc[k+1] == ' ' || doc[k+1] == '\t' || doc[k+1] == '\n' || doc[k+1] == '\r'
+	}
+	return false
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -297,5 +298,37 @@ func TestKRMRoundTripKeepsNEL(t *testing.T) {
 	}
 	if !proto.Equal(rsp.GetDesired().GetComposite(), req.GetDesired().GetComposite()) {
 		t.Errorf("desired XR %v, want the request's %v: cat changed nothing", rsp.GetDesired().GetComposite(), req.GetDesired().GetComposite())
+	}
+}
+
+// TestKRMReadsYAML12Booleans: a KRM function in yq (YAML 1.2, as kyaml)
+// that sets the strings "on" and "no" and a key "y" prints them plain;
+// they reach Crossplane as the strings and the key they are, not as the
+// booleans and the key "true" YAML 1.1 would make of them.
+func TestKRMReadsYAML12Booleans(t *testing.T) {
+	yq := configuredImage(t, "yq-function.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/yq", `(.items[] | select(.kind == "Bucket") | .spec) += {"versioning": "on", "public": "no", "y": 1, "enabled": true}`}
+		c.Cmd = nil
+	})
+	s := startServer(t, []string{"--tarball", yq, "--io", "krm", "--warm", "0"})
+	rsp := s.call(t, krmRequest(t, "yaml12", ""))
+	if len(rsp.GetResults()) != 0 {
+		t.Fatalf("results %v, want none", rsp.GetResults())
+	}
+	spec := structField(rsp.GetDesired().GetResources()["bucket"].GetResource(), "spec").GetStructValue()
+	want := map[string]*structpb.Value{
+		"acl":        structpb.NewStringValue("private"),
+		"versioning": structpb.NewStringValue("on"),
+		"public":     structpb.NewStringValue("no"),
+		"y":          structpb.NewNumberValue(1),
+		"enabled":    structpb.NewBoolValue(true),
+	}
+	if len(spec.GetFields()) != len(want) {
+		t.Errorf("bucket spec %v, want %v", spec, want)
+	}
+	for k, v := range want {
+		if !proto.Equal(spec.GetFields()[k], v) {
+			t.Errorf("bucket spec.%s = %v, want %v", k, spec.GetFields()[k], v)
+		}
 	}
 }
