@@ -282,9 +282,16 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 			return fmt.Errorf("items[%d] is empty", i)
 		}
 		ann := annotations(item)
-		if ann[AnnotationComposite] == "true" {
-			if xrSeen {
+		_, named := ann[AnnotationResourceName]
+		// A function that replaced the XR's annotations dropped ocifn's:
+		// the item with the XR's identity is still the XR, not a new
+		// composed resource of the XR's kind and name.
+		if ann[AnnotationComposite] == "true" || !named && sameObject(item, sentXR) {
+			if xrSeen && ann[AnnotationComposite] == "true" {
 				return fmt.Errorf("items[%d]: a second item is annotated %s", i, AnnotationComposite)
+			}
+			if xrSeen {
+				return fmt.Errorf("items[%d]: a second item is the composite resource (its apiVersion, kind and name)", i)
 			}
 			xrSeen = true
 			xr, removed, err := krmDesiredComposite(req, sentXR, item)
@@ -300,8 +307,8 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 			}
 			continue
 		}
-		name, ok := ann[AnnotationResourceName]
-		if !ok {
+		name := ann[AnnotationResourceName]
+		if !named {
 			unnamed = append(unnamed, i)
 			continue
 		}
@@ -336,6 +343,24 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 	}
 
 	return nil
+}
+
+// sameObject says whether a and b have the same apiVersion, kind, name
+// and namespace, a name among them.
+func sameObject(a, b map[string]any) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	id := func(o map[string]any) [4]string {
+		meta, _ := o["metadata"].(map[string]any)
+		var s [4]string
+		for i, v := range []any{o["apiVersion"], o["kind"], meta["name"], meta["namespace"]} {
+			s[i], _ = v.(string)
+		}
+		return s
+	}
+	ida := id(a)
+	return ida[2] != "" && ida == id(b)
 }
 
 // crossplaneResults are rl's results as Crossplane's, each message saying

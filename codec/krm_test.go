@@ -249,6 +249,7 @@ func TestKRMDecodeErrors(t *testing.T) {
 		"name_twice_keeps_the_results": {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{apiVersion: v1, kind: A, metadata: {name: a, annotations: {ocifn.io/composition-resource-name: x}}}, {kind: B, metadata: {annotations: {ocifn.io/composition-resource-name: x}}}]\nresults: [{message: copied, severity: warning, resourceRef: {apiVersion: v1, kind: A, name: a}}]\n",
 			`items[1]: a second item is annotated ocifn.io/composition-resource-name: x (the function's results; warning: copied (resource v1 A a (composition resource "x")))`},
 		"two_xrs":           {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{kind: A, metadata: {annotations: {ocifn.io/composite: 'true'}}}, {kind: A, metadata: {annotations: {ocifn.io/composite: 'true'}}}]\n", "items[1]: a second item is annotated ocifn.io/composite"},
+		"xr_and_a_copy":     {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{apiVersion: example.org/v1, kind: XApp, metadata: {name: xa, annotations: {ocifn.io/composite: 'true'}}}, {apiVersion: example.org/v1, kind: XApp, metadata: {name: xa}}]\n", "items[1]: a second item is the composite resource (its apiVersion, kind and name)"},
 		"json_mode":         {`{"meta":{"tag":"k1"},"desired":{"resources":{}}}`, "run it with --io json"},
 		"functionio_mode":   {"desired:\n  composite:\n    resource: {kind: X}\n  resources:\n  - name: a\n    resource: {kind: Y}\n", "run it with --io functionio"},
 		"functionio_as_krm": {"observed: {composite: {resource: {}}}\ndesired: {resources: []}\n", "FunctionIO document"},
@@ -398,5 +399,38 @@ spec:
 	}
 	if len(rsp.Results) != 1 || rsp.Results[0].Message != "no" {
 		t.Errorf("results %v, want one with the message \"no\"", rsp.Results)
+	}
+}
+
+// TestKRMDecodeXRWithoutItsAnnotation: an XR item whose annotations the
+// function replaced, ocifn's with them, is still the XR (it has the XR's
+// apiVersion, kind and name), not a new composed resource of the XR's
+// kind.
+func TestKRMDecodeXRWithoutItsAnnotation(t *testing.T) {
+	rsp, err := KRM{}.Decode(krmRequest(t), []byte(`
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- apiVersion: example.org/v1
+  kind: XApp
+  metadata: {name: xa, labels: {env: dev}, annotations: {team: a}}
+  spec: {size: 2}
+  status: {phase: Pending}
+- apiVersion: s3.example.org/v1
+  kind: Bucket
+  metadata: {name: b1, annotations: {ocifn.io/composition-resource-name: bucket}}
+- apiVersion: sqs.example.org/v1
+  kind: Queue
+  metadata: {annotations: {ocifn.io/composition-resource-name: queue}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &fnv1.State{
+		Composite: &fnv1.Resource{Resource: obj(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata: {annotations: {team: a}}\nstatus: {phase: Pending}\n")},
+		Resources: krmRequest(t).Desired.Resources,
+	}
+	if d := cmp.Diff(want, rsp.Desired, protocmp.Transform()); d != "" {
+		t.Errorf("desired (-want +got):\n%s", d)
 	}
 }

@@ -332,3 +332,29 @@ func TestKRMReadsYAML12Booleans(t *testing.T) {
 		}
 	}
 }
+
+// TestKRMXRWithoutItsAnnotation: a yq function that replaces the XR's
+// annotations, ocifn's with them, still changes the XR: its annotation
+// reaches the desired XR, and the XR does not come back as a composed
+// resource of its own kind and name.
+func TestKRMXRWithoutItsAnnotation(t *testing.T) {
+	yq := configuredImage(t, "yq-function.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/yq", `(.items[] | select(.kind == "XApp") | .metadata.annotations) = {"team": "platform"}`}
+		c.Cmd = nil
+	})
+	s := startServer(t, []string{"--tarball", yq, "--io", "krm", "--warm", "0"})
+	rsp := s.call(t, krmRequest(t, "xr-annotations", ""))
+	if len(rsp.GetResults()) != 0 {
+		t.Fatalf("results %v, want none", rsp.GetResults())
+	}
+	if res := rsp.GetDesired().GetResources(); len(res) != 3 || res["bucket"] == nil || res["queue"] == nil || res["topic"] == nil {
+		t.Errorf("desired resources %v, want the request's bucket, queue and topic alone", res)
+	}
+	xr := rsp.GetDesired().GetComposite().GetResource()
+	if got := structField(xr, "metadata.annotations.team").GetStringValue(); got != "platform" {
+		t.Errorf("desired XR %v, want the annotation team=platform", xr)
+	}
+	if got := structField(xr, "status.phase").GetStringValue(); got != "Composing" {
+		t.Errorf("desired XR %v lost what an earlier step desired (status.phase)", xr)
+	}
+}
