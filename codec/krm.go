@@ -325,7 +325,27 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 		rsp.Desired.Resources[name] = r
 		names[i] = name
 	}
+	// An item that lost its annotation (the function replaced its
+	// annotations) and has the identity of a desired resource the
+	// function did not return under its name is that resource: a new name
+	// would delete it and compose it again. Matched before names are
+	// derived, so that none takes its name.
+	derive := unnamed[:0:0]
 	for _, i := range unnamed {
+		item := rl.Items[i]
+		name := sentName(item, before, rsp.Desired.Resources)
+		if name == "" {
+			derive = append(derive, i)
+			continue
+		}
+		r, err := krmResource(item, before[name], sentAnnotations(before[name]))
+		if err != nil {
+			return fmt.Errorf("items[%d] (%s): %w", i, clip(name, keyBytes), err)
+		}
+		rsp.Desired.Resources[name] = r
+		names[i] = name
+	}
+	for _, i := range derive {
 		item := rl.Items[i]
 		kind, _ := item["kind"].(string)
 		meta, _ := item["metadata"].(map[string]any)
@@ -343,6 +363,23 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 	}
 
 	return nil
+}
+
+// sentName is the name of the one desired resource of the request that
+// is item by its apiVersion, kind, name and namespace and is not yet in
+// returned; "" when none or more than one is.
+func sentName(item map[string]any, sent, returned map[string]*fnv1.Resource) string {
+	found := ""
+	for name, r := range sent {
+		if _, ok := returned[name]; ok || !sameObject(item, structMap(r.GetResource())) {
+			continue
+		}
+		if found != "" {
+			return ""
+		}
+		found = name
+	}
+	return found
 }
 
 // sameObject says whether a and b have the same apiVersion, kind, name

@@ -434,3 +434,38 @@ items:
 		t.Errorf("desired (-want +got):\n%s", d)
 	}
 }
+
+// TestKRMDecodeResourceWithoutItsAnnotation: a composed item whose
+// annotations the function replaced, ocifn's with them, is still the
+// desired resource of the request with its apiVersion, kind and name, not
+// a new one beside it (which would delete the old).
+func TestKRMDecodeResourceWithoutItsAnnotation(t *testing.T) {
+	rsp, err := KRM{}.Decode(krmRequest(t), []byte(`
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- apiVersion: v1
+  kind: Bucket
+  metadata: {name: b1}
+- apiVersion: s3.example.org/v1
+  kind: Bucket
+  metadata: {name: b1, annotations: {team: a}}
+- apiVersion: sqs.example.org/v1
+  kind: Queue
+  metadata: {annotations: {ocifn.io/composition-resource-name: queue}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &fnv1.State{
+		Composite: krmRequest(t).Desired.Composite,
+		Resources: map[string]*fnv1.Resource{
+			"bucket":    {Resource: obj(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata: {name: b1, annotations: {team: a}}\n"), Ready: fnv1.Ready_READY_TRUE},
+			"bucket-b1": {Resource: obj(t, "apiVersion: v1\nkind: Bucket\nmetadata: {name: b1}\n")},
+			"queue":     krmRequest(t).Desired.Resources["queue"],
+		},
+	}
+	if d := cmp.Diff(want, rsp.Desired, protocmp.Transform()); d != "" {
+		t.Errorf("desired (-want +got):\n%s", d)
+	}
+}

@@ -358,3 +358,31 @@ func TestKRMXRWithoutItsAnnotation(t *testing.T) {
 		t.Errorf("desired XR %v lost what an earlier step desired (status.phase)", xr)
 	}
 }
+
+// TestKRMResourcesWithoutTheirAnnotation: a yq function that replaces
+// every item's annotations, ocifn's with them, returns the same desired
+// resources, under their names and with their readiness, not new ones
+// named after their kind and name (which would delete the old).
+func TestKRMResourcesWithoutTheirAnnotation(t *testing.T) {
+	yq := configuredImage(t, "yq-function.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/yq", `.items[].metadata.annotations = {"team": "platform"}`}
+		c.Cmd = nil
+	})
+	s := startServer(t, []string{"--tarball", yq, "--io", "krm", "--warm", "0"})
+	rsp := s.call(t, krmRequest(t, "annotations", ""))
+	if len(rsp.GetResults()) != 0 {
+		t.Fatalf("results %v, want none", rsp.GetResults())
+	}
+	res := rsp.GetDesired().GetResources()
+	if len(res) != 3 || res["bucket"] == nil || res["queue"] == nil || res["topic"] == nil {
+		t.Fatalf("desired resources %v, want the request's bucket, queue and topic alone", res)
+	}
+	for name, r := range res {
+		if got := structField(r.GetResource(), "metadata.annotations.team").GetStringValue(); got != "platform" {
+			t.Errorf("%s: annotation team = %q, want platform", name, got)
+		}
+	}
+	if res["bucket"].GetReady() != fnv1.Ready_READY_TRUE {
+		t.Errorf("bucket ready = %v, want the request's READY_TRUE", res["bucket"].GetReady())
+	}
+}
