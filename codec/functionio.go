@@ -185,6 +185,7 @@ func (fio *functionIO) desired(req *fnv1.RunFunctionRequest, desired *fnv1.State
 	// FunctionIO does not carry, is what an earlier step decided.
 	before := req.GetDesired().GetComposite()
 	if r := fio.Desired.Composite.Resource; r != nil {
+		dropServerSet(r)
 		s, err := structpb.NewStruct(r)
 		if err != nil {
 			return fmt.Errorf("desired.composite.resource: %w", err)
@@ -207,6 +208,7 @@ func (fio *functionIO) desired(req *fnv1.RunFunctionRequest, desired *fnv1.State
 		var s *structpb.Struct
 		var err error
 		if d.Resource != nil {
+			dropServerSet(d.Resource)
 			if s, err = structpb.NewStruct(d.Resource); err != nil {
 				return fmt.Errorf("%s.resource: %w", at, err)
 			}
@@ -259,6 +261,27 @@ func (fio *functionIO) desired(req *fnv1.RunFunctionRequest, desired *fnv1.State
 		desired.Composite.ConnectionDetails = conn
 	}
 	return nil
+}
+
+// serverSet are the metadata fields the API server sets on an object.
+var serverSet = []string{"resourceVersion", "uid", "generation", "creationTimestamp", "managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"}
+
+// dropServerSet removes the fields the API server sets from a desired
+// object's metadata. 1.13 filled desired with the objects it had read, and
+// merge-patched them back, so its functions pass those fields on, or copy
+// an observed object, with them. Crossplane v2 server-side applies what a
+// step desires, and the API server refuses an apply that carries
+// managedFields (400) or a resourceVersion that is no longer the object's
+// (409, as soon as anything changed it since it was read): the XR, or
+// that resource, would fail to compose at every reconcile.
+func dropServerSet(obj map[string]any) {
+	md, ok := obj["metadata"].(map[string]any)
+	if !ok {
+		return
+	}
+	for _, k := range serverSet {
+		delete(md, k)
+	}
 }
 
 // results are the document's results as Crossplane's; an unknown severity

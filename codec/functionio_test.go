@@ -329,6 +329,35 @@ results:
 	}
 }
 
+// TestFunctionIODecodeDropsServerSetMetadata: the fields the API server
+// sets, which a 1.13 function passes on from what 1.13 gave it, or copies
+// from an observed object, are not desired: Crossplane v2 server-side
+// applies desired objects, and the API server refuses an apply with
+// managedFields or a stale resourceVersion. The rest of metadata stays.
+func TestFunctionIODecodeDropsServerSetMetadata(t *testing.T) {
+	md := `{name: n, labels: {a: b}, resourceVersion: "7", uid: u-1, generation: 2, creationTimestamp: "2026-01-02T03:04:05Z", selfLink: /x, deletionTimestamp: "2026-01-03T00:00:00Z", deletionGracePeriodSeconds: 0, managedFields: [{manager: m, operation: Apply}]}`
+	rsp, err := FunctionIO{}.Decode(fioRequest(t), []byte(`
+desired:
+  composite:
+    resource: {apiVersion: example.org/v1, kind: XBucket, metadata: `+md+`}
+  resources:
+  - name: bucket
+    resource: {apiVersion: s3.example.org/v1, kind: Bucket, metadata: `+md+`}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &fnv1.State{
+		Composite: &fnv1.Resource{Resource: obj(t, "apiVersion: example.org/v1\nkind: XBucket\nmetadata: {name: n, labels: {a: b}}\n")},
+		Resources: map[string]*fnv1.Resource{
+			"bucket": {Resource: obj(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata: {name: n, labels: {a: b}}\n"), Ready: fnv1.Ready_READY_TRUE},
+		},
+	}
+	if d := cmp.Diff(want, rsp.GetDesired(), protocmp.Transform()); d != "" {
+		t.Errorf("desired (-want +got):\n%s", d)
+	}
+}
+
 func TestFunctionIODecodeErrors(t *testing.T) {
 	cases := map[string]struct {
 		out  string

@@ -387,3 +387,63 @@ status:
 		t.Errorf("the bucket is not ready, although its MatchString check passes on the observed bucket:\n%s", r.stdout)
 	}
 }
+
+// serverSetMetadata is what the API server sets in an object's metadata,
+// as an observed object carries it.
+const serverSetMetadata = `
+  resourceVersion: "4711"
+  uid: 6f1c9f2e-4b4e-4a53-9d1a-2c3b3f7f0a11
+  generation: 3
+  creationTimestamp: "2026-01-02T03:04:05Z"
+  managedFields:
+  - {manager: apiextensions.crossplane.io/composite, operation: Apply, apiVersion: example.org/v1, fieldsType: FieldsV1, fieldsV1: {"f:status": {}}}
+`
+
+// TestFunctionIOCopiedObservedStateIsApplicable: a 1.13 function that
+// copies the observed XR and an observed composed resource into desired,
+// as 1.13 itself filled desired with them, has the fields the API server
+// sets dropped from what it desires: Crossplane v2 server-side applies
+// the desired state, and the API server refuses an apply that carries
+// metadata.managedFields (400), and one whose resourceVersion is stale
+// (409). What the function set, and the objects' names and labels, stay.
+func TestFunctionIOCopiedObservedStateIsApplicable(t *testing.T) {
+	img := configuredImage(t, "xfn-legacy.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/yq", "-P", "-p", "yaml", "-o", "yaml",
+			`.desired.composite.resource = .observed.composite.resource | .desired.composite.resource.status.copied = true | .desired.resources = [.observed.resources[] | {"name": .name, "resource": .resource}]`, "-"}
+	})
+	s := startServer(t, []string{"--tarball", img, "--io", "functionio", "--warm", "0"})
+	req := xfnRequest(t, "copied", "")
+	req.Observed.Composite.Resource = yamlStruct(t, "apiVersion: example.org/v1\nkind: XBucket\nmetadata:\n  name: xb\n  labels: {team: a}"+serverSetMetadata+
+		"spec: {region: eu}\nstatus:\n  conditions:\n  - {type: Ready, status: \"False\", reason: Creating}\n")
+	req.Observed.Resources["bucket"].Resource = yamlStruct(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata:\n  name: xb-bucket"+serverSetMetadata+"spec: {versioning: true}\n")
+	rsp := s.call(t, req)
+	for _, r := range rsp.GetResults() {
+		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
+			t.Fatalf("Fatal result: %s", r.GetMessage())
+		}
+	}
+	for what, r := range map[string]*structpb.Struct{
+		"desired XR":     rsp.GetDesired().GetComposite().GetResource(),
+		"desired bucket": rsp.GetDesired().GetResources()["bucket"].GetResource(),
+	} {
+		md := r.GetFields()["metadata"].GetStructValue().GetFields()
+		for _, f := range []string{"resourceVersion", "uid", "generation", "creationTimestamp", "managedFields"} {
+			if v, ok := md[f]; ok {
+				t.Errorf("%s has metadata.%s %v, which the API server sets", what, f, v)
+			}
+		}
+		if md["name"].GetStringValue() == "" {
+			t.Errorf("%s lost its name: %v", what, r)
+		}
+	}
+	xr := rsp.GetDesired().GetComposite().GetResource().GetFields()
+	if got := xr["metadata"].GetStructValue().GetFields()["labels"].GetStructValue().GetFields()["team"].GetStringValue(); got != "a" {
+		t.Errorf("desired XR %v, want its labels kept", xr)
+	}
+	if !xr["status"].GetStructValue().GetFields()["copied"].GetBoolValue() {
+		t.Errorf("desired XR %v, want status.copied the function set", xr)
+	}
+	if !rsp.GetDesired().GetResources()["bucket"].GetResource().GetFields()["spec"].GetStructValue().GetFields()["versioning"].GetBoolValue() {
+		t.Errorf("desired bucket %v, want its spec kept", rsp.GetDesired().GetResources()["bucket"])
+	}
+}
