@@ -389,6 +389,52 @@ func TestHTTPCallsWaitingForTheUnpack(t *testing.T) {
 	}
 }
 
+// TestOpenWhiskRunWaitingForTheUnpack: an activation that came while the
+// image was being unpacked and is answered 503 because the server
+// stopped first ends with the sentinels on stdout and on stderr, after
+// its log line, as every answer to /run does: OpenWhisk's invoker waits
+// for them to collect the activation's logs.
+func TestOpenWhiskRunWaitingForTheUnpack(t *testing.T) {
+	big := gzipImage(t, t.TempDir(), "zeros", 512<<20)
+	// ocifn's stdout apart from its stderr, as the invoker reads them.
+	f := runFrontUnready(t, []string{"serve", "--api", "openwhisk", "--address", "127.0.0.1:0", "--cache-dir", cacheDir(t), "--tarball", big})
+	addr := f.awaitListening(t)
+	answered := make(chan int, 1)
+	go func() {
+		rsp, err := http.Post("http://"+addr+"/run", "application/json", strings.NewReader(`{"value": {}, "activation_id": "a1"}`))
+		if err != nil {
+			answered <- 0
+			return
+		}
+		rsp.Body.Close()
+		answered <- rsp.StatusCode
+	}()
+	// The activation is in before the signal: the unpack of 512 MiB
+	// takes longer.
+	time.Sleep(200 * time.Millisecond)
+	if err := f.cmd.Process.Signal(unix.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-answered:
+		if code != http.StatusServiceUnavailable {
+			t.Errorf("the waiting activation: %d, want 503", code)
+		}
+	case <-time.After(patient(60 * time.Second)):
+		t.Fatalf("no answer to the activation within %s\n%s", patient(60*time.Second), f.stderr)
+	}
+	awaitExit(t, f.exited, "ocifn serve", f.stderr)
+	log := f.stderr.String()
+	if got := countOf(f.stdout.String(), owSentinel); got != 1 {
+		t.Errorf("stdout holds %d sentinels, want 1:\n%s", got, f.stdout)
+	}
+	line := strings.Index(log, "path=/run status=503")
+	end := strings.LastIndex(log, owSentinel)
+	if line < 0 || end < line || countOf(log, owSentinel) != 1 {
+		t.Errorf("stderr does not hold the activation's line, then one sentinel:\n%s", log)
+	}
+}
+
 // TestContainerNotMadeWithinTheTimeout: a call whose container crun has
 // not made when --timeout passes (a stuck crun, here a wrapper that never
 // runs it) gets a Fatal result saying that the function did not run, with

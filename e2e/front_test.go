@@ -47,6 +47,15 @@ func startFront(t *testing.T, api string, args []string, env ...string) *httpFro
 // does.
 func runFront(t *testing.T, args []string, env ...string) *httpFront {
 	t.Helper()
+	f := runFrontUnready(t, args, env...)
+	f.awaitServing(t)
+	return f
+}
+
+// runFrontUnready runs ocifn with args, as runFront does, without waiting
+// for it to serve.
+func runFrontUnready(t *testing.T, args []string, env ...string) *httpFront {
+	t.Helper()
 	cmd := exec.Command(ocifnBin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	f := &httpFront{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
@@ -59,8 +68,21 @@ func runFront(t *testing.T, args []string, env ...string) *httpFront {
 		close(f.exited)
 	}()
 	t.Cleanup(f.stop)
-	f.awaitServing(t)
 	return f
+}
+
+// awaitListening waits for f to take connections, before its image is
+// unpacked, and returns its address.
+func (f *httpFront) awaitListening(t *testing.T) string {
+	t.Helper()
+	var addr string
+	eventually(t, 30*time.Second, "listening", func() bool {
+		if m := listeningAt.FindStringSubmatch(f.stderr.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	return addr
 }
 
 func (f *httpFront) awaitServing(t *testing.T) {

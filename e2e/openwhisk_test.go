@@ -799,3 +799,20 @@ func TestOpenWhiskTimeoutIsTheActionsLimit(t *testing.T) {
 		t.Errorf("activation past its deadline: %d %s, want it stopped at its deadline", code, out)
 	}
 }
+
+// TestOpenWhiskRefusedAsyncActivationHasTheSentinels: an asynchronous
+// activation refused before it runs (its body over --max-request-bytes)
+// ends with the sentinels after its log line, as every answer to /run
+// does.
+func TestOpenWhiskRefusedAsyncActivationHasTheSentinels(t *testing.T) {
+	f := startFront(t, "openwhisk", []string{"--tarball", image("owskeleton.tar"), "--max-request-bytes", "1024"})
+	code, _, body := f.do(t, http.MethodPost, "/run", []byte(runPayload(strings.Repeat("x", 5000), nil)), http.Header{"Prefer": {"respond-async"}})
+	if code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("an asynchronous activation over --max-request-bytes: %d %s, want 413", code, body)
+	}
+	f.checkStreams(t, 1)
+	log := f.stderr.String()
+	if line, end := strings.Index(log, "path=/run status=413"), strings.LastIndex(log, owSentinel); line < 0 || end < line {
+		t.Errorf("stderr does not hold the activation's line, then the sentinel:\n%s", log)
+	}
+}

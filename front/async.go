@@ -51,6 +51,10 @@ type Invocations struct {
 	// before their call (CountRefusals).
 	hooks *hook.Chain
 	front string
+	// end, when set, ends the log of each refused invocation
+	// (EndRefusals); endMu keeps each such line and its end together.
+	end   func(*http.Request)
+	endMu sync.Mutex
 
 	// mu orders writes and the size bound's removals, and guards index
 	// and total.
@@ -162,6 +166,10 @@ func (iv *Invocations) ReadBodiesWithin(d time.Duration) { iv.bodyTimeout = d }
 // status.
 func (iv *Invocations) CountRefusals(ch *hook.Chain, front string) { iv.hooks, iv.front = ch, front }
 
+// EndRefusals has end run after the log line of each invocation refused
+// before its call, and before its answer, as Server.EndRefusals.
+func (iv *Invocations) EndRefusals(end func(*http.Request)) { iv.end = end }
+
 // refuse answers an invocation refused before its call with status and
 // err's message, through the hooks.
 func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, received time.Time, o hook.Outcome, status int, err error) {
@@ -172,8 +180,16 @@ func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, received t
 	ctx := iv.hooks.Before(r.Context(), call)
 	call.Outcome, call.Reason = o, err.Error()
 	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status, "async", true)
-	http.Error(w, err.Error(), status)
+	if iv.end == nil {
+		http.Error(w, err.Error(), status)
+		iv.hooks.After(ctx, call)
+		return
+	}
+	iv.endMu.Lock()
 	iv.hooks.After(ctx, call)
+	iv.end(r)
+	iv.endMu.Unlock()
+	http.Error(w, err.Error(), status)
 }
 
 // Close stops the calls still running (they are recorded as failed, as

@@ -32,6 +32,11 @@ type Server struct {
 	// the server was ready (CountRefusals).
 	hooks *hook.Chain
 	front string
+	// end, when set, ends the log of each call refused before the server
+	// was ready (EndRefusals); endMu keeps each such line and its end
+	// together.
+	end   func(*http.Request)
+	endMu sync.Mutex
 }
 
 // NewServer returns a server exposing reg at /metrics.
@@ -50,6 +55,11 @@ func (s *Server) Abandon() { s.abandon.Do(func() { close(s.abandoned) }) }
 // stopped first, or their caller left) go through the calls' hooks, as the
 // front's refused calls do: counted by outcome, logged with their status.
 func (s *Server) CountRefusals(ch *hook.Chain, front string) { s.hooks, s.front = ch, front }
+
+// EndRefusals has end run after the log line of each call refused before
+// the server was ready, and before its answer: OpenWhisk's front ends an
+// activation's logs with its sentinels, which its invoker waits for.
+func (s *Server) EndRefusals(end func(*http.Request)) { s.end = end }
 
 // Ready makes h serve the front's routes. It must be called once.
 func (s *Server) Ready(h http.Handler) {
@@ -103,8 +113,16 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, msg 
 	ctx := s.hooks.Before(r.Context(), call)
 	call.Outcome, call.Reason, call.Err = hook.Error, msg, err
 	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
-	WriteJSONError(w, status, msg)
+	if s.end == nil {
+		WriteJSONError(w, status, msg)
+		s.hooks.After(ctx, call)
+		return
+	}
+	s.endMu.Lock()
 	s.hooks.After(ctx, call)
+	s.end(r)
+	s.endMu.Unlock()
+	WriteJSONError(w, status, msg)
 }
 
 type receivedKey struct{}

@@ -83,6 +83,9 @@ const answerGrace = 2 * time.Second
 func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bundle.Runtime, reg *prometheus.Registry, chain *hook.Chain, gate *admit.Gate) error {
 	srv := front.NewServer(reg)
 	srv.CountRefusals(chain, o.api)
+	if o.api == apiOpenWhisk {
+		srv.EndRefusals(openwhisk.EndRefused(os.Stdout, os.Stderr))
+	}
 	// A port that came from the environment is named where it cannot be
 	// listened on: no --address was given.
 	what := ""
@@ -128,6 +131,9 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	inv.RefuseWhenFull(gate)
 	inv.ReadBodiesWithin(o.timeout)
 	inv.CountRefusals(chain, o.api)
+	if o.api == apiOpenWhisk {
+		inv.EndRefusals(openwhisk.EndRefused(os.Stdout, os.Stderr))
+	}
 	b, err := o.prepare(ctx, log, rt, o.tarball)
 	if err != nil {
 		return stoppedWhileStarting(ctx, log, err)

@@ -506,6 +506,20 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 	p.run(w, r, received, msg, activation, true)
 }
 
+// EndRefused returns what ends the logs of an activation the server
+// refused before this front saw it (front.Server.EndRefusals): the
+// sentinels on stdout and stderr after a POST /run or POST /, as after
+// every activation; an init's answer has none.
+func EndRefused(stdout, stderr io.Writer) func(*http.Request) {
+	return func(r *http.Request) {
+		if r.URL.Path != "/run" && r.URL.Path != "/" {
+			return
+		}
+		_, _ = stdout.Write(Frame(nil))
+		_, _ = stderr.Write(Frame(nil))
+	}
+}
+
 // writeLogs writes an activation's logs on ocifn's stdout and stderr, each
 // block in one write so that activations running at once do not mix their
 // lines, with the sentinel after them when framed.
