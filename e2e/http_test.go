@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -281,6 +282,48 @@ func TestAsyncInvocations(t *testing.T) {
 		t.Errorf("a call cut off by a restart: %d %q, want 500", code, body)
 	}
 	mustContain(t, "the cut-off call's result", body, "cut off by a restart")
+}
+
+// TestAsyncInvocationTimedFromArrival: an asynchronous invocation's call
+// is timed (its log line's duration, its span's start) from when its
+// request arrived, its body's arrival included, as a synchronous call is,
+// not from when its call began in the background.
+func TestAsyncInvocationTimedFromArrival(t *testing.T) {
+	f := startCGI(t, nil)
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = pw.Write([]byte("a"))
+		time.Sleep(time.Second)
+		_, _ = pw.Write([]byte("b"))
+		_ = pw.Close()
+	}()
+	req, err := http.NewRequest(http.MethodPost, f.url+"/plain", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Prefer", "respond-async")
+	rsp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsp.Body.Close()
+	loc := rsp.Header.Get("Location")
+	if rsp.StatusCode != http.StatusAccepted || loc == "" {
+		t.Fatalf("an asynchronous invocation: %d Location %q", rsp.StatusCode, loc)
+	}
+	if code, body := f.asyncResult(t, loc); code != http.StatusOK {
+		t.Fatalf("result: %d %q", code, body)
+	}
+	line := regexp.MustCompile(`msg=call .*invocation=` + strings.TrimPrefix(loc, "/invocations/") + ` .* duration=(\S+)`)
+	var m []string
+	eventually(t, 5*time.Second, "the invocation's call logged", func() bool { m = line.FindStringSubmatch(f.stderr.String()); return m != nil })
+	d, err := time.ParseDuration(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d < time.Second {
+		t.Errorf("the call's duration is %s; its body took a second to arrive, and the call is timed from the request's arrival", d)
+	}
 }
 
 // TestAsyncInvocationLimits: results expire after --result-ttl, and the

@@ -321,8 +321,11 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	// The call outlives the request that started it. Its log line and
-	// span carry the invocation's id, by which its caller knows it.
-	r2 := r.Clone(context.WithValue(admit.WithReservation(iv.ctx, place), invocationKey{}, id))
+	// span carry the invocation's id, by which its caller knows it, and
+	// it is timed from the request's arrival, as a synchronous call is:
+	// its body, and its wait for the image, are part of what it took.
+	ctx := context.WithValue(admit.WithReservation(iv.ctx, place), invocationKey{}, id)
+	r2 := r.Clone(context.WithValue(ctx, receivedKey{}, received))
 	r2.Body = io.NopCloser(bytes.NewReader(body))
 	r2.ContentLength = int64(len(body))
 	r2.Header.Del("Prefer")
