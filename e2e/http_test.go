@@ -211,6 +211,8 @@ func TestHTTPFuncTimeout(t *testing.T) {
 func TestHTTPTraceparent(t *testing.T) {
 	col, env := startCollector(t)
 	f := startCGI(t, nil, env...)
+	// The serving line says so, as the gRPC front's does.
+	mustContain(t, "log", f.stderr.String(), "tracing=true")
 	if code, _, body := f.do(t, http.MethodGet, "/plain", nil, http.Header{"Traceparent": {callerTraceparent}}); code != http.StatusOK {
 		t.Fatalf("%d %s", code, body)
 	}

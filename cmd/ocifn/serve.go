@@ -481,7 +481,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	chain := hook.NewChain(log, hooks...)
 	gate := admit.New(o.maxConcurrency, o.maxQueue, metrics.Admission)
 	if o.api != apiCrossplane {
-		return o.serveHTTP(ctx, log, rt, reg, chain, gate)
+		return o.serveHTTP(ctx, log, rt, reg, chain, gate, tracer != nil)
 	}
 
 	// Listen first: health checks get NOT_SERVING, rather than no answer,

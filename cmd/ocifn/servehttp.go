@@ -79,8 +79,8 @@ const answerGrace = 2 * time.Second
 
 // serveHTTP serves an HTTP front: it listens first (health checks fail
 // until the image is unpacked), then serves calls until ctx ends, then
-// drains for the grace period.
-func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bundle.Runtime, reg *prometheus.Registry, chain *hook.Chain, gate *admit.Gate) error {
+// drains for the grace period. tracing says whether chain traces calls.
+func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bundle.Runtime, reg *prometheus.Registry, chain *hook.Chain, gate *admit.Gate, tracing bool) error {
 	srv := front.NewServer(reg)
 	srv.CountRefusals(chain, o.api)
 	if o.api == apiOpenWhisk {
@@ -174,7 +174,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	returnHeap()
 	srv.Ready(inv.Wrap(h))
 	ready = true
-	log.Info("serving", "address", lis.Addr().String(), "api", o.api, "max_concurrency", o.maxConcurrency, "max_queue", o.maxQueue, "timeout", o.timeout)
+	log.Info("serving", "address", lis.Addr().String(), "api", o.api, "max_concurrency", o.maxConcurrency, "max_queue", o.maxQueue, "timeout", o.timeout, "tracing", tracing)
 
 	select {
 	case err := <-served:
