@@ -2,9 +2,16 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -87,4 +94,35 @@ func TestResponseCacheTellsCapabilitiesAndCredentialsApart(t *testing.T) {
 			t.Errorf("a request with %s got the cached answer to the first: %v", name, got)
 		}
 	}
+}
+
+// TestCacheHitsWhileDraining: once shutdown began, a call whose answer is
+// in the response cache is still answered from it (it runs no container
+// and takes no slot, and Crossplane's connection stays on this server
+// until it closes), while a call that would run the function is refused
+// with UNAVAILABLE.
+func TestCacheHitsWhileDraining(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-ttl", "1m", "--grace-period", patient(10 * time.Second).String()})
+	cachedReq := shRequest(t, "t-cached", okScript)
+	first := s.call(t, cachedReq)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.callErr(context.Background(), shRequest(t, "t-drain", fmt.Sprintf("sleep %d; %s", int(patient(3*time.Second).Seconds()), okScript)))
+		done <- err
+	}()
+	eventually(t, 5*time.Second, "the call running", func() bool { return s.metric(t, "ocifn_calls_in_flight") == 1 })
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	eventually(t, 5*time.Second, "shutting down", func() bool { return strings.Contains(s.stderr.String(), "shutting down") })
+	hit, err := s.callErr(context.Background(), cachedReq)
+	if err != nil || !bytes.Equal(wire(t, first), wire(t, hit)) {
+		t.Errorf("a call whose answer is cached, while draining: %v %v; want the cached answer", hit, err)
+	}
+	if _, err := s.callErr(context.Background(), shRequest(t, "t-new", okScript)); status.Code(err) != codes.Unavailable {
+		t.Errorf("a call not cached, while draining: %v; want UNAVAILABLE", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the call running at SIGTERM: %v", err)
+	}
+	s.wait(t)
+	mustContain(t, "server log", s.stderr.String(), "msg=call tag=t-cached front=crossplane outcome=ok")
 }
