@@ -148,7 +148,7 @@ func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs,
 				return OperationOutputs{}, fmt.Errorf("pipeline step %q: the input: %w", s.Step, err)
 			}
 		}
-		if req.Credentials, err = credentials(s, in.Credentials); err != nil {
+		if req.Credentials, err = credentials(s, cin.Required); err != nil {
 			return OperationOutputs{}, fmt.Errorf("pipeline step %q: %w", s.Step, err)
 		}
 		rsp, err := runStep(ctx, fn, req, cin, s)

@@ -193,7 +193,7 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 				return Outputs{}, fmt.Errorf("pipeline step %q: the input: %w", s.Step, err)
 			}
 		}
-		if req.Credentials, err = credentials(s, in.Credentials); err != nil {
+		if req.Credentials, err = credentials(s, stepIn.Required); err != nil {
 			return Outputs{}, fmt.Errorf("pipeline step %q: %w", s.Step, err)
 		}
 		rsp, err := runStep(ctx, fn, req, stepIn, s)
@@ -662,8 +662,10 @@ func hasLabels(have, want map[string]string) bool {
 	return true
 }
 
-// credentials gives a step the data of the Secrets its credentials name.
-func credentials(s Step, secrets []Object) (map[string]*fnv1.Credentials, error) {
+// credentials gives a step the data of the Secrets its credentials name,
+// found among what the cluster holds (see clusterObjects), as Crossplane
+// gets them: from --function-credentials or --required-resources alike.
+func credentials(s Step, cluster []Object) (map[string]*fnv1.Credentials, error) {
 	if len(s.Credentials) == 0 {
 		return nil, nil
 	}
@@ -672,39 +674,49 @@ func credentials(s Step, secrets []Object) (map[string]*fnv1.Credentials, error)
 		if c.Source != "Secret" || c.SecretRef == nil {
 			continue
 		}
-		sec := findSecret(secrets, c.SecretRef.Namespace, c.SecretRef.Name)
-		if sec == nil {
-			return nil, fmt.Errorf("credentials %q: no Secret %s/%s in the function credentials file", c.Name, c.SecretRef.Namespace, c.SecretRef.Name)
+		data, ok, err := secretData(cluster, c.SecretRef.Namespace, c.SecretRef.Name)
+		if err != nil {
+			return nil, fmt.Errorf("credentials %q: %w", c.Name, err)
 		}
-		data := map[string][]byte{}
-		if d, ok := sec["data"].(map[string]any); ok {
-			for k, v := range d {
-				s, _ := v.(string)
-				b, err := base64.StdEncoding.DecodeString(s)
-				if err != nil {
-					return nil, fmt.Errorf("credentials %q: Secret %s/%s: data.%s is not base64", c.Name, c.SecretRef.Namespace, c.SecretRef.Name, k)
-				}
-				data[k] = b
-			}
-		}
-		if d, ok := sec["stringData"].(map[string]any); ok {
-			for k, v := range d {
-				s, _ := v.(string)
-				data[k] = []byte(s)
-			}
+		if !ok {
+			return nil, fmt.Errorf("credentials %q: no Secret %s/%s in the function credentials or the required resources", c.Name, c.SecretRef.Namespace, c.SecretRef.Name)
 		}
 		out[c.Name] = &fnv1.Credentials{Source: &fnv1.Credentials_CredentialData{CredentialData: &fnv1.CredentialData{Data: data}}}
 	}
 	return out, nil
 }
 
-func findSecret(secrets []Object, ns, name string) Object {
-	for _, s := range secrets {
-		if s.Kind() == "Secret" && s.Name() == name && s.Namespace() == ns {
-			return s
+// secretData is the data of the v1 Secret ns/name among the cluster's
+// objects (ok is false when there is none), with its stringData merged in:
+// the API server stores stringData as data, so in a cluster it is there.
+func secretData(cluster []Object, ns, name string) (data map[string][]byte, ok bool, err error) {
+	var sec Object
+	for _, o := range cluster {
+		if o.APIVersion() == "v1" && o.Kind() == "Secret" && o.Name() == name && o.Namespace() == ns {
+			sec = o
 		}
 	}
-	return nil
+	if sec == nil {
+		return nil, false, nil
+	}
+	data = map[string][]byte{}
+	if d, ok := sec["data"].(map[string]any); ok {
+		for k, v := range d {
+			s, _ := v.(string)
+			b, err := base64.StdEncoding.DecodeString(s)
+			if err != nil {
+				return nil, false, fmt.Errorf("Secret %s/%s: data.%s is not base64", ns, name, k)
+			}
+			data[k] = b
+		}
+	}
+	if d, ok := sec["stringData"].(map[string]any); ok {
+		for k, v := range d {
+			s, _ := v.(string)
+			data[k] = []byte(s)
+		}
+	}
+	return data, true, nil
 }
 
 // setComposedMetadata adds what Crossplane adds to every composed resource:

@@ -304,6 +304,16 @@ func TestRenderCredentials(t *testing.T) {
 	if d := cmp.Diff(want, seen.GetCredentials()["db"].GetCredentialData().GetData()); d != "" {
 		t.Errorf("credentials (-want +got):\n%s", d)
 	}
+	// Crossplane gets the Secret from its cluster, where --required-resources
+	// puts it too.
+	seen = nil
+	_, err = Render(context.Background(), Inputs{XR: mustObject(t, xrYAML), Composition: c, Functions: map[string]Function{"fn-s": fn}, Required: []Object{secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, seen.GetCredentials()["db"].GetCredentialData().GetData()); d != "" {
+		t.Errorf("credentials from a required resource (-want +got):\n%s", d)
+	}
 	_, err = Render(context.Background(), Inputs{XR: mustObject(t, xrYAML), Composition: c, Functions: map[string]Function{"fn-s": fn}})
 	if err == nil || !strings.Contains(err.Error(), "no Secret ns/db-creds") {
 		t.Errorf("a missing Secret: err = %v", err)
