@@ -154,7 +154,29 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	if err != nil {
 		return Outputs{}, fmt.Errorf("observed resources: %w", err)
 	}
-	observed := &fnv1.State{Composite: &fnv1.Resource{Resource: xrStruct}, Resources: observedResources}
+	// What a step may ask for is what the cluster holds: the XR and its
+	// composed resources too, not only --required-resources.
+	var cluster []Object
+	for _, d := range in.Observed {
+		cluster = append(cluster, d.Object)
+	}
+	stepIn := in
+	stepIn.Required = clusterObjects(append([]Object{xr}, cluster...), in.Required, in.Credentials)
+	// Crossplane observes connection details in the Secrets the XR (a
+	// legacy one: v2 XRs have none) and its composed resources write them
+	// to, as its cluster holds them.
+	var xrConn map[string][]byte
+	if in.Schema == SchemaLegacy {
+		if xrConn, err = connectionDetails(xr, stepIn.Required); err != nil {
+			return Outputs{}, fmt.Errorf("the composite resource: %w", err)
+		}
+	}
+	for name, r := range observedResources {
+		if r.ConnectionDetails, err = connectionDetails(observedByName[name], stepIn.Required); err != nil {
+			return Outputs{}, fmt.Errorf("observed resource %q: %w", name, err)
+		}
+	}
+	observed := &fnv1.State{Composite: &fnv1.Resource{Resource: xrStruct, ConnectionDetails: xrConn}, Resources: observedResources}
 	desired := &fnv1.State{}
 	fctx, err := structpb.NewStruct(in.Context)
 	if err != nil {
@@ -174,14 +196,6 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	if ref, _ := lookup(in.XR, in.Schema.path("compositionRef")...).(map[string]any); len(ref) != 1 || ref["name"] != in.Composition.Name {
 		events = append(events, event{reason: reasonSelectComposition, message: "Successfully selected composition: " + in.Composition.Name})
 	}
-	// What a step may ask for is what the cluster holds: the XR and its
-	// composed resources too, not only --required-resources.
-	var cluster []Object
-	for _, d := range in.Observed {
-		cluster = append(cluster, d.Object)
-	}
-	stepIn := in
-	stepIn.Required = clusterObjects(append([]Object{xr}, cluster...), in.Required, in.Credentials)
 	for _, s := range in.Composition.Steps {
 		fn, ok := in.Functions[s.FunctionRef.Name]
 		if !ok {
@@ -684,6 +698,32 @@ func credentials(s Step, cluster []Object) (map[string]*fnv1.Credentials, error)
 		out[c.Name] = &fnv1.Credentials{Source: &fnv1.Credentials_CredentialData{CredentialData: &fnv1.CredentialData{Data: data}}}
 	}
 	return out, nil
+}
+
+// connectionDetails are the data of the Secret o's
+// spec.writeConnectionSecretToRef names, in o's namespace when it has one
+// (else the reference's), when the cluster holds that Secret; nil when it
+// does not or o names none.
+func connectionDetails(o Object, cluster []Object) (map[string][]byte, error) {
+	ref, ok := lookup(o, "spec", "writeConnectionSecretToRef").(map[string]any)
+	if !ok {
+		return nil, nil
+	}
+	name, okName := ref["name"].(string)
+	refNS, okNS := ref["namespace"].(string)
+	if (ref["name"] != nil && !okName) || (ref["namespace"] != nil && !okNS) {
+		// Crossplane cannot read such a reference, so it reads no Secret.
+		return nil, nil
+	}
+	ns := o.Namespace()
+	if ns == "" {
+		ns = refNS
+	}
+	data, _, err := secretData(cluster, ns, name)
+	if err != nil {
+		return nil, fmt.Errorf("its connection Secret (spec.writeConnectionSecretToRef): %w", err)
+	}
+	return data, nil
 }
 
 // secretData is the data of the v1 Secret ns/name among the cluster's

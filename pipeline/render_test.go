@@ -544,3 +544,37 @@ func TestRequiredResourcesIncludeTheXRObservedAndCredentials(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderObservedConnectionDetails: a composed resource's connection
+// details are what its connection Secret holds, in its own namespace when it
+// has one, as Crossplane reads them; a v2 XR has none, whatever its spec says.
+func TestRenderObservedConnectionDetails(t *testing.T) {
+	var seen *fnv1.RunFunctionRequest
+	fn := scripted(func(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+		seen = req
+		return &fnv1.RunFunctionResponse{Desired: req.GetDesired()}
+	})
+	xr := mustObject(t, xrYAML)
+	xr["spec"].(map[string]any)["writeConnectionSecretToRef"] = map[string]any{"name": "xr-conn"}
+	observed := []Document{
+		{Object: mustObject(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata:\n  name: b\n  namespace: team-a\n  annotations: {crossplane.io/composition-resource-name: bucket}\nspec:\n  writeConnectionSecretToRef: {name: b-conn, namespace: ignored}\n")},
+		{Object: mustObject(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata:\n  name: c\n  namespace: team-a\n  annotations: {crossplane.io/composition-resource-name: other}\nspec:\n  writeConnectionSecretToRef: {name: missing}\n")},
+	}
+	required := []Object{
+		mustObject(t, "apiVersion: v1\nkind: Secret\nmetadata:\n  name: b-conn\n  namespace: team-a\ndata:\n  endpoint: aHR0cHM6Ly9i\n"),
+		mustObject(t, "apiVersion: v1\nkind: Secret\nmetadata:\n  name: xr-conn\n  namespace: team-a\ndata:\n  user: YQ==\n"),
+	}
+	_, err := Render(context.Background(), Inputs{XR: xr, Composition: composition("s"), Functions: map[string]Function{"fn-s": fn}, Observed: observed, Required: required})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(map[string][]byte{"endpoint": []byte("https://b")}, seen.GetObserved().GetResources()["bucket"].GetConnectionDetails()); d != "" {
+		t.Errorf("the bucket's connection details (-want +got):\n%s", d)
+	}
+	if got := seen.GetObserved().GetResources()["other"].GetConnectionDetails(); got != nil {
+		t.Errorf("a resource whose Secret is not there has connection details %v", got)
+	}
+	if got := seen.GetObserved().GetComposite().GetConnectionDetails(); got != nil {
+		t.Errorf("a v2 XR has connection details %v", got)
+	}
+}
