@@ -133,7 +133,7 @@ func Check(xr Object, comp *Composition, functions []string) error {
 // with the metadata Crossplane adds. A Fatal result stops the pipeline with
 // a *FatalError.
 func Render(ctx context.Context, in Inputs) (Outputs, error) {
-	xr, err := reconciledXR(in)
+	xr, stored, err := reconciledXR(in)
 	if err != nil {
 		return Outputs{}, err
 	}
@@ -142,6 +142,9 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		return out, nil
 	}
 	xr = observedXR(in, xr)
+	if configures(in) {
+		stored = xr
+	}
 	xrStruct, err := xr.Struct()
 	if err != nil {
 		return Outputs{}, fmt.Errorf("the composite resource: %w", err)
@@ -161,7 +164,7 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		cluster = append(cluster, d.Object)
 	}
 	stepIn := in
-	stepIn.Required = clusterObjects(append([]Object{xr}, cluster...), in.Required, in.Credentials)
+	stepIn.Required = clusterObjects(append([]Object{stored}, cluster...), in.Required, in.Credentials)
 	// Crossplane observes connection details in the Secrets the XR (a
 	// legacy one: v2 XRs have none) and its composed resources write them
 	// to, as its cluster holds them.
@@ -302,19 +305,21 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 
 // reconciledXR is the XR as Crossplane's reconciler holds it before it
 // looks at the Composition: a uid, a resourceVersion, references to the
-// observed composed resources and a Responsive condition.
-func reconciledXR(in Inputs) (Object, error) {
-	xr := in.XR.deepCopy()
+// observed composed resources and a Responsive condition. stored is the XR
+// as crossplane render's cluster holds it then: the same without the
+// condition, which the reconciler marks only in memory.
+func reconciledXR(in Inputs) (xr, stored Object, err error) {
+	xr = in.XR.deepCopy()
 	if xr.metaString("uid") == "" {
 		xr.setMeta("uid", XRUID(xr))
 	}
 	for _, d := range in.Observed {
 		ref := metav1OwnerController(d.Object)
 		if ref != nil && ref["uid"] != xr.metaString("uid") {
-			return nil, fmt.Errorf("%s: observed resource %s has a controller reference but is not controlled by the XR", d.Source, d.Object.Name())
+			return nil, nil, fmt.Errorf("%s: observed resource %s has a controller reference but is not controlled by the XR", d.Source, d.Object.Name())
 		}
 		if xr.Namespace() != "" && d.Object.Namespace() != xr.Namespace() {
-			return nil, fmt.Errorf("%s: observed resource %s is not in the XR's namespace %s", d.Source, d.Object.Name(), xr.Namespace())
+			return nil, nil, fmt.Errorf("%s: observed resource %s is not in the XR's namespace %s", d.Source, d.Object.Name(), xr.Namespace())
 		}
 	}
 	xr.setMeta("resourceVersion", "999")
@@ -325,8 +330,9 @@ func reconciledXR(in Inputs) (Object, error) {
 		}
 		setPath(xr, refs, in.Schema.path("resourceRefs")...)
 	}
+	stored = xr.deepCopy()
 	markConditions(xr, newCondition(conditionResponsive, "True", "WatchCircuitClosed", ""))
-	return xr, nil
+	return xr, stored, nil
 }
 
 // markConditions sets conditions on an XR or Operation as Crossplane's
@@ -384,6 +390,17 @@ func wholeXR(xr Object, events []event) Outputs {
 		out.Results = append(out.Results, e.object())
 	}
 	return out
+}
+
+// configures reports whether Crossplane's configurators write the XR back
+// to the cluster before it composes, as observedXR has it: to add the
+// crossplane.io/composite label, or a legacy XR's connection Secret
+// reference. Otherwise the cluster keeps the XR as it was given.
+func configures(in Inputs) bool {
+	if in.XR.Labels()[LabelComposite] == "" {
+		return true
+	}
+	return in.Schema == SchemaLegacy && in.Composition.WriteConnectionSecretsToNamespace != "" && lookup(in.XR, "spec", "writeConnectionSecretToRef") == nil
 }
 
 // observedXR is the XR as the functions observe it: the reconciled XR with
