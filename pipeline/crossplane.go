@@ -224,6 +224,24 @@ func fixConditionTimes(o Object) error {
 	return nil
 }
 
+// conditionTimesAsWritten reports whether every condition of o has its
+// lastTransitionTime as Crossplane writes it (RFC 3339 in UTC, whole
+// seconds). Crossplane writes all of an object's conditions again when it
+// sets one, so a time written otherwise is a change of its status.
+func conditionTimesAsWritten(o Object) bool {
+	st, _ := o["status"].(map[string]any)
+	list, _ := st["conditions"].([]any)
+	for _, e := range list {
+		m, _ := e.(map[string]any)
+		s, _ := m["lastTransitionTime"].(string)
+		t, err := time.Parse(time.RFC3339, s)
+		if err != nil || t.UTC().Format(time.RFC3339) != s {
+			return false
+		}
+	}
+	return true
+}
+
 // errStatusNull is why render cannot print a resource whose status is null.
 var errStatusNull = errors.New("cannot set condition timestamps: status is null, not an object")
 

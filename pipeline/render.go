@@ -1,10 +1,12 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -291,6 +293,16 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	if in.Schema == SchemaLegacy && len(claimTypes) > 0 {
 		setClaimConditionTypes(out.XR, claimTypes)
 	}
+	// The reconciler writes the XR's status back only when the reconcile
+	// changed it (conditions that differ only in time are kept as they
+	// were). When it did not, what crossplane render prints is the XR as
+	// a configurator last wrote it, whole, if one did.
+	if configures(in) && conditionTimesAsWritten(in.XR) && sameJSON(out.XR["status"], in.XR["status"]) {
+		out.XR = xr
+	}
+	// Its status is an object (renderedXR, or the conditions the XR was
+	// marked with): this cannot fail.
+	_ = fixConditionTimes(out.XR)
 	for _, name := range unready {
 		events = append(events, event{reason: reasonComposeResources, message: fmt.Sprintf("Composed resource %q is not yet ready", name)})
 	}
@@ -462,8 +474,15 @@ func renderedXR(in Inputs, observed Object, desired *fnv1.State, composed []Obje
 	if c, ok := d["conditions"]; ok {
 		xr["conditions"] = c
 	}
-	_ = fixConditionTimes(xr) // its status is the object made above
 	return xr
+}
+
+// sameJSON reports whether a and b are the same JSON value: numbers read
+// from a file (int64) and from a function (float64) compare by value.
+func sameJSON(a, b any) bool {
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
 // setClaimConditionTypes records, on a legacy XR, which of its conditions

@@ -578,3 +578,34 @@ func TestRenderObservedConnectionDetails(t *testing.T) {
 		t.Errorf("a v2 XR has connection details %v", got)
 	}
 }
+
+// TestRenderXRStatusUnchanged: when the reconcile leaves the XR's status as
+// it was, crossplane render prints the XR as the configurator wrote it
+// before composing, whole; a condition time written otherwise than
+// Crossplane writes it is a change, and the XR is printed as usual.
+func TestRenderXRStatusUnchanged(t *testing.T) {
+	fn := scripted(func(req *fnv1.RunFunctionRequest) *fnv1.RunFunctionResponse {
+		return &fnv1.RunFunctionResponse{Desired: req.GetDesired()}
+	})
+	for _, tc := range []struct {
+		time  string
+		whole bool
+	}{
+		{"2024-01-01T00:00:00Z", true},
+		{"2024-01-01T02:00:00+02:00", false},
+		{"2024-01-01T00:00:00.5Z", false},
+	} {
+		xr := mustObject(t, xrYAML+"status:\n  conditions:\n"+
+			"  - {type: Responsive, status: \"True\", reason: WatchCircuitClosed, lastTransitionTime: \""+tc.time+"\"}\n"+
+			"  - {type: Synced, status: \"True\", reason: ReconcileSuccess, lastTransitionTime: \""+tc.time+"\"}\n"+
+			"  - {type: Ready, status: \"True\", reason: Available, lastTransitionTime: \""+tc.time+"\"}\n")
+		out, err := Render(context.Background(), Inputs{XR: xr, Composition: composition("s"), Functions: map[string]Function{"fn-s": fn}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := out.XR.metaString("uid") == "u-1" && out.XR.Labels()[LabelComposite] == "demo" && lookup(out.XR, "spec", "size") != nil
+		if whole != tc.whole {
+			t.Errorf("conditions at %s: printed whole %v, want %v:\n%v", tc.time, whole, tc.whole, out.XR)
+		}
+	}
+}
