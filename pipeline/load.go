@@ -53,11 +53,20 @@ type Step struct {
 	FunctionRef struct{ Name string } `json:"functionRef"`
 	Input       Object                `json:"input,omitempty"`
 	Credentials []StepCredentials     `json:"credentials,omitempty"`
-	// Requirements are resources the step gets on its first call, without
-	// asking for them.
+	// Requirements are resources (and schemas) the step gets on its first
+	// call, without asking for them.
 	Requirements *struct {
 		RequiredResources []RequiredResource `json:"requiredResources"`
+		RequiredSchemas   []RequiredSchema   `json:"requiredSchemas"`
 	} `json:"requirements,omitempty"`
+}
+
+// RequiredSchema names the OpenAPI schema of a kind that a step gets up
+// front.
+type RequiredSchema struct {
+	RequirementName string `json:"requirementName"`
+	APIVersion      string `json:"apiVersion"`
+	Kind            string `json:"kind"`
 }
 
 // RequiredResource selects resources a step gets up front: by name or by

@@ -566,7 +566,16 @@ func runStep(ctx context.Context, fn Function, req *fnv1.RunFunctionRequest, in 
 	var asked *fnv1.Requirements
 	// Resources the step requires up front; each later call gets them too.
 	bootstrap := map[string]*fnv1.Resources{}
+	bootstrapSchemas := map[string]*fnv1.Schema{}
 	if s.Requirements != nil {
+		for _, r := range s.Requirements.RequiredSchemas {
+			sc, err := requiredSchema(&fnv1.SchemaSelector{ApiVersion: r.APIVersion, Kind: r.Kind})
+			if err != nil {
+				return nil, fmt.Errorf("required schema %q: %w", r.RequirementName, err)
+			}
+			bootstrapSchemas[r.RequirementName] = sc
+		}
+		req.RequiredSchemas = maps.Clone(bootstrapSchemas)
 		for _, r := range s.Requirements.RequiredResources {
 			sel := &fnv1.ResourceSelector{ApiVersion: r.APIVersion, Kind: r.Kind, Namespace: r.Namespace}
 			if r.Name != nil {
@@ -603,9 +612,27 @@ func runStep(ctx context.Context, fn Function, req *fnv1.RunFunctionRequest, in 
 		for name, rs := range fetchAll(asked.GetResources(), in.Required) {
 			req.RequiredResources[name] = rs
 		}
+		req.RequiredSchemas = maps.Clone(bootstrapSchemas)
+		for name, sel := range asked.GetSchemas() {
+			sc, err := requiredSchema(sel)
+			if err != nil {
+				return nil, fmt.Errorf("required schema %q: %w", name, err)
+			}
+			req.RequiredSchemas[name] = sc
+		}
 		req.Context = rsp.GetContext()
 	}
 	return nil, fmt.Errorf("the function kept asking for different required resources; gave up after %d calls", maxRequirementsIterations+1)
+}
+
+// requiredSchema answers a schema a step asks for as crossplane render does
+// without --required-schemas (which ocifn render does not have): not found,
+// an empty schema; an apiVersion that is not GROUP/VERSION fails the step.
+func requiredSchema(sel *fnv1.SchemaSelector) (*fnv1.Schema, error) {
+	if strings.Count(sel.GetApiVersion(), "/") > 1 {
+		return nil, fmt.Errorf("cannot parse apiVersion %q", sel.GetApiVersion())
+	}
+	return &fnv1.Schema{}, nil
 }
 
 // tag identifies a request by its content, as Crossplane's tags do.
