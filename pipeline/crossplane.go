@@ -186,13 +186,18 @@ func setConditions(o Object, cs ...Object) {
 	st["conditions"] = list
 }
 
+// sameCondition is Crossplane's Condition.Equal: the same type, status,
+// reason and message, and the same observedGeneration unless either leaves
+// it out (a function's conditions, or Crossplane's own marked on an XR
+// without metadata.generation, have none).
 func sameCondition(a, b Object) bool {
-	for _, k := range []string{"type", "status", "reason", "message", "observedGeneration"} {
+	for _, k := range []string{"type", "status", "reason", "message"} {
 		if fmt.Sprint(a[k]) != fmt.Sprint(b[k]) {
 			return false
 		}
 	}
-	return true
+	ga, gb := a["observedGeneration"], b["observedGeneration"]
+	return ga == nil || gb == nil || fmt.Sprint(ga) == fmt.Sprint(gb)
 }
 
 // fixConditionTimes gives every condition the fixed time render prints
