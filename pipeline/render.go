@@ -290,7 +290,7 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	}
 
 	out.XR = renderedXR(in, xr, desired, out.Composed, fnConditions, unready)
-	if in.Schema == SchemaLegacy && len(claimTypes) > 0 {
+	if _, isObject := out.XR["status"].(map[string]any); isObject && in.Schema == SchemaLegacy && len(claimTypes) > 0 {
 		setClaimConditionTypes(out.XR, claimTypes)
 	}
 	// The reconciler writes the XR's status back only when the reconcile
@@ -300,9 +300,11 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 	if configures(in) && conditionTimesAsWritten(in.XR) && sameJSON(out.XR["status"], in.XR["status"]) {
 		out.XR = xr
 	}
-	// Its status is an object (renderedXR, or the conditions the XR was
-	// marked with): this cannot fail.
-	_ = fixConditionTimes(out.XR)
+	// A status the pipeline desired as null fails here, as it fails
+	// crossplane render.
+	if err := fixConditionTimes(out.XR); err != nil {
+		return Outputs{}, fmt.Errorf("the status the pipeline desired of the composite resource: %w", err)
+	}
 	for _, name := range unready {
 		events = append(events, event{reason: reasonComposeResources, message: fmt.Sprintf("Composed resource %q is not yet ready", name)})
 	}
@@ -448,8 +450,17 @@ func renderedXR(in Inputs, observed Object, desired *fnv1.State, composed []Obje
 	// Only the desired status (and a top-level conditions field) of the
 	// desired XR reach it: Crossplane patches the XR's status subresource.
 	d := Object(desired.GetComposite().GetResource().AsMap())
+	if c, ok := d["conditions"]; ok {
+		xr["conditions"] = c
+	}
 	status := Object{}
 	if st, ok := d["status"]; ok {
+		if _, isObject := st.(map[string]any); !isObject {
+			// Crossplane cannot set conditions in a status that is not an
+			// object (null, a string, a list): it writes it as it is.
+			xr["status"] = st
+			return xr
+		}
 		status["status"] = st
 	}
 	before, _, _ := conditions(observed)
@@ -471,9 +482,6 @@ func renderedXR(in Inputs, observed Object, desired *fnv1.State, composed []Obje
 	}
 	setConditions(status, newCondition(conditionSynced, "True", "ReconcileSuccess", ""), ready)
 	xr["status"] = status["status"]
-	if c, ok := d["conditions"]; ok {
-		xr["conditions"] = c
-	}
 	return xr
 }
 
