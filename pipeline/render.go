@@ -442,7 +442,14 @@ func renderedXR(in Inputs, observed Object, desired *fnv1.State, composed []Obje
 	xr.setMeta("namespace", in.XR.Namespace())
 	refs := make([]any, len(composed))
 	for i, cd := range composed {
-		refs[i] = objectRef(cd, observed.Namespace() == "")
+		ref := objectRef(cd, observed.Namespace() == "")
+		// Crossplane's reference (meta.ReferenceTo) keeps the composed
+		// resource's uid, which a function that passes an observed
+		// resource on leaves in it.
+		if uid := cd.metaString("uid"); uid != "" {
+			ref["uid"] = uid
+		}
+		refs[i] = ref
 	}
 	sort.SliceStable(refs, func(i, j int) bool { return refKey(refs[i]) < refKey(refs[j]) })
 	setPath(xr, refs, in.Schema.path("resourceRefs")...)
