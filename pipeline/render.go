@@ -256,6 +256,13 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 			unready = append(unready, name)
 		}
 		cd := Object(r.GetResource().AsMap())
+		if md, ok := cd["metadata"]; ok {
+			if _, isObject := md.(map[string]any); !isObject {
+				// Crossplane cannot set a name (nor anything else) in
+				// metadata that is not an object, and refuses the empty one.
+				return Outputs{}, fmt.Errorf("cannot apply composed resource %q because it has an invalid name \"\". Must be a valid RFC 1123 subdomain name. (Its metadata is %s, not an object.)", name, jsonString(md))
+			}
+		}
 		if o, ok := observedByName[name]; ok {
 			// The resource exists: Crossplane keeps its identity.
 			for _, k := range []string{"namespace", "name", "generateName"} {
@@ -490,6 +497,15 @@ func renderedXR(in Inputs, observed Object, desired *fnv1.State, composed []Obje
 	setConditions(status, newCondition(conditionSynced, "True", "ReconcileSuccess", ""), ready)
 	xr["status"] = status["status"]
 	return xr
+}
+
+// jsonString is v as JSON, for messages.
+func jsonString(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 // sameJSON reports whether a and b are the same JSON value: numbers read
