@@ -123,7 +123,11 @@ func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs,
 	}
 	// The Operation reconciler marks every condition with the Operation's
 	// metadata.generation.
-	markConditions(op, newCondition("Succeeded", "Unknown", "PipelineRunning", ""), newCondition("ValidPipeline", "True", "ValidPipeline", ""))
+	markConditions(op, newCondition("Succeeded", "Unknown", "PipelineRunning", ""))
+	// The reconciler writes the Operation back marked running before it
+	// checks the pipeline: a step that requires it gets it so.
+	stored := op.deepCopy()
+	markConditions(op, newCondition("ValidPipeline", "True", "ValidPipeline", ""))
 
 	desired := &fnv1.State{}
 	fctx, err := structpb.NewStruct(in.Context)
@@ -136,7 +140,7 @@ func RenderOperation(ctx context.Context, in OperationInputs) (OperationOutputs,
 	outputs, _ := st["pipeline"].([]any)
 	refs, _ := st["appliedResourceRefs"].([]any)
 	var results []Object
-	cin := Inputs{Required: clusterObjects(nil, in.Required, in.Credentials), BeforeCall: in.BeforeCall}
+	cin := Inputs{Required: clusterObjects([]Object{stored}, in.Required, in.Credentials), BeforeCall: in.BeforeCall}
 	for _, s := range in.Operation.Steps {
 		fn, ok := in.Functions[s.FunctionRef.Name]
 		if !ok {

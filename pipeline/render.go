@@ -680,8 +680,8 @@ func tag(req *fnv1.RunFunctionRequest) string {
 
 // clusterObjects are the objects a step's required resources are found
 // among, as crossplane render's in-memory cluster holds them: own (the XR
-// as the functions observe it and its observed composed resources, or
-// nothing for an Operation), the required resources, then the credentials
+// as the cluster holds it and its observed composed resources, or the
+// Operation), the required resources, then the credentials
 // Secrets (a Secret without a kind is a v1 Secret). An object given again
 // under the same apiVersion, kind, namespace and name replaces the earlier
 // one, as in that cluster.
