@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -219,6 +220,12 @@ type container struct {
 	// exited is set once the container's process has been waited for, and
 	// reaped once it has also been reaped.
 	exited, reaped bool
+	// ending says, during wait, whether its process was killed first
+	// (endKilled) or seen to end by itself (endSeen).
+	ending atomic.Int32
+	// heldPipes are the inodes of its output and log pipes, taken when
+	// the waits for them were bounded (bound), to find who holds them.
+	heldPipes []uint64
 	// setupCPU is the CPU time its process used before it was started,
 	// crun's set-up of the container (-1: not known); cpu, once it has
 	// been reaped, what it and the children it reaped used in all.
@@ -507,28 +514,39 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 	// Killing its init ends its pid namespace, and with it every process
 	// it started. The kill is waited for below: the container's clean-up,
 	// and a Close after it, must not run while it does.
+	//
+	// Once the process has ended, by itself or killed, its pipes end as
+	// soon as what it wrote is read, unless a process outside the
+	// container holds them open: one that the runtime left behind (a
+	// --runtime wrapper's child, say) held the call, and the server's
+	// shutdown after it, for as long as it lived. So the same func, if
+	// ctx ends after the end was seen, and every kill, bound the waits
+	// for the pipes to outputGrace from then.
 	killDone := make(chan struct{})
 	kill := func() {
 		defer close(killDone)
-		c.kill()
+		if c.ending.CompareAndSwap(endRunning, endKilled) {
+			c.kill()
+		}
+		c.bound(time.Now().Add(outputGrace))
 	}
 	stopKill := context.AfterFunc(ctx, kill)
 	// A failed copy kills through the same path: the first to call
 	// stopKill, ctx's end (which then calls kill) or a failed copy (which
 	// keeps it from running, then kills), is the one that kills; none
-	// does once the process has been waited for (stopKill below). A
-	// context of the call's own, cancelled by a failed copy, would do
-	// the same for 5 more allocations per call.
+	// does once the process has been seen to end (ending). A context of
+	// the call's own, cancelled by a failed copy, would do the same for 5
+	// more allocations per call.
 	var wg sync.WaitGroup
-	// The copies' errors, stdout's then stderr's: one variable the
-	// goroutines share, one allocation.
-	var copyErr [2]error
+	// The copies' errors, stdout's, stderr's, then stdin's: one variable
+	// the goroutines share, one allocation.
+	var copyErr [3]error
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		// A function that exits without reading its input makes this
 		// fail with EPIPE; that is its right, not an error.
-		_, _ = io.Copy(c.stdin, stdin)
+		_, copyErr[2] = io.Copy(c.stdin, stdin)
 		c.stdin.Close()
 	}()
 	for i, s := range [2]struct {
@@ -537,7 +555,7 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 	}{{stdout, c.stdout}, {stderr, c.stderr}} {
 		go func() {
 			defer wg.Done()
-			if _, copyErr[i] = copyOut(s.w, s.r); copyErr[i] != nil && stopKill() {
+			if _, copyErr[i] = copyOut(s.w, s.r); copyErr[i] != nil && !errors.Is(copyErr[i], os.ErrDeadlineExceeded) && stopKill() {
 				kill()
 			}
 			s.r.Close()
@@ -549,7 +567,7 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 	// Whether the function ended by itself or was killed is decided here,
 	// not from ctx afterwards: a deadline that passes just after a
 	// function finished must not turn its answer into a timeout.
-	killed := !stopKill()
+	killed := !c.ending.CompareAndSwap(endRunning, endSeen)
 	if killed {
 		<-killDone
 	}
@@ -559,6 +577,31 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 	exit.OOMKilled = c.oomKilled()
 	wg.Wait()
 	exit.RuntimeError = c.log.wait()
+	if !stopKill() {
+		// ctx's end, or a failed copy, called kill: let it finish.
+		<-killDone
+	}
+	// A pipe cut at its deadline was held by a process outside the
+	// container: not a failed copy, but the runtime's fault.
+	held := errors.Is(c.log.err, os.ErrDeadlineExceeded)
+	for i, err := range copyErr {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			copyErr[i], held = nil, true
+		}
+	}
+	if held {
+		// Such a process has come to ocifn, the subreaper, if the one
+		// that started it has ended: it must not outlive the call.
+		spare := c.rt.fork.pid()
+		for _, ino := range c.heldPipes {
+			killLogHolders(ino, spare)
+		}
+		msg := fmt.Sprintf("a process it left behind, outside the function's container, held the container's output open after the function's process ended; ocifn stopped reading it %s after the call's end", outputGrace)
+		if exit.RuntimeError != "" {
+			msg = exit.RuntimeError + "; " + msg
+		}
+		exit.RuntimeError = msg
+	}
 	switch {
 	case werr != nil:
 		return exit, fmt.Errorf("cannot wait for the function's process %d: %w", c.pid, werr)
@@ -572,6 +615,31 @@ func (c *container) wait(ctx context.Context, stdin io.Reader, stdout, stderr io
 		return exit, fmt.Errorf("the function was stopped: %w", context.Cause(ctx))
 	}
 	return exit, nil
+}
+
+// The states of container.ending.
+const (
+	endRunning = iota
+	endKilled
+	endSeen
+)
+
+// outputGrace is how long the pipes of a container whose process has
+// ended, or been killed, are still read once its call has ended: what the
+// function wrote is in them by then, and is read within microseconds.
+const outputGrace = time.Second
+
+// bound ends, at the latest at, the reads of the container's output and
+// log pipes and the write of its input, and notes the pipes' inodes for
+// killLogHolders.
+func (c *container) bound(at time.Time) {
+	for _, f := range []*os.File{c.stdout, c.stderr, c.log.r} {
+		if ino := pipeInode(f); ino != 0 {
+			c.heldPipes = append(c.heldPipes, ino)
+		}
+		_ = f.SetReadDeadline(at)
+	}
+	_ = c.stdin.SetWriteDeadline(at)
 }
 
 // kill kills the container's init through its pidfd, which cannot name
@@ -732,6 +800,9 @@ type runtimeLog struct {
 	done chan struct{}
 	// r is the pipe's read end, closed once every writer has closed it.
 	r *os.File
+	// err is why it was not read to its end (a deadline, see bound),
+	// once done is closed.
+	err error
 }
 
 func readLog(r *os.File) *runtimeLog {
@@ -739,8 +810,9 @@ func readLog(r *os.File) *runtimeLog {
 	go func() {
 		defer close(l.done)
 		defer r.Close()
-		_, _ = io.Copy(&l.buf, io.LimitReader(r, 64<<10))
-		_, _ = io.Copy(io.Discard, r)
+		if _, l.err = io.Copy(&l.buf, io.LimitReader(r, 64<<10)); l.err == nil {
+			_, l.err = io.Copy(io.Discard, r)
+		}
 	}()
 	return l
 }
@@ -755,8 +827,12 @@ func (l *runtimeLog) wait() string {
 
 // inode is the pipe's inode number, to find who holds it, or 0 once every
 // writer has closed it (os.File's Stat is safe beside its Close).
-func (l *runtimeLog) inode() uint64 {
-	fi, err := l.r.Stat()
+func (l *runtimeLog) inode() uint64 { return pipeInode(l.r) }
+
+// pipeInode is the inode number of the pipe f is an end of, or 0 once f
+// is closed.
+func pipeInode(f *os.File) uint64 {
+	fi, err := f.Stat()
 	if err != nil {
 		return 0
 	}

@@ -331,3 +331,66 @@ func TestCallsCancelledWhileTheirContainerIsMade(t *testing.T) {
 	}
 	cancelled("exec")
 }
+
+// TestRuntimeLeavesAProcessHoldingTheOutput: a runtime that leaves a
+// process of its own behind, holding the container's standard streams and
+// crun's log pipe (here a wrapper that runs crun create, then a sleep in
+// the background), neither holds the call past --timeout nor keeps the
+// server from stopping: the call gets a Fatal result naming the runtime
+// (whether the function ended by itself or at --timeout), the process is
+// killed, and the next call works.
+func TestRuntimeLeavesAProcessHoldingTheOutput(t *testing.T) {
+	crun, err := exec.LookPath("crun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := t.TempDir()
+	wrapper := filepath.Join(control, "crun-stray")
+	marker := "7474" + strconv.Itoa(os.Getpid())
+	script := fmt.Sprintf(`#!/bin/sh
+case " $* " in
+*" create "*)
+	if [ -e %[1]s/next ]; then
+		rm -f %[1]s/next
+		%[2]s "$@"; rc=$?
+		sleep %[3]s &
+		exit $rc
+	fi ;;
+esac
+exec %[2]s "$@"
+`, control, crun, marker)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cache, tmp := cacheDir(t), t.TempDir()
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "0", "--runtime", wrapper, "--timeout", "2s"}, privateTmp(tmp))
+	for _, tc := range []struct {
+		name, script string
+		want         []string
+	}{
+		{"function_ends", okScript, []string{"the container runtime", "a process it left behind", "open after the function's process ended"}},
+		{"function_times_out", "echo still running >&2; while :; do :; done", []string{"ran longer than the limit of 2s", "still running"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(filepath.Join(control, "next"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			req := shRequest(t, "stray-"+tc.name, tc.script)
+			// Without a bound the call would last as long as the
+			// stray process.
+			ctx, cancel := context.WithTimeout(context.Background(), patient(20*time.Second))
+			defer cancel()
+			rsp, err := s.callErr(ctx, req)
+			if err != nil {
+				t.Fatalf("RunFunction: %v\n%s", err, s.stderr)
+			}
+			wantFatal(t, req, rsp, tc.want...)
+			eventually(t, 5*time.Second, "the runtime's stray process killed", func() bool { return len(processesWith(t, marker)) == 0 })
+			next := s.call(t, shRequest(t, "after-"+tc.name, okScript))
+			if len(next.GetResults()) != 0 || next.GetDesired().GetResources()["a"] == nil {
+				t.Errorf("the call after: %v", next)
+			}
+		})
+	}
+	assertNoLeaks(t, s, cache, tmp)
+}
