@@ -479,5 +479,15 @@ func (c *container) discard() {
 	c.closeFifo()
 	c.closePidfd()
 	c.releaseNamespaces()
-	c.log.wait()
+	if _, closed := c.log.waitFor(logGrace); !closed {
+		// With its process gone, a process outside the container holds
+		// crun's log pipe: one the runtime left behind (a --runtime
+		// wrapper's child, say), which waiting for would hold the pool's
+		// stop, and the server's shutdown, as long as it lives.
+		killLogHolders(c.log.inode(), c.rt.fork.pid())
+		if _, closed = c.log.waitFor(logGrace); !closed {
+			_ = c.log.r.SetReadDeadline(time.Now())
+			c.log.wait()
+		}
+	}
 }

@@ -332,25 +332,24 @@ func TestCallsCancelledWhileTheirContainerIsMade(t *testing.T) {
 	cancelled("exec")
 }
 
-// TestRuntimeLeavesAProcessHoldingTheOutput: a runtime that leaves a
-// process of its own behind, holding the container's standard streams and
-// crun's log pipe (here a wrapper that runs crun create, then a sleep in
-// the background), neither holds the call past --timeout nor keeps the
-// server from stopping: the call gets a Fatal result naming the runtime
-// (whether the function ended by itself or at --timeout), the process is
-// killed, and the next call works.
-func TestRuntimeLeavesAProcessHoldingTheOutput(t *testing.T) {
+// strayRuntime writes a wrapper of crun for --runtime that, for a `crun
+// create` while the file "next" is in the returned directory (once, it is
+// removed) or "always" is, runs crun, then leaves a sleep behind whose
+// command line holds marker: it inherits the container's standard streams
+// and crun's log pipe. Otherwise it is crun.
+func strayRuntime(t *testing.T) (wrapper, control, marker string) {
+	t.Helper()
 	crun, err := exec.LookPath("crun")
 	if err != nil {
 		t.Fatal(err)
 	}
-	control := t.TempDir()
-	wrapper := filepath.Join(control, "crun-stray")
-	marker := "7474" + strconv.Itoa(os.Getpid())
+	control = t.TempDir()
+	wrapper = filepath.Join(control, "crun-stray")
+	marker = "7474" + strconv.Itoa(os.Getpid())
 	script := fmt.Sprintf(`#!/bin/sh
 case " $* " in
 *" create "*)
-	if [ -e %[1]s/next ]; then
+	if [ -e %[1]s/next ] || [ -e %[1]s/always ]; then
 		rm -f %[1]s/next
 		%[2]s "$@"; rc=$?
 		sleep %[3]s &
@@ -362,6 +361,18 @@ exec %[2]s "$@"
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return wrapper, control, marker
+}
+
+// TestRuntimeLeavesAProcessHoldingTheOutput: a runtime that leaves a
+// process of its own behind, holding the container's standard streams and
+// crun's log pipe (here a wrapper that runs crun create, then a sleep in
+// the background), neither holds the call past --timeout nor keeps the
+// server from stopping: the call gets a Fatal result naming the runtime
+// (whether the function ended by itself or at --timeout), the process is
+// killed, and the next call works.
+func TestRuntimeLeavesAProcessHoldingTheOutput(t *testing.T) {
+	wrapper, control, marker := strayRuntime(t)
 	cache, tmp := cacheDir(t), t.TempDir()
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "0", "--runtime", wrapper, "--timeout", "2s"}, privateTmp(tmp))
 	for _, tc := range []struct {
@@ -393,4 +404,32 @@ exec %[2]s "$@"
 		})
 	}
 	assertNoLeaks(t, s, cache, tmp)
+}
+
+// TestRuntimeLeavesAProcessHoldingAWarmContainersLog: warm containers whose
+// creation left a process of the runtime's behind, holding crun's log pipe,
+// are removed at shutdown without waiting for it: the server stops within
+// its grace period, and the process is killed.
+func TestRuntimeLeavesAProcessHoldingAWarmContainersLog(t *testing.T) {
+	wrapper, control, marker := strayRuntime(t)
+	if err := os.WriteFile(filepath.Join(control, "always"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--warm", "2", "--runtime", wrapper, "--grace-period", "5s"})
+	eventually(t, 10*time.Second, "the warm containers made", func() bool { return len(processesWith(t, marker)) == 2 })
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(patient(20 * time.Second)):
+		_ = s.cmd.Process.Kill()
+		t.Fatalf("the server did not stop within %s of SIGTERM\n%s", patient(20*time.Second), s.stderr)
+	}
+	if !s.cmd.ProcessState.Success() {
+		t.Errorf("ocifn serve: %v\n%s", s.cmd.ProcessState, s.stderr)
+	}
+	if pids := processesWith(t, marker); len(pids) != 0 {
+		t.Errorf("the runtime's processes outlived the server: %v", pids)
+	}
 }
