@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"context"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -429,9 +430,18 @@ func (b *Bundle) stopPool() {
 	ready := p.ready
 	p.ready = nil
 	p.mu.Unlock()
+	// At once: a stuck crun delete takes 5 s to be killed, which one
+	// after another, for a pool grown to --max-concurrency, held the
+	// shutdown for minutes.
+	var wg sync.WaitGroup
 	for _, c := range ready {
-		c.discard()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.discard()
+		}()
 	}
+	wg.Wait()
 }
 
 // PoolStats is what the warm pool did so far.
@@ -476,6 +486,12 @@ func (c *container) discard() {
 	_ = unix.Kill(c.pid, unix.SIGKILL)
 	awaitPid(c.pid, c.pidfd)
 	_, _ = reap(c.pid)
+	if cgroupManagerFlag() == "--cgroup-manager=disabled" {
+		// Reaped, and with no cgroup of its own: its state is all that a
+		// crun delete that failed left, and a second one (the bundle's
+		// Close) would be as stuck (see release).
+		_ = removeState(filepath.Join(c.rt.stateDir, c.id))
+	}
 	c.closeFifo()
 	c.closePidfd()
 	c.releaseNamespaces()

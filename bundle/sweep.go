@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -100,14 +101,21 @@ func Sweep(rt *Runtime, parent string) ([]string, error) {
 }
 
 // remove kills and deletes every container whose state is in the bundle's
-// state directory, then removes the bundle directory.
+// state directory, all at once (a stuck crun delete is killed after 5 s),
+// then removes the bundle directory.
 func remove(dir string, rt *Runtime) error {
 	if states, err := os.ReadDir(rt.stateDir); err == nil {
+		var wg sync.WaitGroup
 		for _, s := range states {
 			if s.IsDir() {
-				rt.forceDelete(s.Name())
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rt.forceDelete(s.Name())
+				}()
 			}
 		}
+		wg.Wait()
 	}
 	return removeDir(dir)
 }

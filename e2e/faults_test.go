@@ -433,3 +433,49 @@ func TestRuntimeLeavesAProcessHoldingAWarmContainersLog(t *testing.T) {
 		t.Errorf("the runtime's processes outlived the server: %v", pids)
 	}
 }
+
+// TestShutdownWithAStuckCrunDelete: when every `crun delete` hangs (killed
+// after 5 s each), the shutdown's removal of the warm containers does not
+// take 5 s per container, twice (once to discard each, once for the state
+// left behind), but about that once or twice whatever their number: the
+// server stops, exits 0, and no hung crun is left.
+func TestShutdownWithAStuckCrunDelete(t *testing.T) {
+	crun, err := exec.LookPath("crun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := t.TempDir()
+	wrapper := filepath.Join(control, "crun-stuck-delete")
+	marker := "7575" + strconv.Itoa(os.Getpid())
+	script := fmt.Sprintf("#!/bin/sh\ncase \" $* \" in *\" delete \"*) [ -e %[1]s/stuck ] && exec sleep %[3]s ;; esac\nexec %[2]s \"$@\"\n", control, crun, marker)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cache := cacheDir(t)
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "6", "--max-concurrency", "8", "--runtime", wrapper, "--grace-period", "5s"})
+	eventually(t, 20*time.Second, "6 warm containers", func() bool { return s.warmContainers(t) == 6 })
+	if err := os.WriteFile(filepath.Join(control, "stuck"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// 6 containers, 5 s for each delete, twice: a minute before.
+	select {
+	case <-s.exited:
+	case <-time.After(patient(25 * time.Second)):
+		_ = s.cmd.Process.Kill()
+		t.Fatalf("the server did not stop within %s of SIGTERM\n%s", patient(25*time.Second), s.stderr)
+	}
+	t.Logf("stopped in %s", time.Since(start).Round(time.Millisecond))
+	if !s.cmd.ProcessState.Success() {
+		t.Errorf("ocifn serve: %v\n%s", s.cmd.ProcessState, s.stderr)
+	}
+	if pids := processesWith(t, marker); len(pids) != 0 {
+		t.Errorf("hung crun deletes outlived the server: %v", pids)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, "bundle-*")); len(left) != 0 {
+		t.Errorf("the cache directory still holds %v", left)
+	}
+}
