@@ -319,6 +319,14 @@ func readRecord(r io.Reader) (kind, value int32, err error) {
 // with a signal pending cannot finish a fork (the kernel checks under the
 // lock that attaches the child), so none is missed.
 func killTree(pidfd, pid int) {
+	for _, p := range killAll(pidfd, pid) {
+		reapOrphan(p)
+	}
+}
+
+// killAll kills, as killTree does, the process pid and every process below
+// it, and returns them, pid first, unreaped.
+func killAll(pidfd, pid int) []int {
 	procs, fds := []int{pid}, []int{pidfd}
 	_ = unix.PidfdSendSignal(pidfd, unix.SIGSTOP, nil, 0)
 	for i := 0; i < len(procs); i++ {
@@ -334,12 +342,10 @@ func killTree(pidfd, pid int) {
 	for i, fd := range fds {
 		_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
 		if i > 0 {
-			defer unix.Close(fd)
+			unix.Close(fd)
 		}
 	}
-	for _, p := range procs {
-		reapOrphan(p)
-	}
+	return procs
 }
 
 // killLogHolders kills, with what they started, and reaps the children of

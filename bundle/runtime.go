@@ -945,7 +945,27 @@ func (r *Runtime) command(ctx context.Context, a ...string) *exec.Cmd {
 		cmd = exec.CommandContext(ctx, r.path, r.args(a...)...)
 	}
 	cmd.Env = runtimeEnv()
+	// ctx's end kills what the command started too: a --runtime wrapper
+	// that runs crun as its child, killed alone, left a crun that hung
+	// (a delete, say) running for as long as it liked, then a zombie of
+	// this process, the subreaper it had come to.
+	cmd.Cancel = func() error { return killCommand(cmd.Process.Pid) }
 	return cmd
+}
+
+// killCommand kills an executed runtime command, pid, with every process
+// below it, and reaps those below it once they have come to this process;
+// pid is left for its Wait.
+func killCommand(pid int) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return unix.Kill(pid, unix.SIGKILL)
+	}
+	defer unix.Close(fd)
+	for _, p := range killAll(fd, pid)[1:] {
+		reapOrphan(p)
+	}
+	return nil
 }
 
 // containerOrders are the variables crun reads from its own environment as

@@ -479,3 +479,48 @@ func TestShutdownWithAStuckCrunDelete(t *testing.T) {
 		t.Errorf("the cache directory still holds %v", left)
 	}
 }
+
+// TestStuckCrunDeleteUnderAWrapper: a --runtime wrapper that runs crun as
+// a child rather than exec'ing it (here a sleep stands for the crun
+// delete that hangs) is killed after 5 s with what it started: the hung
+// command is not left running for as long as it likes, nor, once it ends,
+// as a zombie of the server. The pool's containers let go after
+// --warm-idle are deleted so.
+func TestStuckCrunDeleteUnderAWrapper(t *testing.T) {
+	crun, err := exec.LookPath("crun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := t.TempDir()
+	wrapper := filepath.Join(control, "crun-wrapper")
+	marker := "7676" + strconv.Itoa(os.Getpid())
+	script := fmt.Sprintf("#!/bin/sh\ncase \" $* \" in *\" delete \"*) [ -e %[1]s/stuck ] && sleep %[3]s ;; esac\n%[2]s \"$@\"\n", control, crun, marker)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cache, tmp := cacheDir(t), t.TempDir()
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "2", "--warm-idle", "2s", "--runtime", wrapper}, privateTmp(tmp))
+	eventually(t, 20*time.Second, "2 warm containers", func() bool { return s.warmContainers(t) == 2 })
+	if err := os.WriteFile(filepath.Join(control, "stuck"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the pool let go for idle", func() bool { return len(processesWith(t, marker)) > 0 })
+	// Each delete is killed 5 s after it started.
+	eventually(t, 15*time.Second, "the hung deletes killed", func() bool { return len(processesWith(t, marker)) == 0 })
+	if err := os.Remove(filepath.Join(control, "stuck")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "no zombie under the server", func() bool {
+		for _, pid := range descendants(t, s.cmd.Process.Pid) {
+			if processState(pid) == "Z" {
+				return false
+			}
+		}
+		return true
+	})
+	rsp := s.call(t, shRequest(t, "after", okScript))
+	if len(rsp.GetResults()) != 0 || rsp.GetDesired().GetResources()["a"] == nil {
+		t.Errorf("the call after: %v", rsp)
+	}
+	assertNoLeaks(t, s, cache, tmp)
+}
