@@ -457,7 +457,8 @@ func TestContainerNotMadeWithinTheTimeout(t *testing.T) {
 	if rs := rsp.GetResults(); len(rs) == 1 && strings.Contains(rs[0].GetMessage(), "ran longer") {
 		t.Errorf("the Fatal result blames the function, which never ran: %s", rs[0].GetMessage())
 	}
-	mustContain(t, "server log", s.stderr.String(), "outcome=timeout")
+	// The call's line is logged a moment after its answer.
+	eventually(t, 5*time.Second, "the call logged with outcome=timeout", func() bool { return strings.Contains(s.stderr.String(), "outcome=timeout") })
 
 	// The HTTP front says the same, with Kubeless' status of a timeout.
 	f := startCGI(t, []string{"--runtime", wrapper, "--timeout", "1s"})
