@@ -176,7 +176,7 @@ func (b *Bundle) startedWith(ctx context.Context, call *Call) (*container, error
 // one from the pool if there is one that still starts, else a new one.
 func (b *Bundle) started(ctx context.Context) (*container, error) {
 	if c := b.take(); c != nil {
-		if err := c.start(); err == nil {
+		if err := c.start(ctx); err == nil {
 			return c, nil
 		}
 		// Its process died while it waited (the OOM killer, a stray
@@ -194,7 +194,7 @@ func (b *Bundle) createStarted(ctx context.Context, config string) (*container, 
 	if err != nil {
 		return nil, err
 	}
-	if err := c.start(); err != nil {
+	if err := c.start(ctx); err != nil {
 		c.discard()
 		return nil, &RuntimeError{Op: "start", Message: err.Error()}
 	}
@@ -668,7 +668,8 @@ func copyOut(dst io.Writer, src *os.File) (int64, error) {
 	return io.CopyBuffer(dst, struct{ io.Reader }{src}, *buf)
 }
 
-// start lets a created container's process run its entrypoint.
+// start lets a created container's process run its entrypoint; a crun
+// start, if it needs one, is killed when ctx ends.
 //
 // crun's own `crun start` opens the container's exec.fifo for writing,
 // unlinks it and writes one byte, which releases the process waiting on the
@@ -685,12 +686,16 @@ func copyOut(dst io.Writer, src *os.File) (int64, error) {
 // call's path: only crun's own status and a second start would look at it,
 // and ocifn asks for neither (it deletes with --force). The unlink was
 // 18 µs of the start at 4 clients (pprof).
-func (c *container) start() error {
+func (c *container) start(ctx context.Context) error {
 	if !c.fifoOpen {
 		fd, err := c.openExecFifo()
 		if err != nil {
-			if out, err := c.rt.command(context.Background(), "start", c.id).CombinedOutput(); err != nil {
-				return fmt.Errorf("crun start: %v: %s", err, bytes.TrimSpace(out))
+			if out, err := c.rt.command(ctx, "start", c.id).CombinedOutput(); err != nil {
+				// createStarted names the command.
+				if out = bytes.TrimSpace(out); len(out) > 0 {
+					return fmt.Errorf("%v: %s", err, out)
+				}
+				return err
 			}
 			c.running = time.Now()
 			return nil

@@ -524,3 +524,51 @@ func TestStuckCrunDeleteUnderAWrapper(t *testing.T) {
 	}
 	assertNoLeaks(t, s, cache, tmp)
 }
+
+// TestStuckCrunStart: with a crun whose containers have no exec fifo
+// where ocifn looks for it (another version; here a wrapper moves it
+// away), ocifn starts each container with `crun start`; one that hangs is
+// killed at the call's end, and the call gets the Fatal result of a
+// function that did not start, instead of waiting as long as crun does.
+func TestStuckCrunStart(t *testing.T) {
+	crun, err := exec.LookPath("crun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := t.TempDir()
+	wrapper := filepath.Join(control, "crun-no-fifo")
+	marker := "7777" + strconv.Itoa(os.Getpid())
+	script := fmt.Sprintf(`#!/bin/sh
+root=; id=
+for a in "$@"; do case $a in --root=*) root=${a#--root=} ;; esac; id=$a; done
+if [ -e %[1]s/stuck ]; then
+	case " $* " in
+	*" create "*) %[2]s "$@"; rc=$?; mv "$root/$id/exec.fifo" "$root/$id/exec.fifo.moved"; exit $rc ;;
+	*" start "*) rm -f %[1]s/stuck; exec sleep %[3]s ;;
+	esac
+fi
+exec %[2]s "$@"
+`, control, crun, marker)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cache, tmp := cacheDir(t), t.TempDir()
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "0", "--runtime", wrapper, "--timeout", "2s"}, privateTmp(tmp))
+	if err := os.WriteFile(filepath.Join(control, "stuck"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req := shRequest(t, "stuck-start", okScript)
+	ctx, cancel := context.WithTimeout(context.Background(), patient(20*time.Second))
+	defer cancel()
+	rsp, err := s.callErr(ctx, req)
+	if err != nil {
+		t.Fatalf("RunFunction: %v\n%s", err, s.stderr)
+	}
+	wantFatal(t, req, rsp, "did not start within the limit of 2s", "crun start")
+	eventually(t, 5*time.Second, "the hung crun start killed", func() bool { return len(processesWith(t, marker)) == 0 })
+	next := s.call(t, shRequest(t, "after", okScript))
+	if len(next.GetResults()) != 0 || next.GetDesired().GetResources()["a"] == nil {
+		t.Errorf("the call after: %v", next)
+	}
+	assertNoLeaks(t, s, cache, tmp)
+}
