@@ -49,13 +49,27 @@ func FindRuntime(name string) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot find the OCI runtime %q on PATH: ocifn needs crun (Debian/Ubuntu: apt-get install crun), or its path in --runtime: %w", name, err)
 	}
-	out, err := exec.Command(path, "--version").Output()
+	ctx, cancel := context.WithTimeout(context.Background(), versionTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "--version")
+	cmd.Cancel = func() error { return killCommand(cmd.Process.Pid) }
+	// A process it started that outlives it would hold stdout open.
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%s --version did not answer within %s: the OCI runtime (--runtime) hangs", path, versionTimeout)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot run %s --version: %w", path, err)
 	}
 	version, _, _ := strings.Cut(string(out), "\n")
 	return &Runtime{path: path, version: strings.TrimSpace(version), sealed: &sealedBinary{}, fork: &forkServer{}}, nil
 }
+
+// versionTimeout bounds `crun --version` at startup, which takes
+// milliseconds: a runtime that never answers it kept the server from
+// listening, or saying why, for ever.
+const versionTimeout = 10 * time.Second
 
 // Version is the first line of `crun --version`, e.g. "crun version 1.8.1".
 func (r *Runtime) Version() string { return r.version }

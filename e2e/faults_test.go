@@ -572,3 +572,28 @@ exec %[2]s "$@"
 	}
 	assertNoLeaks(t, s, cache, tmp)
 }
+
+// TestRuntimeVersionHangs: a runtime whose --version, which ocifn runs to
+// check it at startup, never answers stops the start with an error that
+// says so, instead of a server that never listens and never logs why.
+func TestRuntimeVersionHangs(t *testing.T) {
+	crun, err := exec.LookPath("crun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(t.TempDir(), "crun-version-hangs")
+	marker := "7878" + strconv.Itoa(os.Getpid())
+	script := fmt.Sprintf("#!/bin/sh\ncase \"$1\" in --version) sleep %[2]s ;; esac\nexec %[1]s \"$@\"\n", crun, marker)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startProcess(t, []string{"--insecure", "--tarball", image("sh-function.tar"), "--runtime", wrapper})
+	log := s.wait(t)
+	if s.cmd.ProcessState.Success() {
+		t.Errorf("ocifn serve exited 0 with a runtime that hangs\n%s", log)
+	}
+	mustContain(t, "log", log, wrapper+" --version did not answer within 10s")
+	if pids := processesWith(t, marker); len(pids) != 0 {
+		t.Errorf("the hung --version outlived the start: %v", pids)
+	}
+}
