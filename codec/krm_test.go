@@ -370,6 +370,9 @@ items:
     text: |
       on
     sentence: no region set
+    anchored: &a # the scalar follows on the next line
+      off
+    again: *a
 results:
 - message: no
   severity: info
@@ -393,6 +396,8 @@ spec:
   quoted: "on"
   text: "on\n"
   sentence: no region set
+  anchored: "off"
+  again: "off"
 `)
 	if d := cmp.Diff(want, rsp.Desired.Resources["bucket"].GetResource(), protocmp.Transform()); d != "" {
 		t.Errorf("bucket (-want +got):\n%s", d)

@@ -218,8 +218,9 @@ func quoteYAML11Bools(doc []byte) []byte {
 			if n.Style == 0 && n.Tag == "!!str" && yaml11Bools[n.Value] && n.Line >= 1 && n.Line <= len(lines) {
 				off, ok := columnOffset(doc, lines[n.Line-1], n.Column)
 				if ok && n.Anchor != "" {
-					// The node begins at its anchor: the scalar follows.
-					off = skipBlanks(doc, off+len("&")+len(n.Anchor))
+					// The node begins at its anchor: the scalar follows,
+					// on the same line or, past comments, a later one.
+					off = skipSeparation(doc, off+len("&")+len(n.Anchor))
 				}
 				// Only the word itself is quoted, never part of another.
 				if ok && off < len(doc) && plainWordLen(doc[off:]) == len(n.Value) && bytes.HasPrefix(doc[off:], []byte(n.Value)) && (off == 0 || !isLetter(doc[off-1])) {
@@ -252,10 +253,20 @@ func quoteYAML11Bools(doc []byte) []byte {
 	return append(out, doc[prev:]...)
 }
 
-// skipBlanks is off moved past the spaces and tabs there.
-func skipBlanks(doc []byte, off int) int {
-	for off < len(doc) && (doc[off] == ' ' || doc[off] == '\t') {
-		off++
+// skipSeparation is off moved past the spaces, tabs, line breaks and
+// comments there.
+func skipSeparation(doc []byte, off int) int {
+	for off < len(doc) {
+		switch {
+		case doc[off] == ' ' || doc[off] == '\t':
+			off++
+		case doc[off] == '#':
+			off, _ = lineEnd(doc, off)
+		case lineBreakAt(doc, off) > 0:
+			_, off = lineEnd(doc, off)
+		default:
+			return off
+		}
 	}
 	return off
 }
