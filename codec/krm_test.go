@@ -407,6 +407,32 @@ spec:
 	}
 }
 
+// TestKRMDecodeReadsYAML12BooleansAlone: a plain on, off, y or n is read
+// as the string it is to YAML 1.2 when it is the only one in the output,
+// wherever YAML lets a plain scalar begin and end.
+func TestKRMDecodeReadsYAML12BooleansAlone(t *testing.T) {
+	for name, c := range map[string]struct{ spec, want string }{
+		"after a quoted key's colon": {`{"versioning":on}`, `{versioning: "on"}`},
+		"after a single-quoted key":  {`{'versioning':off}`, `{versioning: "off"}`},
+		"in a flow sequence's value": {`{"modes":[y]}`, `{modes: ["y"]}`},
+		"before a NEL":               {"{a: n\u0085}", `{a: "n"}`},
+		"before and after a LS":      {"\u2028    on: 1\u2028", `{"on": 1}`},
+		"before a PS in a block":     {"\n    versioning: on\u2029", `{versioning: "on"}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			doc := "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: s3.example.org/v1\n  kind: Bucket\n  metadata: {name: b1, annotations: {ocifn.io/composition-resource-name: bucket}}\n  spec: " + c.spec + "\n"
+			rsp, err := KRM{}.Decode(krmRequest(t), []byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := obj(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata: {name: b1}\nspec: "+c.want+"\n")
+			if d := cmp.Diff(want, rsp.Desired.Resources["bucket"].GetResource(), protocmp.Transform()); d != "" {
+				t.Errorf("%q: bucket (-want +got):\n%s", doc, d)
+			}
+		})
+	}
+}
+
 // TestKRMDecodeXRWithoutItsAnnotation: an XR item whose annotations the
 // function replaced, ocifn's with them, is still the XR (it has the XR's
 // apiVersion, kind and name), not a new composed resource of the XR's

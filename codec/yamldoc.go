@@ -298,9 +298,11 @@ func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 
 // mayHoldYAML11Bool says, without parsing, whether doc may hold a plain
 // scalar of yaml11Bools: a word of them that begins a scalar (after a line
-// break or indentation, "- ", ": ", "? ", "[", "{" or ",") and ends one
-// (before a line break, ": ", ",", "]", "}", " #" or the end). Most output
-// holds none and is not parsed twice.
+// break, the byte order mark or indentation, "- ", ": ", "? ", "[", "{",
+// ",", or a ":" that follows a quoted key or a flow collection, as in
+// {"a":on}) and ends one (before a line break, ": ", ",", "]", "}", " #"
+// or the end). Line breaks are YAML 1.1's, NEL, LS and PS among them. Most
+// output holds none and is not parsed twice.
 func mayHoldYAML11Bool(doc []byte) bool {
 	for i := 0; i < len(doc); {
 		if !isLetter(doc[i]) {
@@ -321,17 +323,29 @@ func beginsScalar(doc []byte, i int) bool {
 	for k > 0 && (doc[k-1] == ' ' || doc[k-1] == '\t') {
 		k--
 	}
-	if k == 0 {
+	// The parser skips the byte order mark that starts the stream, and
+	// one more after it.
+	if k == 0 || endsWithBreak(doc[:k]) || bytes.Equal(doc[:k], []byte("\uFEFF")) || bytes.Equal(doc[:k], []byte("\uFEFF\uFEFF")) {
 		return true
 	}
-	if a := bytes.LastIndexAny(doc[:k], " \t\n\r[{,"); doc[a+1] == '&' && k < i {
-		return beginsScalar(doc, a+1) // after an anchor, "&a on"
+	// After an anchor, "&a on": where the anchor begins.
+	a := 0
+	if l := bytes.LastIndexAny(doc[:k], " \t\n\r[{,\u0085\u2028\u2029"); l >= 0 {
+		_, size := utf8.DecodeRune(doc[l:])
+		a = l + size
+	}
+	if a < k && doc[a] == '&' && k < i {
+		return beginsScalar(doc, a)
 	}
 	switch doc[k-1] {
 	case '\n', '\r', '[', '{', ',':
 		return true
-	case '-', ':', '?':
-		return k < i // "-on" and "a:on" are scalars of their own
+	case '-', '?':
+		return k < i // "-on" is a scalar of its own
+	case ':':
+		// "a:on" is a scalar of its own, but a quoted key or a flow
+		// collection may be followed by ":" and its value at once.
+		return k < i || k >= 2 && bytes.IndexByte([]byte(`"']}`), doc[k-2]) >= 0
 	}
 	return false
 }
@@ -341,16 +355,26 @@ func endsScalar(doc []byte, j int) bool {
 	for k < len(doc) && (doc[k] == ' ' || doc[k] == '\t') {
 		k++
 	}
-	if k == len(doc) {
+	if k == len(doc) || lineBreakAt(doc, k) > 0 {
 		return true
 	}
 	switch doc[k] {
-	case '\n', '\r', ',', ']', '}':
+	case ',', ']', '}':
 		return true
 	case '#':
 		return k > j
 	case ':':
-		return k+1 == len(doc) || doc[k+1] == ' ' || doc[k+1] == '\t' || doc[k+1] == '\n' || doc[k+1] == '\r'
+		return k+1 == len(doc) || doc[k+1] == ' ' || doc[k+1] == '\t' || lineBreakAt(doc, k+1) > 0
+	}
+	return false
+}
+
+// endsWithBreak says whether b ends with a line break.
+func endsWithBreak(b []byte) bool {
+	for _, n := range []int{1, 2, 3} {
+		if len(b) >= n && lineBreakAt(b, len(b)-n) == n {
+			return true
+		}
 	}
 	return false
 }
