@@ -211,21 +211,12 @@ func quoteYAML11Bools(doc []byte) []byte {
 	if bytes.HasPrefix(doc, []byte("\uFEFF")) {
 		lines[0] = len("\uFEFF") // the parser does not count the byte order mark
 	}
-	var at []int // byte offsets of the scalars to quote, in document order
+	var found []*yamlv3.Node
 	var walk func(n *yamlv3.Node)
 	walk = func(n *yamlv3.Node) {
 		if n.Kind == yamlv3.ScalarNode {
-			if n.Style == 0 && n.Tag == "!!str" && yaml11Bools[n.Value] && n.Line >= 1 && n.Line <= len(lines) {
-				off, ok := columnOffset(doc, lines[n.Line-1], n.Column)
-				if ok && n.Anchor != "" {
-					// The node begins at its anchor: the scalar follows,
-					// on the same line or, past comments, a later one.
-					off = skipSeparation(doc, off+len("&")+len(n.Anchor))
-				}
-				// Only the word itself is quoted, never part of another.
-				if ok && off < len(doc) && plainWordLen(doc[off:]) == len(n.Value) && bytes.HasPrefix(doc[off:], []byte(n.Value)) && (off == 0 || !isLetter(doc[off-1])) {
-					at = append(at, off)
-				}
+			if n.Style == 0 && n.Tag == "!!str" && yaml11Bools[n.Value] && n.Line >= 1 && n.Line <= len(lines) && n.Column >= 1 {
+				found = append(found, n)
 			}
 			return
 		}
@@ -236,6 +227,31 @@ func quoteYAML11Bools(doc []byte) []byte {
 		}
 	}
 	walk(&root)
+	// Each scalar's offset is counted from the one before it on its line,
+	// not from the line's start, which on one long line (flow or
+	// JSON-like YAML) would take time quadratic in its length.
+	sort.Slice(found, func(i, j int) bool {
+		return found[i].Line < found[j].Line || found[i].Line == found[j].Line && found[i].Column < found[j].Column
+	})
+	var at []int // byte offsets of the scalars to quote, in document order
+	line, column, off := 0, 0, 0
+	for _, n := range found {
+		if n.Line != line {
+			line, column, off = n.Line, 1, lines[n.Line-1]
+		}
+		off = advanceColumns(doc, off, n.Column-column)
+		column = n.Column
+		start := off
+		if n.Anchor != "" {
+			// The node begins at its anchor: the scalar follows,
+			// on the same line or, past comments, a later one.
+			start = skipSeparation(doc, off+len("&")+len(n.Anchor))
+		}
+		// Only the word itself is quoted, never part of another.
+		if start < len(doc) && plainWordLen(doc[start:]) == len(n.Value) && bytes.HasPrefix(doc[start:], []byte(n.Value)) && (start == 0 || !isLetter(doc[start-1])) {
+			at = append(at, start)
+		}
+	}
 	if len(at) == 0 {
 		return doc
 	}
@@ -271,18 +287,14 @@ func skipSeparation(doc []byte, off int) int {
 	return off
 }
 
-// columnOffset is the byte offset of the column (from 1, in characters, as
-// the parser counts them) of the line that begins at start.
-func columnOffset(doc []byte, start, column int) (int, bool) {
-	off := start
-	for c := 1; c < column; c++ {
-		if off >= len(doc) {
-			return 0, false
-		}
+// advanceColumns is off moved n characters (columns, as the parser counts
+// them) on.
+func advanceColumns(doc []byte, off, n int) int {
+	for ; n > 0 && off < len(doc); n-- {
 		_, size := utf8.DecodeRune(doc[off:])
 		off += size
 	}
-	return off, off < len(doc)
+	return off
 }
 
 // plainWordLen is the length of the ASCII letters b begins with.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	yamlv3 "go.yaml.in/yaml/v3"
@@ -81,8 +82,9 @@ var yaml11BoolSeeds = []string{
 // sigs.k8s.io/yaml converts through JSON, so numbers are float64, a key
 // that is not a string is written as one, and a document with a key or
 // value JSON cannot hold (a null or out-of-range key, .inf, .nan) is
-// refused; and v2 reads a scalar with the non-specific tag "!" as a
-// string, v3 as if it had no tag.
+// refused; v2 reads a scalar with the non-specific tag "!" as a string,
+// v3 as if it had no tag; and v3 reads 0o+1, 0o-1, 0b+1 and 0b-1 as
+// integers, v2 (and YAML 1.2) as strings.
 func FuzzQuoteYAML11Bools(f *testing.F) {
 	for _, s := range yaml11BoolSeeds {
 		f.Add([]byte(s))
@@ -168,7 +170,12 @@ func sameNodes(a, b *yamlv3.Node, quoted *int) error {
 // nonSpecificTag matches the tag "!", which go.yaml.in/yaml/v2 takes, as
 // the YAML specification says, to make a plain scalar a string (! 1 is
 // "1", ! alone ""), and v3 ignores (1, null).
-var nonSpecificTag = regexp.MustCompile(`(^|[\s\[{,])!([\s\]},]|$)`)
+var nonSpecificTag = regexp.MustCompile(`(^|[\s\[{,\x{85}\x{2028}\x{2029}])!([\s\]},\x{85}\x{2028}\x{2029}]|$)`)
+
+// signedAfterPrefix matches what go.yaml.in/yaml/v3 reads as an integer,
+// against YAML 1.2, whose 0o and 0b integers have no sign after the
+// prefix, and v2 as a string.
+var signedAfterPrefix = regexp.MustCompile(`^-?0[bo][+-]`)
 
 // comments are the comments of the tree at n, sorted.
 func comments(n *yamlv3.Node) []string {
@@ -196,10 +203,11 @@ func comments(n *yamlv3.Node) []string {
 // yaml12AsJSON is the value YAML 1.2 gives root, as sigs.k8s.io/yaml
 // gives a YAML 1.1 one: through JSON. ok is false when JSON cannot hold it.
 func yaml12AsJSON(root *yamlv3.Node) (v any, ok bool) {
-	// go.yaml.in/yaml/v2 reads a timestamp into any as its text.
+	// go.yaml.in/yaml/v2 reads a timestamp into any as its text, and
+	// 0o+1 as a string.
 	var untime func(n *yamlv3.Node)
 	untime = func(n *yamlv3.Node) {
-		if n.Kind == yamlv3.ScalarNode && n.Tag == "!!timestamp" {
+		if n.Kind == yamlv3.ScalarNode && (n.Tag == "!!timestamp" || n.Tag == "!!int" && n.Style == 0 && signedAfterPrefix.MatchString(n.Value)) {
 			n.Tag = "!!str"
 		}
 		if n.Kind != yamlv3.AliasNode {
@@ -314,18 +322,21 @@ func FuzzMarshalYAML(f *testing.F) {
 		if d := cmp.Diff(v, got); d != "" {
 			t.Fatalf("read back by YAML 1.1 (-want +got):\n%s\n%s", d, out)
 		}
-		var got3 any
-		if err := yamlv3.Unmarshal(out, &got3); err != nil {
-			t.Fatalf("%v, reading back by YAML 1.2\n%s", err, out)
-		}
-		if got3, ok := jsonable(got3); !ok {
-			t.Fatalf("YAML 1.2 reads %#v\n%s", got3, out)
-		} else if j, err := json.Marshal(got3); err != nil {
-			t.Fatalf("YAML 1.2 reads %#v: %v\n%s", got3, err, out)
-		} else if err := json.Unmarshal(j, &got3); err != nil {
-			t.Fatal(err)
-		} else if d := cmp.Diff(v, got3); d != "" {
-			t.Fatalf("read back by YAML 1.2 (-want +got):\n%s\n%s", d, out)
+		// go.yaml.in/yaml/v3 reads the plain string 0o+1 as 1.
+		if !v3Misreads(v) {
+			var got3 any
+			if err := yamlv3.Unmarshal(out, &got3); err != nil {
+				t.Fatalf("%v, reading back by YAML 1.2\n%s", err, out)
+			}
+			if got3, ok := jsonable(got3); !ok {
+				t.Fatalf("YAML 1.2 reads %#v\n%s", got3, out)
+			} else if j, err := json.Marshal(got3); err != nil {
+				t.Fatalf("YAML 1.2 reads %#v: %v\n%s", got3, err, out)
+			} else if err := json.Unmarshal(j, &got3); err != nil {
+				t.Fatal(err)
+			} else if d := cmp.Diff(v, got3); d != "" {
+				t.Fatalf("read back by YAML 1.2 (-want +got):\n%s\n%s", d, out)
+			}
 		}
 		if j, _ := json.Marshal(v); bytes.Contains(j, []byte("\u0085")) {
 			return
@@ -334,4 +345,43 @@ func FuzzMarshalYAML(f *testing.F) {
 			t.Fatalf("sigs.k8s.io/yaml writes\n%q\nmarshalYAML\n%q", want, out)
 		}
 	})
+}
+
+// TestQuoteYAML11BoolsOnOneLongLine: output on one line (flow or JSON-like
+// YAML) full of the words is quoted in time linear in its length: 1 MiB
+// took minutes when each word's offset was counted from the line's start.
+func TestQuoteYAML11BoolsOnOneLongLine(t *testing.T) {
+	doc := []byte("a: [" + strings.Repeat("y,", 1<<19) + "n]\n")
+	done := make(chan []byte, 1)
+	go func() { done <- quoteYAML11Bools(doc) }()
+	select {
+	case out := <-done:
+		if want := len(doc) + 2*(1<<19+1); len(out) != want {
+			t.Errorf("%d bytes, want %d: every word quoted", len(out), want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("quoting %d bytes on one line takes over 30s", len(doc))
+	}
+}
+
+// v3Misreads says whether v holds a string go.yaml.in/yaml/v3 reads, when
+// plain, as an integer, against YAML 1.2 (signedAfterPrefix).
+func v3Misreads(v any) bool {
+	switch t := v.(type) {
+	case string:
+		return signedAfterPrefix.MatchString(t)
+	case map[string]any:
+		for k, e := range t {
+			if v3Misreads(k) || v3Misreads(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range t {
+			if v3Misreads(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
