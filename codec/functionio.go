@@ -142,6 +142,9 @@ func (FunctionIO) decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 		if f, ok := unknownfield.Find(doc, reflect.TypeFor[functionIO]()); ok && h == "" {
 			return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %s", f)
 		}
+		if err := nonFiniteError("FunctionIO document", doc); err != nil && h == "" {
+			return nil, err
+		}
 		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), h)
 	}
 	if (fio.APIVersion != "" && fio.APIVersion != "apiextensions.crossplane.io/v1alpha1") || (fio.Kind != "" && fio.Kind != "FunctionIO") {

@@ -376,6 +376,7 @@ func TestFunctionIODecodeErrors(t *testing.T) {
 			`desired.resources[0] (a): readinessChecks[0]: unknown type "Bogus" (want one of NonEmpty, MatchString, MatchInteger, MatchCondition, None) (the function's results; fatal: no region set)`},
 		"bad_connection_detail_results": {"desired: {resources: [{name: a, resource: {a: 1}, connectionDetails: [{type: FromValue}]}]}\nresults: [{severity: Warning, message: w}, {severity: Bogus, message: b}]",
 			`desired.resources[0] (a): connectionDetails[0]: type "FromValue" requires value (the function's results; warning: w)`},
+		"infinity":           {"desired: {resources: [{name: a, resource: {spec: {list: [1, .inf]}}}]}", "desired.resources[0].resource.spec.list[1] is .inf, and JSON, so Crossplane, has no infinity or NaN"},
 		"resource_no_name":   {"desired: {resources: [{resource: {a: 1}}]}", "desired.resources[0] has no name"},
 		"resource_twice":     {"desired: {resources: [{name: a, resource: {a: 1}}, {name: a, resource: {a: 1}}]}", "desired.resources[1] (a): the name is used twice"},
 		"resource_no_body":   {"desired: {resources: [{name: a}]}", "desired.resources[0] (a) has no resource"},

@@ -221,6 +221,9 @@ func parseResourceList(stdout []byte) (*resourceList, error) {
 		if f, ok := unknownfield.Find(doc, reflect.TypeFor[resourceList]()); ok && h == "" {
 			return nil, fmt.Errorf("the function's output is not a valid ResourceList: %s", f)
 		}
+		if err := nonFiniteError("ResourceList", doc); err != nil && h == "" {
+			return nil, err
+		}
 		return nil, fmt.Errorf("the function's output is not a valid ResourceList: %v; output began with %s%s", err, QuoteHead(stdout), h)
 	}
 	if rl.Kind != "ResourceList" || !krmAPIVersions[rl.APIVersion] {

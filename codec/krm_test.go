@@ -253,6 +253,10 @@ func TestKRMDecodeErrors(t *testing.T) {
 		"json_mode":         {`{"meta":{"tag":"k1"},"desired":{"resources":{}}}`, "run it with --io json"},
 		"functionio_mode":   {"desired:\n  composite:\n    resource: {kind: X}\n  resources:\n  - name: a\n    resource: {kind: Y}\n", "run it with --io functionio"},
 		"functionio_as_krm": {"observed: {composite: {resource: {}}}\ndesired: {resources: []}\n", "FunctionIO document"},
+		"infinity": {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{apiVersion: v1, kind: ConfigMap, metadata: {name: a}}, {apiVersion: v1, kind: ConfigMap, metadata: {name: b, annotations: {example.org/x: y}}, spec: {y: 1, x: -.inf}}]\n",
+			"items[1].spec.x is -.inf, and JSON, so Crossplane, has no infinity or NaN"},
+		"nan_in_a_key_with_periods": {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [{apiVersion: v1, kind: ConfigMap, metadata: {name: a}, data: {a.b: .NaN}}]\n",
+			"items[0].data[a.b] is .NaN, and JSON"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -386,3 +386,20 @@ func TestKRMResourcesWithoutTheirAnnotation(t *testing.T) {
 		t.Errorf("bucket ready = %v, want the request's READY_TRUE", res["bucket"].GetReady())
 	}
 }
+
+// TestKRMInfinityNamesItsPath: a yq function that prints an infinity
+// (.inf, which YAML has and JSON has not) in a composed item gets a Fatal
+// result naming the item's field, not the JSON encoder's "unsupported
+// value: +Inf" alone.
+func TestKRMInfinityNamesItsPath(t *testing.T) {
+	yq := configuredImage(t, "yq-function.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/yq", `(.items[] | select(.kind == "Topic") | .spec.ratio) = ("+.inf" | from_yaml)`}
+		c.Cmd = nil
+	})
+	s := startServer(t, []string{"--tarball", yq, "--io", "krm", "--warm", "0"})
+	rsp := s.call(t, krmRequest(t, "infinity", ""))
+	rs := rsp.GetResults()
+	if len(rs) != 1 || rs[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL || !strings.Contains(rs[0].GetMessage(), "items[3].spec.ratio is +.inf") {
+		t.Fatalf("results %v, want one Fatal result naming items[3].spec.ratio", rs)
+	}
+}
