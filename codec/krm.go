@@ -26,6 +26,11 @@ const (
 	AnnotationComposite = "ocifn.io/composite"
 )
 
+// annotationLocalConfig marks, with the value "true", an item that kpt and
+// kustomize never apply to a cluster: input for later functions, a
+// Kptfile, a function's own configuration. Such an item is not composed.
+const annotationLocalConfig = "config.kubernetes.io/local-config"
+
 // readerAnnotations are what KRM readers (kyaml's kio) add to the items they
 // read and may print back: bookkeeping of the function, not of the
 // resource. They are removed from returned items that were not sent with
@@ -321,6 +326,10 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 		if _, dup := rsp.Desired.Resources[name]; dup {
 			return fmt.Errorf("items[%d]: a second item is annotated %s: %s", i, AnnotationResourceName, clip(name, keyBytes))
 		}
+		if localConfig(item, before[name]) {
+			rsp.Results = append(rsp.Results, notComposed(i, item, name, before[name] != nil))
+			continue
+		}
 		r, err := krmResource(item, before[name], sentAnnotations(before[name]))
 		if err != nil {
 			return fmt.Errorf("items[%d] (%s): %w", i, clip(name, keyBytes), err)
@@ -341,6 +350,10 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 			derive = append(derive, i)
 			continue
 		}
+		if localConfig(item, before[name]) {
+			rsp.Results = append(rsp.Results, notComposed(i, item, name, true))
+			continue
+		}
 		r, err := krmResource(item, before[name], sentAnnotations(before[name]))
 		if err != nil {
 			return fmt.Errorf("items[%d] (%s): %w", i, clip(name, keyBytes), err)
@@ -350,6 +363,10 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 	}
 	for _, i := range derive {
 		item := rl.Items[i]
+		if localConfig(item, nil) {
+			rsp.Results = append(rsp.Results, notComposed(i, item, "", false))
+			continue
+		}
 		kind, _ := item["kind"].(string)
 		meta, _ := item["metadata"].(map[string]any)
 		objName, _ := meta["name"].(string)
@@ -366,6 +383,37 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 	}
 
 	return nil
+}
+
+// localConfig says whether the function marked item as local
+// configuration, which kpt and kustomize never apply: a composed resource
+// is applied, so such an item is not composed. A desired resource that
+// came to the function marked so, by an earlier step, is passed on as it
+// was: this step did not ask for it to go.
+func localConfig(item map[string]any, before *fnv1.Resource) bool {
+	return annotations(item)[annotationLocalConfig] == "true" &&
+		annotations(structMap(before.GetResource()))[annotationLocalConfig] != "true"
+}
+
+// notComposed says that item i, named name in the Composition ("" for a
+// new item), is local configuration and not composed: a Warning when it
+// was a desired resource, which is now deleted, a Normal result otherwise.
+func notComposed(i int, item map[string]any, name string, wasDesired bool) *fnv1.Result {
+	kind, _ := item["kind"].(string)
+	meta, _ := item["metadata"].(map[string]any)
+	objName, _ := meta["name"].(string)
+	what := strings.TrimSpace(clip(kind, keyBytes) + " " + clip(objName, keyBytes))
+	if what == "" {
+		what = "an item"
+	}
+	msg := fmt.Sprintf("items[%d] (%s) is annotated %s: \"true\", which kpt and kustomize never apply, so it is not composed", i, what, annotationLocalConfig)
+	if !wasDesired {
+		return &fnv1.Result{Severity: fnv1.Severity_SEVERITY_NORMAL, Message: msg}
+	}
+	return &fnv1.Result{
+		Severity: fnv1.Severity_SEVERITY_WARNING,
+		Message:  msg + fmt.Sprintf("; the composed resource %q is no longer desired, so Crossplane deletes it", clip(name, keyBytes)),
+	}
 }
 
 // sentName is the name of the one desired resource of the request that

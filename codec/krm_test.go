@@ -504,3 +504,45 @@ items:
 		t.Errorf("desired (-want +got):\n%s", d)
 	}
 }
+
+// TestKRMDecodeLocalConfig: an item the function annotates
+// config.kubernetes.io/local-config: "true", which kpt and kustomize never
+// apply, is not composed, and a result says so: a Warning when it was a
+// desired resource (now deleted), a Normal result for a new one. A desired
+// resource an earlier step had marked so is passed on as it was.
+func TestKRMDecodeLocalConfig(t *testing.T) {
+	req := krmRequest(t)
+	req.Desired.Resources["topic"] = &fnv1.Resource{Resource: obj(t, "apiVersion: sns.example.org/v1\nkind: Topic\nmetadata: {name: t1, annotations: {config.kubernetes.io/local-config: 'true'}}\n")}
+	rsp, err := KRM{}.Decode(req, []byte(`
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- apiVersion: s3.example.org/v1
+  kind: Bucket
+  metadata: {name: b1, annotations: {ocifn.io/composition-resource-name: bucket, config.kubernetes.io/local-config: "true"}}
+- apiVersion: sqs.example.org/v1
+  kind: Queue
+  metadata: {annotations: {ocifn.io/composition-resource-name: queue, config.kubernetes.io/local-config: "false"}}
+- apiVersion: sns.example.org/v1
+  kind: Topic
+  metadata: {name: t1, annotations: {ocifn.io/composition-resource-name: topic, config.kubernetes.io/local-config: "true"}}
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: settings, annotations: {config.kubernetes.io/local-config: "true"}}
+  data: {region: eu}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := rsp.GetDesired().GetResources()
+	if len(res) != 2 || res["queue"] == nil || res["topic"] == nil {
+		t.Errorf("desired resources %v, want queue and topic alone", res)
+	}
+	want := []*fnv1.Result{
+		{Severity: fnv1.Severity_SEVERITY_WARNING, Message: `items[0] (Bucket b1) is annotated config.kubernetes.io/local-config: "true", which kpt and kustomize never apply, so it is not composed; the composed resource "bucket" is no longer desired, so Crossplane deletes it`},
+		{Severity: fnv1.Severity_SEVERITY_NORMAL, Message: `items[3] (ConfigMap settings) is annotated config.kubernetes.io/local-config: "true", which kpt and kustomize never apply, so it is not composed`},
+	}
+	if d := cmp.Diff(want, rsp.GetResults(), protocmp.Transform()); d != "" {
+		t.Errorf("results (-want +got):\n%s", d)
+	}
+}

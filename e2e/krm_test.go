@@ -403,3 +403,26 @@ func TestKRMInfinityNamesItsPath(t *testing.T) {
 		t.Fatalf("results %v, want one Fatal result naming items[3].spec.ratio", rs)
 	}
 }
+
+// TestKRMLocalConfigIsNotComposed: a yq function that adds an item
+// annotated config.kubernetes.io/local-config: "true" and marks the queue
+// so, as kpt functions mark what kpt and kustomize never apply: neither is
+// composed, and results say so.
+func TestKRMLocalConfigIsNotComposed(t *testing.T) {
+	yq := configuredImage(t, "yq-function.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/yq", `.items += [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "annotations": {"config.kubernetes.io/local-config": "true"}}, "data": {"region": "eu"}}]
+			| (.items[] | select(.kind == "Queue") | .metadata.annotations["config.kubernetes.io/local-config"]) = "true"`}
+		c.Cmd = nil
+	})
+	s := startServer(t, []string{"--tarball", yq, "--io", "krm", "--warm", "0"})
+	rsp := s.call(t, krmRequest(t, "local-config", ""))
+	if res := rsp.GetDesired().GetResources(); len(res) != 2 || res["bucket"] == nil || res["topic"] == nil {
+		t.Errorf("desired resources %v, want bucket and topic alone", res)
+	}
+	rs := rsp.GetResults()
+	if len(rs) != 2 ||
+		rs[0].GetSeverity() != fnv1.Severity_SEVERITY_WARNING || !strings.Contains(rs[0].GetMessage(), `(Queue demo-queue) is annotated config.kubernetes.io/local-config: "true"`) || !strings.Contains(rs[0].GetMessage(), `"queue" is no longer desired`) ||
+		rs[1].GetSeverity() != fnv1.Severity_SEVERITY_NORMAL || !strings.Contains(rs[1].GetMessage(), `(ConfigMap settings) is annotated config.kubernetes.io/local-config: "true", which kpt and kustomize never apply, so it is not composed`) {
+		t.Errorf("results %v, want a Warning for the queue and a Normal result for the ConfigMap", rs)
+	}
+}
