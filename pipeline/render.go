@@ -581,13 +581,16 @@ func setPath(o Object, v any, path ...string) {
 	cur[path[len(path)-1]] = v
 }
 
-// capabilities are what render tells functions it supports, as Crossplane
-// does; required schemas are not among them.
+// capabilities are what render tells functions it supports: all of
+// Crossplane's, as crossplane render declares them. Required schemas are
+// among them: a schema a step asks for is answered (as not found, as
+// crossplane render answers without --required-schemas).
 var capabilities = []fnv1.Capability{
 	fnv1.Capability_CAPABILITY_CAPABILITIES,
 	fnv1.Capability_CAPABILITY_REQUIRED_RESOURCES,
 	fnv1.Capability_CAPABILITY_CREDENTIALS,
 	fnv1.Capability_CAPABILITY_CONDITIONS,
+	fnv1.Capability_CAPABILITY_REQUIRED_SCHEMAS,
 }
 
 // runStep calls a step's function, again and again while it asks for

@@ -100,8 +100,15 @@ func TestRenderPassesStateAndContextFromStepToStep(t *testing.T) {
 	if seen[0].GetMeta().GetTag() == "" || seen[0].GetMeta().GetTag() == seen[1].GetMeta().GetTag() {
 		t.Errorf("each request needs its own tag: %q %q", seen[0].GetMeta().GetTag(), seen[1].GetMeta().GetTag())
 	}
-	if got := seen[0].GetMeta().GetCapabilities(); len(got) != 4 || got[0] != fnv1.Capability_CAPABILITY_CAPABILITIES {
-		t.Errorf("capabilities: %v", got)
+	wantCaps := []fnv1.Capability{
+		fnv1.Capability_CAPABILITY_CAPABILITIES,
+		fnv1.Capability_CAPABILITY_REQUIRED_RESOURCES,
+		fnv1.Capability_CAPABILITY_CREDENTIALS,
+		fnv1.Capability_CAPABILITY_CONDITIONS,
+		fnv1.Capability_CAPABILITY_REQUIRED_SCHEMAS,
+	}
+	if got := seen[0].GetMeta().GetCapabilities(); cmp.Diff(wantCaps, got) != "" {
+		t.Errorf("capabilities %v, want crossplane render's %v", got, wantCaps)
 	}
 
 	// Only the desired status reaches the XR, with Crossplane's conditions
