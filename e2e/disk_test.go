@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -384,6 +385,10 @@ func TestHTTPCallsWaitingForTheUnpack(t *testing.T) {
 			s.wait(t)
 			if a.err != nil || a.code != http.StatusServiceUnavailable || !strings.Contains(a.body, "did not run") {
 				t.Errorf("the waiting call got %d %q, %v; want 503 saying it did not run\n%s", a.code, a.body, a.err, s.stderr)
+			}
+			// Its line carries an event id, as every CGI call's does.
+			if !regexp.MustCompile(`msg=call tag=[0-9a-f]{32} front=http outcome=error method=GET path=/call status=503 `).MatchString(s.stderr.String()) {
+				t.Errorf("the waiting call's line has no event id as its tag:\n%s", s.stderr)
 			}
 		})
 	}

@@ -353,6 +353,26 @@ func TestAsyncInvocationLimits(t *testing.T) {
 	}
 }
 
+// TestAsyncRefusalCarriesAnEventID: an asynchronous invocation refused
+// before its call (its body over --max-request-bytes) is logged with an
+// event id as its tag, made as for every CGI call, or the caller's
+// Event-Id, not with an empty tag that no line can be found by.
+func TestAsyncRefusalCarriesAnEventID(t *testing.T) {
+	f := startCGI(t, []string{"--max-request-bytes", "16"})
+	big := bytes.Repeat([]byte("x"), 64)
+	if code, _, _ := f.do(t, http.MethodPost, "/plain", big, http.Header{"Prefer": {"respond-async"}}); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("an invocation over --max-request-bytes: %d, want 413", code)
+	}
+	if code, _, _ := f.do(t, http.MethodPost, "/plain", big, http.Header{"Prefer": {"respond-async"}, "Event-Id": {"ev-7"}}); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("an invocation over --max-request-bytes: %d, want 413", code)
+	}
+	made := regexp.MustCompile(`msg=call tag=[0-9a-f]{32} front=http outcome=error method=POST path=/plain status=413 async=true `)
+	given := regexp.MustCompile(`msg=call tag=ev-7 front=http outcome=error method=POST path=/plain status=413 async=true `)
+	eventually(t, 5*time.Second, "the refused invocations logged with event ids", func() bool {
+		return made.MatchString(f.stderr.String()) && given.MatchString(f.stderr.String())
+	})
+}
+
 // TestAsyncResultOnAFullDisk: an invocation whose result the cache disk
 // has no room for reads as failed, saying why, rather than as running for
 // ever; the next one, with room, is stored. One that cannot even be

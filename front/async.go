@@ -51,6 +51,9 @@ type Invocations struct {
 	// before their call (CountRefusals).
 	hooks *hook.Chain
 	front string
+	// tag, when set, tags those calls as the front tags its own
+	// (TagRefusals).
+	tag func(*http.Request) string
 	// end, when set, ends the log of each refused invocation
 	// (EndRefusals); endMu keeps each such line and its end together.
 	end   func(*http.Request)
@@ -166,6 +169,10 @@ func (iv *Invocations) ReadBodiesWithin(d time.Duration) { iv.bodyTimeout = d }
 // status.
 func (iv *Invocations) CountRefusals(ch *hook.Chain, front string) { iv.hooks, iv.front = ch, front }
 
+// TagRefusals has each invocation refused before its call tagged tag(r),
+// as Server.TagRefusals.
+func (iv *Invocations) TagRefusals(tag func(*http.Request) string) { iv.tag = tag }
+
 // EndRefusals has end run after the log line of each invocation refused
 // before its call, and before its answer, as Server.EndRefusals.
 func (iv *Invocations) EndRefusals(end func(*http.Request)) { iv.end = end }
@@ -173,7 +180,7 @@ func (iv *Invocations) EndRefusals(end func(*http.Request)) { iv.end = end }
 // refuse answers an invocation refused before its call with status and
 // err's message, through the hooks.
 func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, received time.Time, o hook.Outcome, status int, err error) {
-	call := NewCall(iv.front, r, r.Header.Get("Event-Id"))
+	call := NewCall(iv.front, r, refusedTag(iv.tag, r))
 	// Timed from the request's arrival: a body that failed after
 	// seconds of reading took that long, not the microseconds since.
 	call.Received = received

@@ -32,6 +32,9 @@ type Server struct {
 	// the server was ready (CountRefusals).
 	hooks *hook.Chain
 	front string
+	// tag, when set, tags those calls as the front tags its own
+	// (TagRefusals).
+	tag func(*http.Request) string
 	// end, when set, ends the log of each call refused before the server
 	// was ready (EndRefusals); endMu keeps each such line and its end
 	// together.
@@ -55,6 +58,13 @@ func (s *Server) Abandon() { s.abandon.Do(func() { close(s.abandoned) }) }
 // stopped first, or their caller left) go through the calls' hooks, as the
 // front's refused calls do: counted by outcome, logged with their status.
 func (s *Server) CountRefusals(ch *hook.Chain, front string) { s.hooks, s.front = ch, front }
+
+// TagRefusals has each call answered before the server was ready tagged
+// tag(r), as the front tags the calls it runs, so that its log line and
+// span carry an id as theirs do. Without it the tag is the request's
+// Event-Id header, if any: OpenWhisk's activation id is in the body,
+// which such a call's is not read.
+func (s *Server) TagRefusals(tag func(*http.Request) string) { s.tag = tag }
 
 // EndRefusals has end run after the log line of each call refused before
 // the server was ready, and before its answer: OpenWhisk's front ends an
@@ -109,7 +119,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // refuse answers a call that waited for the server to be ready with
 // status and msg, through the hooks; err, when set, is the call's error.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, msg string, err error) {
-	call := NewCall(s.front, r, r.Header.Get("Event-Id"))
+	call := NewCall(s.front, r, refusedTag(s.tag, r))
 	ctx := s.hooks.Before(r.Context(), call)
 	call.Outcome, call.Reason, call.Err = hook.Error, msg, err
 	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
@@ -123,6 +133,15 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, msg 
 	s.end(r)
 	s.endMu.Unlock()
 	WriteJSONError(w, status, msg)
+}
+
+// refusedTag is the tag of a call refused before the front saw it: tag(r),
+// else its Event-Id header.
+func refusedTag(tag func(*http.Request) string, r *http.Request) string {
+	if tag != nil {
+		return tag(r)
+	}
+	return r.Header.Get("Event-Id")
 }
 
 type receivedKey struct{}

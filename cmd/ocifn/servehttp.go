@@ -85,6 +85,8 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	srv.CountRefusals(chain, o.api)
 	if o.api == apiOpenWhisk {
 		srv.EndRefusals(openwhisk.EndRefused(os.Stdout, os.Stderr))
+	} else {
+		srv.TagRefusals(cgi.Tag)
 	}
 	// A port that came from the environment is named where it cannot be
 	// listened on: no --address was given.
@@ -133,6 +135,8 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	inv.CountRefusals(chain, o.api)
 	if o.api == apiOpenWhisk {
 		inv.EndRefusals(openwhisk.EndRefused(os.Stdout, os.Stderr))
+	} else {
+		inv.TagRefusals(cgi.Tag)
 	}
 	b, err := o.prepare(ctx, log, rt, o.tarball)
 	if err != nil {

@@ -18,17 +18,22 @@ type Handler struct{ cfg *front.Config }
 func New(cfg *front.Config) *Handler { return &Handler{cfg: cfg} }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// The call's tag is its event id, made now when the caller sent none,
-	// so that its span carries it from the start, as its log line does.
-	tag := r.Header.Get("Event-Id")
-	if tag == "" {
-		tag = newID()
-	}
-	call := front.NewCall("http", r, tag)
+	call := front.NewCall("http", r, Tag(r))
 	ctx := h.cfg.Hooks.Before(r.Context(), call)
 	status := h.serve(ctx, w, r, call)
 	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
 	h.cfg.Hooks.After(ctx, call)
+}
+
+// Tag is the tag of the call r makes: its event id, made now when the
+// caller sent none, so that its span carries it from the start, as its
+// log line does. The calls the server refuses before this front sees them
+// are tagged so too (front.Server.TagRefusals).
+func Tag(r *http.Request) string {
+	if id := r.Header.Get("Event-Id"); id != "" {
+		return id
+	}
+	return newID()
 }
 
 // serve answers the request and returns the status it answered with.
