@@ -36,28 +36,49 @@ func newResponseCache(maxBytes int) *responseCache {
 	return &responseCache{maxBytes: maxBytes, order: list.New(), items: map[string]*list.Element{}, now: time.Now}
 }
 
-// get returns a copy of the cached response for tag, if one is live.
-func (c *responseCache) get(tag string) (*fnv1.RunFunctionResponse, bool) {
+// lookup returns the marshalled response for tag, if one is live. The
+// bytes are never changed (put replaces an entry), so a caller may keep
+// them after the entry goes.
+func (c *responseCache) lookup(tag string) (cachedResponse, bool) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	e, ok := c.items[tag]
 	if !ok {
-		c.mu.Unlock()
-		return nil, false
+		return cachedResponse{}, false
 	}
 	ent := e.Value.(*cacheEntry)
 	if !c.now().Before(ent.expires) {
 		c.remove(e)
-		c.mu.Unlock()
-		return nil, false
+		return cachedResponse{}, false
 	}
 	c.order.MoveToFront(e)
-	data := ent.data
-	c.mu.Unlock()
-	rsp := &fnv1.RunFunctionResponse{}
-	if err := proto.Unmarshal(data, rsp); err != nil {
+	return cachedResponse{data: ent.data}, true
+}
+
+// get returns a copy of the cached response for tag, if one is live.
+func (c *responseCache) get(tag string) (*fnv1.RunFunctionResponse, bool) {
+	hit, ok := c.lookup(tag)
+	if !ok {
 		return nil, false
 	}
-	return rsp, true
+	rsp, err := hit.decode()
+	return rsp, err == nil
+}
+
+// cachedResponse is a cache hit: a response as protobuf bytes. A call the
+// gRPC server answers sends them as they are (see rawAnswer); decoding a
+// copy per hit, which the in-flight budget does not bound and
+// --max-concurrency does not admit, took a server answering many hits of a
+// large response at once past its memory bound.
+type cachedResponse struct{ data []byte }
+
+// decode returns a copy of the response.
+func (h cachedResponse) decode() (*fnv1.RunFunctionResponse, error) {
+	rsp := &fnv1.RunFunctionResponse{}
+	if err := proto.Unmarshal(h.data, rsp); err != nil {
+		return nil, err
+	}
+	return rsp, nil
 }
 
 // put stores rsp for tag for ttl. Responses larger than the whole cache are
@@ -88,13 +109,14 @@ func (c *responseCache) remove(e *list.Element) {
 	c.size -= len(ent.data)
 }
 
-// Get returns the live response for a tag, for hook.Cache.
+// Get returns the live response for a tag, a cachedResponse, for
+// hook.Cache.
 func (c *responseCache) Get(tag string) (any, bool) {
-	rsp, ok := c.get(tag)
+	hit, ok := c.lookup(tag)
 	if !ok {
 		return nil, false
 	}
-	return rsp, true
+	return hit, true
 }
 
 // Put keeps a RunFunctionResponse for a tag, for hook.Cache.

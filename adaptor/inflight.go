@@ -173,6 +173,7 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 			ctx, wire := withWireCount(ctx)
 			ctx, answer := withAnswerBudget(ctx, b)
 			defer answer.release()
+			ctx, raw := withRawAnswer(ctx)
 			rsp, err := handler(srv, ctx, func(v any) error {
 				m, ok := v.(proto.Message)
 				if !ok {
@@ -207,10 +208,32 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 			if err != nil && !decoded {
 				fn.refused(ctx, method, received, err)
 			}
+			if err == nil && raw.data != nil {
+				return raw, nil
+			}
 			return rsp, err
 		}
 	}
 	return &d
+}
+
+// rawAnswer is an answer already in protobuf's encoding, a response from
+// the cache, which rawCodec sends as it is: neither decoded nor encoded
+// again per call. v1 and v1beta1 responses are the same on the wire.
+type rawAnswer struct{ data []byte }
+
+type rawAnswerKey struct{}
+
+func withRawAnswer(ctx context.Context) (context.Context, *rawAnswer) {
+	a := &rawAnswer{}
+	return context.WithValue(ctx, rawAnswerKey{}, a), a
+}
+
+// rawAnswerOf returns where a call served by the gRPC server puts an
+// answer to send as it is, or nil elsewhere (ocifn test and render).
+func rawAnswerOf(ctx context.Context) *rawAnswer {
+	a, _ := ctx.Value(rawAnswerKey{}).(*rawAnswer)
+	return a
 }
 
 // answerBudget is what a call's answer charges to the in-flight budget
@@ -353,6 +376,15 @@ func (r *rawRequest) free() { r.buf.Free() }
 type rawCodec struct{ encoding.CodecV2 }
 
 func newRawCodec() rawCodec { return rawCodec{encoding.GetCodecV2("proto")} }
+
+// Marshal sends a rawAnswer's bytes as they are, without a copy: the
+// cache never changes them.
+func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if a, ok := v.(*rawAnswer); ok {
+		return mem.BufferSlice{mem.SliceBuffer(a.data)}, nil
+	}
+	return c.CodecV2.Marshal(v)
+}
 
 func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*rawRequest); ok {

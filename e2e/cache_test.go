@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	fnv1beta1 "github.com/crossplane/function-sdk-go/proto/v1beta1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -125,4 +128,64 @@ func TestCacheHitsWhileDraining(t *testing.T) {
 	}
 	s.wait(t)
 	mustContain(t, "server log", s.stderr.String(), "msg=call tag=t-cached front=crossplane outcome=ok")
+}
+
+// TestCacheHitsOfALargeAnswerStayWithinTheBound: many calls at once, over
+// v1 and v1beta1, answered from the cache with one response of nearly 4
+// MiB (the most --max-send-msg-size sends by default; 370,000 numbers,
+// some 30 MB decoded). Hits run no function, so --max-concurrency does
+// not admit them; each got the very response cached, and the server's
+// peak RSS stays under --max-inflight-bytes above its baseline.
+func TestCacheHitsOfALargeAnswerStayWithinTheBound(t *testing.T) {
+	const (
+		bound = 200 << 20
+		hits  = 32
+	)
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--warm", "0",
+		"--max-recv-msg-size", "4Mi", "--max-inflight-bytes", strconv.Itoa(bound)})
+	req := shRequest(t, "large", `jq -c '{desired: {composite: {resource: {status: {l: [range(370000)]}}}}, meta: {ttl: "600s"}}'`)
+	first := s.call(t, req)
+	if n := len(first.GetDesired().GetComposite().GetResource().GetFields()["status"].GetStructValue().GetFields()["l"].GetListValue().GetValues()); n != 370000 {
+		t.Fatalf("the first answer holds %d numbers, want 370000: %v", n, first.GetResults())
+	}
+	want := wire(t, first)
+	baseline := rss(t, s)
+	var wg sync.WaitGroup
+	for i := range hits {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), patient(60*time.Second))
+			defer cancel()
+			var rsp proto.Message
+			var err error
+			if i%2 == 0 {
+				rsp, err = fnv1.NewFunctionRunnerServiceClient(s.conn).RunFunction(ctx, req)
+			} else {
+				old := &fnv1beta1.RunFunctionRequest{}
+				if err := proto.Unmarshal(wire(t, req), old); err != nil {
+					t.Error(err)
+					return
+				}
+				rsp, err = fnv1beta1.NewFunctionRunnerServiceClient(s.conn).RunFunction(ctx, old)
+			}
+			if err != nil {
+				t.Errorf("hit %d: %v", i, err)
+				return
+			}
+			if !bytes.Equal(wire(t, rsp), want) {
+				t.Errorf("hit %d is not the cached response", i)
+			}
+		}()
+	}
+	wg.Wait()
+	peak := peakRSS(t, s)
+	t.Logf("RSS baseline %d MiB, peak %d MiB, bound %d MiB", baseline>>20, peak>>20, bound>>20)
+	if peak > baseline+bound {
+		t.Errorf("peak RSS %d MiB is past the baseline %d MiB plus --max-inflight-bytes %d MiB", peak>>20, baseline>>20, bound>>20)
+	}
+	text := scrape(t, s.metricsURL(t))
+	if got := metricValue(t, text, "ocifn_cache_hits_total"); got != hits {
+		t.Errorf("cache hits %v, want %d", got, hits)
+	}
 }
