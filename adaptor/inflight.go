@@ -173,7 +173,6 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 			ctx, wire := withWireCount(ctx)
 			ctx, answer := withAnswerBudget(ctx, b)
 			defer answer.release()
-			ctx, raw := withRawAnswer(ctx)
 			rsp, err := handler(srv, ctx, func(v any) error {
 				m, ok := v.(proto.Message)
 				if !ok {
@@ -208,8 +207,8 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 			if err != nil && !decoded {
 				fn.refused(ctx, method, received, err)
 			}
-			if err == nil && raw.data != nil {
-				return raw, nil
+			if err == nil && answer.cached.data != nil {
+				return &answer.cached, nil
 			}
 			return rsp, err
 		}
@@ -222,18 +221,15 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 // again per call. v1 and v1beta1 responses are the same on the wire.
 type rawAnswer struct{ data []byte }
 
-type rawAnswerKey struct{}
-
-func withRawAnswer(ctx context.Context) (context.Context, *rawAnswer) {
-	a := &rawAnswer{}
-	return context.WithValue(ctx, rawAnswerKey{}, a), a
-}
-
 // rawAnswerOf returns where a call served by the gRPC server puts an
-// answer to send as it is, or nil elsewhere (ocifn test and render).
+// answer to send as it is, or nil elsewhere (ocifn test and render). It is
+// the call's answer budget's, which every such call has already: no more
+// to allocate per call.
 func rawAnswerOf(ctx context.Context) *rawAnswer {
-	a, _ := ctx.Value(rawAnswerKey{}).(*rawAnswer)
-	return a
+	if a := answerBudgetOf(ctx); a != nil {
+		return &a.cached
+	}
+	return nil
 }
 
 // answerBudget is what a call's answer charges to the in-flight budget
@@ -247,6 +243,8 @@ type answerBudget struct {
 	// request is what the call's request holds, held what its answer
 	// took.
 	request, held int64
+	// cached is the answer from the response cache, if the call has one.
+	cached rawAnswer
 }
 
 // besides says what the call's request holds beside the answer.
