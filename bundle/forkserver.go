@@ -207,15 +207,23 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 	// pid up to pid_max, in far less time than that takes.)
 	pidfd, pidfdErr := unix.PidfdOpen(pid, 0)
 	if pidfdErr == nil {
-		// Killed when ctx ends; the server reaps it and replies as for
-		// any end. The descriptor is closed once no kill can use it.
+		// Killed when ctx ends, with what it started, as an executed
+		// command is (killCommand): the container's first process that a
+		// crun create had cloned came to ocifn, the subreaper, when the
+		// child alone was killed, and ended there a zombie for the life of
+		// the server. The server reaps the child and replies as for any
+		// end; ocifn reaps the others. The descriptor is closed once no
+		// kill can use it.
 		killed := make(chan struct{})
 		stop := context.AfterFunc(ctx, func() {
 			defer close(killed)
-			_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+			below := killAll(pidfd, pid)[1:]
 			// A server that does not reply for the killed child within
 			// replyGrace is stuck: the wait ends there.
 			_ = r.SetReadDeadline(time.Now().Add(replyGrace))
+			for _, p := range below {
+				reapOrphan(p)
+			}
 		})
 		defer func() {
 			if !stop() {

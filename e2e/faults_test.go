@@ -597,3 +597,83 @@ func TestRuntimeVersionHangs(t *testing.T) {
 		t.Errorf("the hung --version outlived the start: %v", pids)
 	}
 }
+
+// stopForkServerChild stops (SIGSTOP) the first child of the fork server
+// fs that has started a process of its own: a `crun create` stuck after it
+// has cloned its container's first process. The stopped pid is sent on
+// the returned channel; the watch ends with the test.
+func stopForkServerChild(t *testing.T, fs int) <-chan int {
+	t.Helper()
+	stopped := make(chan int, 1)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { close(done); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for _, c := range childrenOf(t, fs) {
+				if len(childrenOf(t, c)) > 0 && syscall.Kill(c, syscall.SIGSTOP) == nil {
+					stopped <- c
+					return
+				}
+			}
+		}
+	}()
+	return stopped
+}
+
+// zombiesUnder lists the zombies among the processes below pid.
+func zombiesUnder(t *testing.T, pid int) []int {
+	t.Helper()
+	var out []int
+	for _, p := range descendants(t, pid) {
+		if processState(p) == "Z" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestStoppedCrunCreateInTheForkServer: a `crun create` that the fork
+// server forked and that hangs (here stopped with SIGSTOP once it has
+// cloned the container's first process) is killed 1 s after the call's
+// end with what it started, and those are reaped: the container's first
+// process, which comes to ocifn, is not left a zombie of the server.
+func TestStoppedCrunCreateInTheForkServer(t *testing.T) {
+	cache, tmp := cacheDir(t), t.TempDir()
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "0", "--timeout", "1s"}, privateTmp(tmp))
+	fs := forkServerOf(t, servingPID(t, s))
+	if fs == 0 {
+		t.Fatal("no fork server among the serving process's children")
+	}
+	stopped := stopForkServerChild(t, fs)
+	// A crun create takes milliseconds: the watch may miss one.
+	for i := 0; ; i++ {
+		req := shRequest(t, fmt.Sprintf("stopped-create-%d", i), okScript)
+		start := time.Now()
+		rsp := s.call(t, req)
+		select {
+		case pid := <-stopped:
+			t.Logf("stopped the fork server's child %d; answered in %s", pid, time.Since(start).Round(time.Millisecond))
+			wantFatal(t, req, rsp, "did not start within the limit of 1s", "crun create")
+		default:
+			if i < 10 {
+				continue
+			}
+			t.Fatal("every crun create ran before the test could stop it")
+		}
+		break
+	}
+	eventually(t, 5*time.Second, "no zombie under the server", func() bool { return len(zombiesUnder(t, s.cmd.Process.Pid)) == 0 })
+	next := s.call(t, shRequest(t, "after", okScript))
+	if len(next.GetResults()) != 0 || next.GetDesired().GetResources()["a"] == nil {
+		t.Errorf("the call after: %v", next)
+	}
+	assertNoLeaks(t, s, cache, tmp)
+}
