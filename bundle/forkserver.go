@@ -165,6 +165,7 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 		s.broken(fmt.Sprintf("sending to it failed: %v", err))
 		return fmt.Errorf("%w: %v", errNotSent, err)
 	}
+	sent := time.Now()
 	// Until the child names itself, ctx's end stops the wait; what the
 	// server does with the command then is seen to in the background.
 	fired := make(chan struct{})
@@ -178,7 +179,14 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 		<-fired
 		_ = r.SetReadDeadline(time.Time{})
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			go s.abandon(conn, r)
+			// Every command ocifn sends has stuckAfter at least: a
+			// server that has not forked for it by now is killed here,
+			// before the caller's next command (the delete of the
+			// container it asked for) goes to it too.
+			if time.Since(sent) >= stuckAfter {
+				s.kill(conn, fmt.Sprintf("it ran no crun for a command within %s", stuckAfter))
+			}
+			go s.abandon(conn, r, sent)
 			r = nil // abandon closes it
 			return fmt.Errorf("crun fork server did not run crun before %w", ctx.Err())
 		}
@@ -261,22 +269,30 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 // because its command's context ended.
 const replyGrace = 5 * time.Second
 
+// stuckAfter is how long the server may take to fork for a command, from
+// its sending, before it is taken as stuck (stopped, or in the kernel) and
+// killed, crun being executed from then on. It forks in microseconds. It
+// was replyGrace after the command's end: a call whose crun create a
+// stopped server never ran was answered 5 s late, held by the crun delete
+// of its container sent to the server too, and the next calls' commands
+// went to it meanwhile; a shutdown waited those 5 s for the warm
+// containers' deletes, then 5 s more for the server's end.
+const stuckAfter = createGrace
+
 // abandon sees to a command whose caller stopped waiting before its child
-// named itself: the child, once named, is killed with what it started, as
-// the command's context has ended, and the server reaps it. It reads the
-// command's replies on r and closes r. A server that names no child within
-// replyGrace is taken as stuck and killed.
-func (s *forkServer) abandon(conn *net.UnixConn, r *os.File) {
+// named itself (sent at sent): a server that names no child within
+// stuckAfter of that is killed; a child named, by then or just before the
+// kill, is killed with what it started, as the command's context has
+// ended. It reads the command's replies on r and closes r.
+func (s *forkServer) abandon(conn *net.UnixConn, r *os.File, sent time.Time) {
 	defer r.Close()
-	_ = r.SetReadDeadline(time.Now().Add(replyGrace))
+	_ = r.SetReadDeadline(sent.Add(stuckAfter))
 	kind, value, err := readRecord(r)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		// A server that forks for no command for that long is stuck
-		// (stopped, or in the kernel): crun is executed from now on,
-		// and the server killed, which lets go of the commands' files
-		// in its socket, crun's log pipe among them.
-		s.kill(conn, fmt.Sprintf("it ran no crun for a command within %s", replyGrace))
-		return
+		s.kill(conn, fmt.Sprintf("it ran no crun for a command within %s", stuckAfter))
+		// Killed, it may still have named a child just before.
+		_ = r.SetReadDeadline(time.Now().Add(replyGrace))
+		kind, value, err = readRecord(r)
 	}
 	if err != nil || kind != recordPID {
 		return

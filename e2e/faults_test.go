@@ -677,3 +677,88 @@ func TestStoppedCrunCreateInTheForkServer(t *testing.T) {
 	}
 	assertNoLeaks(t, s, cache, tmp)
 }
+
+// stopForkServer stops (SIGSTOP) the fork server of s, and lets it go on
+// (SIGCONT) when the test ends, should ocifn not have killed it.
+func stopForkServer(t *testing.T, s *server) int {
+	t.Helper()
+	fs := forkServerOf(t, servingPID(t, s))
+	if fs == 0 {
+		t.Fatal("no fork server among the serving process's children")
+	}
+	if err := syscall.Kill(fs, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(fs, syscall.SIGCONT) })
+	return fs
+}
+
+// TestCallWithAStoppedForkServer: a call whose crun create the fork
+// server never runs (it is stopped) is answered 1 s after --timeout, as
+// for any crun create that hangs, with the Fatal result of a function that
+// did not start; the server is killed then, not 5 s later for a crun
+// delete sent to it too, and the next calls execute crun.
+func TestCallWithAStoppedForkServer(t *testing.T) {
+	cache, tmp := cacheDir(t), t.TempDir()
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "0", "--timeout", "1s"}, privateTmp(tmp))
+	fs := stopForkServer(t, s)
+	req := shRequest(t, "stopped-server", okScript)
+	start := time.Now()
+	rsp := s.call(t, req)
+	took := time.Since(start)
+	t.Logf("answered in %s", took.Round(time.Millisecond))
+	wantFatal(t, req, rsp, "did not start within the limit of 1s", "crun create")
+	// --timeout, then 1 s for crun create; 5 s more before.
+	if limit := 3 * time.Second; took > patient(limit) {
+		t.Errorf("the call took %s, want at most %s", took, patient(limit))
+	}
+	eventually(t, 5*time.Second, "the stopped fork server killed and reaped", func() bool { return syscall.Kill(fs, 0) != nil })
+	for i := range 2 {
+		start := time.Now()
+		next := s.call(t, shRequest(t, fmt.Sprintf("after-%d", i), okScript))
+		if len(next.GetResults()) != 0 || next.GetDesired().GetResources()["a"] == nil {
+			t.Errorf("call %d after: %v", i, next)
+		}
+		t.Logf("call %d after answered in %s", i, time.Since(start).Round(time.Millisecond))
+	}
+	assertNoLeaks(t, s, cache, tmp)
+}
+
+// TestShutdownWithAStoppedForkServer: a server whose fork server is
+// stopped stops in about 5 s, the time a crun delete sent to it is given,
+// once, whatever the pool's size: not 5 s for the warm containers'
+// deletes and 5 s more for the fork server's own end.
+func TestShutdownWithAStoppedForkServer(t *testing.T) {
+	for _, warm := range []int{0, 6} {
+		t.Run(fmt.Sprintf("warm_%d", warm), func(t *testing.T) {
+			cache := cacheDir(t)
+			s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", strconv.Itoa(warm), "--max-concurrency", "8", "--grace-period", "5s"})
+			eventually(t, 20*time.Second, "the warm containers made", func() bool { return s.warmContainers(t) == warm })
+			fs := stopForkServer(t, s)
+			start := time.Now()
+			if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-s.exited:
+			case <-time.After(patient(25 * time.Second)):
+				_ = s.cmd.Process.Kill()
+				t.Fatalf("the server did not stop within %s of SIGTERM\n%s", patient(25*time.Second), s.stderr)
+			}
+			took := time.Since(start)
+			t.Logf("stopped in %s", took.Round(time.Millisecond))
+			if !s.cmd.ProcessState.Success() {
+				t.Errorf("ocifn serve: %v\n%s", s.cmd.ProcessState, s.stderr)
+			}
+			if limit := 7 * time.Second; took > patient(limit) {
+				t.Errorf("the shutdown took %s, want at most %s", took, patient(limit))
+			}
+			if syscall.Kill(fs, 0) == nil {
+				t.Errorf("the fork server %d outlived the server", fs)
+			}
+			if left, _ := filepath.Glob(filepath.Join(cache, "bundle-*")); len(left) != 0 {
+				t.Errorf("the cache directory still holds %v", left)
+			}
+		})
+	}
+}
