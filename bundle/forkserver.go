@@ -533,7 +533,9 @@ func (s *forkServer) let() {
 
 // stop ends the server and waits until it has: with its socket closed it
 // lets the commands it runs finish, replies for them and exits; after 5 s
-// it is killed. A later command starts a new one.
+// it is killed. A server with no command running (no child) is killed at
+// once: it has nothing to finish, and one that is stopped held the
+// shutdown those 5 s. A later command starts a new one.
 func (s *forkServer) stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -542,6 +544,9 @@ func (s *forkServer) stop() {
 		s.conn = nil
 	}
 	if s.cmd != nil {
+		if len(childrenOf(s.cmd.Process.Pid)) == 0 {
+			_ = s.cmd.Process.Kill()
+		}
 		select {
 		case <-s.exited:
 		case <-time.After(5 * time.Second):
