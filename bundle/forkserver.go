@@ -188,7 +188,7 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 			}
 			go s.abandon(conn, r, sent)
 			r = nil // abandon closes it
-			return fmt.Errorf("crun fork server did not run crun before %w", ctx.Err())
+			return fmt.Errorf("crun fork server did not run crun before %w", context.Cause(ctx))
 		}
 	}
 	switch {
@@ -248,7 +248,7 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 		if pidfdErr == nil {
 			killTree(pidfd, pid)
 		}
-		return fmt.Errorf("crun fork server did not reply within %s of the kill of its child %d, after %w", replyGrace, pid, ctx.Err())
+		return fmt.Errorf("crun fork server did not reply within %s of the kill of its child %d, after %w", replyGrace, pid, context.Cause(ctx))
 	}
 	if err != nil || kind != recordStatus {
 		// The server died while its child ran crun. That child, an

@@ -287,15 +287,32 @@ func (b *Bundle) createIn(ctx context.Context) (c *container, err error) {
 const createGrace = time.Second
 
 // graceAfter returns a context that ends grace after ctx does, and the
-// function that releases it.
+// function that releases it. Its cause (context.Cause) says so, with
+// ctx's own: what crun's failure then names is the call's timeout, or its
+// caller's going, not "context canceled".
 func graceAfter(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
-	late, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	late, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		over := &graceOver{grace: grace, cause: context.Cause(ctx)}
+		time.AfterFunc(grace, func() { cancel(over) })
+	})
 	return late, func() {
 		stop()
-		cancel()
+		cancel(nil)
 	}
 }
+
+// graceOver is the cause of a graceAfter context's end.
+type graceOver struct {
+	grace time.Duration
+	cause error
+}
+
+func (e *graceOver) Error() string {
+	return fmt.Sprintf("the call's end (%v) and %s more", e.cause, e.grace)
+}
+
+func (e *graceOver) Unwrap() error { return e.cause }
 
 // createWith creates a container from the config file config, or from the
 // bundle's own config when it is empty. If ctx ends first, crun is let
@@ -1021,7 +1038,7 @@ func (r *Runtime) forceDelete(id string) {
 // runQuietly runs crun with the arguments a, its output discarded, for at
 // most 5 s; the caller does not need to know how it ended.
 func (r *Runtime) runQuietly(a ...string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 5*time.Second, errQuietTime)
 	defer cancel()
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
@@ -1031,6 +1048,9 @@ func (r *Runtime) runQuietly(a ...string) {
 	defer null.Close()
 	_ = r.run(ctx, a, null, null, null)
 }
+
+// errQuietTime is the cause of the end of runQuietly's time.
+var errQuietTime = errors.New("its 5s")
 
 // containerID returns a new unique container name.
 func containerID() (string, error) {

@@ -707,7 +707,11 @@ func TestCallWithAStoppedForkServer(t *testing.T) {
 	rsp := s.call(t, req)
 	took := time.Since(start)
 	t.Logf("answered in %s", took.Round(time.Millisecond))
-	wantFatal(t, req, rsp, "did not start within the limit of 1s", "crun create")
+	// The cause is the call's timeout, not the end of a context.
+	wantFatal(t, req, rsp, "did not start within the limit of 1s", "crun create", "function timeout")
+	if rs := rsp.GetResults(); len(rs) == 1 && strings.Contains(rs[0].GetMessage(), "context canceled") {
+		t.Errorf("the Fatal result blames a cancelled context: %s", rs[0].GetMessage())
+	}
 	// --timeout, then 1 s for crun create; 5 s more before.
 	if limit := 3 * time.Second; took > patient(limit) {
 		t.Errorf("the call took %s, want at most %s", took, patient(limit))
