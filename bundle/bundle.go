@@ -78,6 +78,9 @@ type Options struct {
 	// Warn, if set, hears of each image entry neutralised rather than
 	// refused while unpacking (see oci.Warning).
 	Warn func(oci.Warning)
+	// OnStuck, if set, hears of each runtime command killed at its
+	// deadline, once per container.
+	OnStuck func(Stuck)
 	// OwnMountNamespace says that ocifn runs in a mount namespace of its
 	// own, where it may bind mount the host's devices for its containers'
 	// /dev when it may not make device nodes (see makeDev).
@@ -161,7 +164,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 		dir:     dir,
 		rootfs:  filepath.Join(dir, "rootfs"),
 		config:  filepath.Join(dir, "config.json"),
-		runtime: &Runtime{path: rt.path, version: rt.version, stateDir: state, sealed: rt.sealed, fork: rt.fork},
+		runtime: &Runtime{path: rt.path, version: rt.version, stateDir: state, sealed: rt.sealed, fork: rt.fork, stuck: &stuckNotes{on: o.OnStuck}},
 		lock:    lock,
 	}
 	// The runtime's fork server lives while bundles use it.

@@ -35,6 +35,67 @@ type Runtime struct {
 	// fork is the resident crun that creates containers, started from the
 	// sealed copy on first use; shared like sealed. nil: execute crun.
 	fork *forkServer
+	// stuck hears of the commands killed at their deadline; a bundle's
+	// own (Options.OnStuck). nil: none hears.
+	stuck *stuckNotes
+}
+
+// Stuck is a runtime command that did not end within its time (a crun
+// create 1 s past its call's end, a crun delete or kill after 5 s, a crun
+// start at its call's end) and was killed with what it started, or, sent
+// to a fork server that never ran it, had the server killed.
+type Stuck struct {
+	// Command is crun's command: create, delete, kill or start.
+	Command string
+	// Container is the container it was for.
+	Container string
+	// Err is how the command ended.
+	Err error
+}
+
+// stuckNotes tells OnStuck of each container once: the commands that may
+// follow one killed for the same container (its delete, Close's delete of
+// what is left) would repeat what the first said.
+type stuckNotes struct {
+	on   func(Stuck)
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// stuckNotesMax bounds the containers remembered; container names are
+// never reused, so forgetting them all only risks one more line for one.
+const stuckNotesMax = 1024
+
+// noteStuck tells of the command crun was run with (a, its arguments
+// without the global ones), which ended with err after ctx had: killed at
+// its deadline.
+func (r *Runtime) noteStuck(a []string, err error) {
+	n := r.stuck
+	if n == nil || n.on == nil {
+		return
+	}
+	command, container := "", ""
+	for i, arg := range a {
+		if !strings.HasPrefix(arg, "-") {
+			command = arg
+			// kill ID SIGNAL; the others end with the container.
+			if container = a[len(a)-1]; command == "kill" && i+1 < len(a) {
+				container = a[i+1]
+			}
+			break
+		}
+	}
+	n.mu.Lock()
+	if n.seen[container] {
+		n.mu.Unlock()
+		return
+	}
+	if n.seen == nil || len(n.seen) >= stuckNotesMax {
+		n.seen = map[string]bool{}
+	}
+	n.seen[container] = true
+	n.mu.Unlock()
+	n.on(Stuck{Command: command, Container: container, Err: err})
 }
 
 // FindRuntime locates crun (a path, or a name looked up on PATH) and checks
@@ -722,6 +783,9 @@ func (c *container) start(ctx context.Context) error {
 		fd, err := c.openExecFifo()
 		if err != nil {
 			if out, err := c.rt.command(ctx, "start", c.id).CombinedOutput(); err != nil {
+				if ctx.Err() != nil {
+					c.rt.noteStuck([]string{"start", c.id}, err)
+				}
 				// createStarted names the command.
 				if out = bytes.TrimSpace(out); len(out) > 0 {
 					return fmt.Errorf("%v: %s", err, out)
@@ -936,6 +1000,9 @@ func (r *Runtime) run(ctx context.Context, a []string, files ...*os.File) error 
 		if conn := r.fork.start(exe); conn != nil {
 			err := r.fork.run(ctx, conn, append([]string{filepath.Base(r.path)}, r.args(a...)...), files)
 			if !errors.Is(err, errNotSent) {
+				if err != nil && ctx.Err() != nil {
+					r.noteStuck(a, err)
+				}
 				return err
 			}
 		}
@@ -943,7 +1010,11 @@ func (r *Runtime) run(ctx context.Context, a []string, files ...*os.File) error 
 	cmd := r.command(ctx, a...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
 	cmd.ExtraFiles = files[3:]
-	return runToExit(cmd)
+	err := runToExit(cmd)
+	if err != nil && ctx.Err() != nil {
+		r.noteStuck(a, err)
+	}
+	return err
 }
 
 // Launch says how containers are created, for the log: "fork-server" (a

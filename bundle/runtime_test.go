@@ -191,3 +191,42 @@ exit 1`)
 		t.Errorf("the process crun left, %d, is still there (kill 0: %v), killed and reaped it should be", pid, err)
 	}
 }
+
+// TestStuckCommandsAreToldOncePerContainer: a runtime command killed at
+// its deadline is told of (OnStuck) with crun's command and the container,
+// once per container however many commands for it are killed after (a
+// container's delete after its create, Close's delete of what is left);
+// one that ends in time, even failing, is not.
+func TestStuckCommandsAreToldOncePerContainer(t *testing.T) {
+	dir := t.TempDir()
+	hangs, fails := filepath.Join(dir, "crun-hangs"), filepath.Join(dir, "crun-fails")
+	if err := os.WriteFile(hangs, []byte("#!/bin/sh\nexec sleep 30\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fails, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var told []Stuck
+	notes := &stuckNotes{on: func(s Stuck) { told = append(told, s) }}
+	null := devNull(t)
+	run := func(path string, a ...string) {
+		r := &Runtime{path: path, stuck: notes}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if err := r.run(ctx, a, null, null, null); err == nil {
+			t.Errorf("%s %v: no error", path, a)
+		}
+	}
+	run(hangs, "delete", "--force", "ocifn-a")
+	run(hangs, "delete", "--force", "ocifn-a")
+	run(hangs, "kill", "ocifn-b", "KILL")
+	run(fails, "delete", "--force", "ocifn-c")
+	var got []string
+	for _, s := range told {
+		got = append(got, fmt.Sprintf("%s %s %v", s.Command, s.Container, s.Err))
+	}
+	want := []string{"delete ocifn-a signal: killed", "kill ocifn-b signal: killed"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("told %q, want %q", got, want)
+	}
+}

@@ -464,6 +464,10 @@ func TestContainerNotMadeWithinTheTimeout(t *testing.T) {
 	}
 	// The call's line is logged a moment after its answer.
 	eventually(t, 5*time.Second, "the call logged with outcome=timeout", func() bool { return strings.Contains(s.stderr.String(), "outcome=timeout") })
+	// The crun create killed is told of once.
+	if lines := stuckLines(s.stderr.String()); len(lines) != 1 || !strings.Contains(lines[0], "command=create container=ocifn-") {
+		t.Errorf("want one line for the stuck crun create, got %q\n%s", lines, s.stderr)
+	}
 
 	// The HTTP front says the same, with Kubeless' status of a timeout.
 	f := startCGI(t, []string{"--runtime", wrapper, "--timeout", "1s"})

@@ -507,6 +507,21 @@ func TestStuckCrunDeleteUnderAWrapper(t *testing.T) {
 	eventually(t, 10*time.Second, "the pool let go for idle", func() bool { return len(processesWith(t, marker)) > 0 })
 	// Each delete is killed 5 s after it started.
 	eventually(t, 15*time.Second, "the hung deletes killed", func() bool { return len(processesWith(t, marker)) == 0 })
+	// And said so, once for each container.
+	lines := stuckLines(s.stderr.String())
+	named := map[string]bool{}
+	for _, l := range lines {
+		_, c, _ := strings.Cut(l, "command=delete container=")
+		c, _, _ = strings.Cut(c, " ")
+		if !strings.Contains(l, "level=WARN") || !strings.HasPrefix(c, "ocifn-") || named[c] {
+			t.Errorf("not one WARN line for each hung delete: %q", lines)
+			break
+		}
+		named[c] = true
+	}
+	if len(lines) == 0 {
+		t.Errorf("no WARN line for the hung deletes:\n%s", s.stderr)
+	}
 	if err := os.Remove(filepath.Join(control, "stuck")); err != nil {
 		t.Fatal(err)
 	}
@@ -640,6 +655,18 @@ func zombiesUnder(t *testing.T, pid int) []int {
 	return out
 }
 
+// stuckLines are the server's log lines that say a crun command was
+// killed at its deadline.
+func stuckLines(log string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, `msg="crun did not end in time and was killed"`) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // TestStoppedCrunCreateInTheForkServer: a `crun create` that the fork
 // server forked and that hangs (here stopped with SIGSTOP once it has
 // cloned the container's first process) is killed 1 s after the call's
@@ -717,6 +744,12 @@ func TestCallWithAStoppedForkServer(t *testing.T) {
 		t.Errorf("the call took %s, want at most %s", took, patient(limit))
 	}
 	eventually(t, 5*time.Second, "the stopped fork server killed and reaped", func() bool { return syscall.Kill(fs, 0) != nil })
+	// Once, naming the command and the container, with what ended it;
+	// the delete of that container after, executed, is not stuck.
+	if lines := stuckLines(s.stderr.String()); len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") ||
+		!strings.Contains(lines[0], "command=create container=ocifn-") || !strings.Contains(lines[0], "function timeout") {
+		t.Errorf("want one WARN line for the stuck crun create, got %q\n%s", lines, s.stderr)
+	}
 	for i := range 2 {
 		start := time.Now()
 		next := s.call(t, shRequest(t, fmt.Sprintf("after-%d", i), okScript))

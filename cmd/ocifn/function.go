@@ -202,6 +202,9 @@ func (o *functionFlags) prepare(ctx context.Context, log *slog.Logger, rt *bundl
 		Warn: func(w oci.Warning) {
 			log.Warn("image entry neutralised", "layer", w.Layer, "entry", w.Entry, "reason", w.Reason)
 		},
+		OnStuck: func(s bundle.Stuck) {
+			log.Warn("crun did not end in time and was killed", "command", s.Command, "container", s.Container, "error", s.Err)
+		},
 	})
 	if err != nil {
 		return nil, o.nameRootfsLimit(fmt.Errorf("cannot prepare the function image %s: %w", tarball, err))
