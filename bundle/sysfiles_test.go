@@ -122,12 +122,18 @@ func TestReadSmallFile(t *testing.T) {
 	if b, err := readSmallFile("/proc/self/cgroup", page[:]); err != nil || len(b) == 0 {
 		t.Errorf("readSmallFile(/proc/self/cgroup) = %q, %v", b, err)
 	}
-	if n := testing.AllocsPerRun(100, func() {
+	n := testing.AllocsPerRun(100, func() {
 		var buf [32]byte
 		if _, err := readSmallFile(small, buf[:]); err != nil {
 			t.Fatal(err)
 		}
-	}); n > 1 {
+	})
+	switch {
+	case raceEnabled:
+		// x/sys/unix's Read tells the race detector of the bytes it
+		// wrote, which makes the lent buffer escape, in that build only.
+		t.Logf("under the race detector, readSmallFile allocated %v times a read: not counted", n)
+	case n > 1:
 		// One: the path, made a C string for open.
 		t.Errorf("readSmallFile allocated %v times a read, want once (the path)", n)
 	}
