@@ -306,13 +306,31 @@ func (s *forkServer) abandon(conn *net.UnixConn, r *os.File, sent time.Time) {
 		return
 	}
 	defer unix.Close(pidfd)
-	_ = r.SetReadDeadline(time.Now())
-	if _, _, err := readRecord(r); !errors.Is(err, os.ErrDeadlineExceeded) {
+	if statusThere(r) {
 		return
 	}
 	killTree(pidfd, pid)
 	_ = r.SetReadDeadline(time.Now().Add(replyGrace))
 	_, _, _ = readRecord(r)
+}
+
+// statusThere says, without waiting, whether a status record is the next
+// thing in r: the command's child has been reaped. (A read with a deadline
+// of now, as this was, never reads: Go fails it before it tries, so a
+// child reaped, whose pid may name another process by then, was killed
+// with the processes below that one.)
+func statusThere(r *os.File) bool {
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var b [8]byte
+	n := 0
+	_ = rc.Read(func(fd uintptr) bool {
+		n, _ = unix.Read(int(fd), b[:])
+		return true // once, not waiting
+	})
+	return n == len(b) && int32(binary.NativeEndian.Uint32(b[:4])) == recordStatus
 }
 
 // exitError says how a command ended as exec.Cmd.Run would: nil, or an

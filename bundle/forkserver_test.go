@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -598,5 +599,37 @@ func TestForkServerContextEndingAroundTheFork(t *testing.T) {
 	}
 	if mode := rt.fork.mode(); mode != "fork-server" {
 		t.Errorf("after 400 commands whose context ended: %s, want the fork server still in use", mode)
+	}
+}
+
+// TestAbandonSparesAReapedChildsPid: a command given up before its child
+// named itself, whose replies say the child has been reaped already (its
+// pid and its status), leaves alone the process that has that pid now:
+// another one, once the pid is reused (here a sleep stands for it).
+func TestAbandonSparesAReapedChildsPid(t *testing.T) {
+	other := exec.Command("sleep", "30")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = other.Process.Kill()
+		_ = other.Wait()
+	})
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replies [16]byte
+	binary.NativeEndian.PutUint32(replies[0:], recordPID)
+	binary.NativeEndian.PutUint32(replies[4:], uint32(other.Process.Pid))
+	binary.NativeEndian.PutUint32(replies[8:], recordStatus)
+	if _, err := w.Write(replies[:]); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	(&forkServer{}).abandon(nil, r, time.Now())
+	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", other.Process.Pid))
+	if len(stat) == 0 || strings.Contains(string(stat), ") Z ") {
+		t.Errorf("abandon killed process %d, which its replies said was not the child any more", other.Process.Pid)
 	}
 }
