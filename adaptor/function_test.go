@@ -221,7 +221,6 @@ func TestHooksAfterAnswer(t *testing.T) {
 		var logs bytes.Buffer
 		log := slog.New(slog.NewTextHandler(&logs, nil))
 		h := heldHook{held: make(chan struct{}), done: new(atomic.Bool)}
-		time.AfterFunc(holdFor, func() { close(h.held) })
 		cache := hook.Cache{Store: NewCache(1 << 20)}
 		opts := []Option{WithLogger(log), WithHooks(hook.NewChain(log, cache, hook.Log{Logger: log}, h), 0)}
 		if after {
@@ -229,7 +228,12 @@ func TestHooksAfterAnswer(t *testing.T) {
 		}
 		r := &scriptedRunner{stdout: `{"meta": {"ttl": "60s"}}`}
 		f := NewFunction(r, opts...)
+		// The hold starts after start, so that a call its hooks held is
+		// measured holdFor at least: started before, it let calls go
+		// measured a few µs short of it, when the set-up in between took
+		// longer than the wake-up after the hold.
 		start := time.Now()
+		time.AfterFunc(holdFor, func() { close(h.held) })
 		if _, err := f.Run(context.Background(), request(t, req1)); err != nil {
 			t.Fatal(err)
 		}
