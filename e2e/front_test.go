@@ -75,14 +75,7 @@ func runFrontUnready(t *testing.T, args []string, env ...string) *httpFront {
 // unpacked, and returns its address.
 func (f *httpFront) awaitListening(t *testing.T) string {
 	t.Helper()
-	var addr string
-	eventually(t, 30*time.Second, "listening", func() bool {
-		if m := listeningAt.FindStringSubmatch(f.stderr.String()); m != nil {
-			addr = m[1]
-		}
-		return addr != ""
-	})
-	return addr
+	return listeningAddress(t, f.stderr)
 }
 
 func (f *httpFront) awaitServing(t *testing.T) {

@@ -301,9 +301,16 @@ var listeningAt = regexp.MustCompile(`msg=listening (?:api=\S+ )?address=(\S+)`)
 // awaitListening waits for s to take connections, and returns its address.
 func (s *server) awaitListening(t *testing.T) string {
 	t.Helper()
+	return listeningAddress(t, s.stderr)
+}
+
+// listeningAddress waits for the server whose log is stderr, gRPC or HTTP
+// front, to take connections, and returns its address.
+func listeningAddress(t *testing.T, stderr *syncBuffer) string {
+	t.Helper()
 	var addr string
 	eventually(t, 30*time.Second, "listening", func() bool {
-		if m := listeningAt.FindStringSubmatch(s.stderr.String()); m != nil {
+		if m := listeningAt.FindStringSubmatch(stderr.String()); m != nil {
 			addr = m[1]
 		}
 		return addr != ""
