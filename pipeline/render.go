@@ -685,9 +685,9 @@ func tag(req *fnv1.RunFunctionRequest) string {
 // among, as crossplane render's in-memory cluster holds them: own (the XR
 // as the cluster holds it and its observed composed resources, or the
 // Operation), the required resources, then the credentials
-// Secrets (a Secret without a kind is a v1 Secret). An object given again
-// under the same apiVersion, kind, namespace and name replaces the earlier
-// one, as in that cluster.
+// Secrets (a Secret without a kind or an apiVersion is a v1 Secret). An
+// object given again under the same apiVersion, kind, namespace and name
+// replaces the earlier one, as in that cluster.
 func clusterObjects(own, required, secrets []Object) []Object {
 	var out []Object
 	at := map[string]int{}
@@ -704,7 +704,9 @@ func clusterObjects(own, required, secrets []Object) []Object {
 		add(o)
 	}
 	for _, s := range secrets {
-		if s.Kind() == "" {
+		// The file holds Secrets alone: one that leaves out its
+		// apiVersion is still the Secret a step's credentials name.
+		if s.Kind() == "" || s.Kind() == "Secret" && s.APIVersion() == "" {
 			s = s.deepCopy()
 			s["apiVersion"], s["kind"] = "v1", "Secret"
 		}

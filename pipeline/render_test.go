@@ -321,6 +321,17 @@ func TestRenderCredentials(t *testing.T) {
 	if d := cmp.Diff(want, seen.GetCredentials()["db"].GetCredentialData().GetData()); d != "" {
 		t.Errorf("credentials from a required resource (-want +got):\n%s", d)
 	}
+	// A credentials Secret without an apiVersion is a v1 Secret, as it was
+	// before credentials were looked up among the cluster's objects.
+	seen = nil
+	_, err = Render(context.Background(), Inputs{XR: mustObject(t, xrYAML), Composition: c, Functions: map[string]Function{"fn-s": fn},
+		Credentials: []Object{mustObject(t, "kind: Secret\nmetadata:\n  name: db-creds\n  namespace: ns\ndata:\n  password: c2VjcmV0\nstringData:\n  user: admin\n")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, seen.GetCredentials()["db"].GetCredentialData().GetData()); d != "" {
+		t.Errorf("credentials from a Secret without an apiVersion (-want +got):\n%s", d)
+	}
 	_, err = Render(context.Background(), Inputs{XR: mustObject(t, xrYAML), Composition: c, Functions: map[string]Function{"fn-s": fn}})
 	if err == nil || !strings.Contains(err.Error(), "no Secret ns/db-creds") {
 		t.Errorf("a missing Secret: err = %v", err)
