@@ -193,3 +193,21 @@ func TestCacheKeyOnlyForACache(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheKeyOfCapabilitiesIsCheap: Crossplane v2 declares its
+// capabilities in every request, so their part of the cache key is worked
+// out without the digest the rarer fields need: the key of a request with
+// a tag and capabilities alone takes at most two allocations; two tags
+// with capabilities never share a key.
+func TestCacheKeyOfCapabilitiesIsCheap(t *testing.T) {
+	req := &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "a", Capabilities: []fnv1.Capability{
+		fnv1.Capability_CAPABILITY_CAPABILITIES, fnv1.Capability_CAPABILITY_REQUIRED_RESOURCES}}}
+	if n := testing.AllocsPerRun(100, func() { cacheKey(req) }); n > 2 {
+		t.Errorf("the cache key of a request with capabilities takes %v allocations, want at most 2", n)
+	}
+	other := &fnv1.RunFunctionRequest{Meta: &fnv1.RequestMeta{Tag: "a,1", Capabilities: []fnv1.Capability{
+		fnv1.Capability_CAPABILITY_REQUIRED_RESOURCES}}}
+	if k1, k2 := cacheKey(req), cacheKey(other); k1 == k2 {
+		t.Errorf("two tags with other capabilities share the cache key %q", k1)
+	}
+}

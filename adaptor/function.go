@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -226,25 +227,43 @@ func cacheKey(req *fnv1.RunFunctionRequest) string {
 	if tag == "" {
 		return ""
 	}
-	varying := &fnv1.RunFunctionRequest{
-		RequiredResources: req.GetRequiredResources(),
-		ExtraResources:    req.GetExtraResources(), //nolint:staticcheck // Crossplane still fills the deprecated field.
-		RequiredSchemas:   req.GetRequiredSchemas(),
-		Context:           req.GetContext(),
-		Credentials:       req.GetCredentials(),
-	}
-	if caps := req.GetMeta().GetCapabilities(); len(caps) > 0 {
-		varying.Meta = &fnv1.RequestMeta{Capabilities: caps}
-	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(varying)
-	if err != nil {
-		return "" // not cached
-	}
-	if len(b) == 0 {
+	// Crossplane v2 declares its capabilities in every request: they go
+	// into the key as a few digits, not through the digest, which only
+	// the rarer calls with the fields below pay for (500 ns and 6
+	// allocations a call, against one allocation).
+	caps := req.GetMeta().GetCapabilities()
+	varies := len(req.GetRequiredResources()) > 0 || len(req.GetExtraResources()) > 0 || //nolint:staticcheck // Crossplane still fills the deprecated field.
+		len(req.GetRequiredSchemas()) > 0 || req.GetContext() != nil || len(req.GetCredentials()) > 0
+	if len(caps) == 0 && !varies {
 		return tag
 	}
-	sum := sha256.Sum256(b)
-	return tag + "/" + hex.EncodeToString(sum[:])
+	// The tag's length first: one tag's key with its capabilities is
+	// then never another tag's with others ("a" with 1 and 2, "a,1" with
+	// 2).
+	key := make([]byte, 0, 24+len(tag)+4*len(caps)+1+2*sha256.Size)
+	key = strconv.AppendInt(key, int64(len(tag)), 10)
+	key = append(key, ':')
+	key = append(key, tag...)
+	for _, c := range caps {
+		key = append(key, ',')
+		key = strconv.AppendInt(key, int64(c), 10)
+	}
+	if varies {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&fnv1.RunFunctionRequest{
+			RequiredResources: req.GetRequiredResources(),
+			ExtraResources:    req.GetExtraResources(), //nolint:staticcheck // as above
+			RequiredSchemas:   req.GetRequiredSchemas(),
+			Context:           req.GetContext(),
+			Credentials:       req.GetCredentials(),
+		})
+		if err != nil {
+			return "" // not cached
+		}
+		sum := sha256.Sum256(b)
+		key = append(key, '/')
+		key = hex.AppendEncode(key, sum[:])
+	}
+	return string(key)
 }
 
 // after runs the hooks after a call: the cache's store at once (a call
