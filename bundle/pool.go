@@ -430,18 +430,10 @@ func (b *Bundle) stopPool() {
 	ready := p.ready
 	p.ready = nil
 	p.mu.Unlock()
-	// At once: a stuck crun delete takes 5 s to be killed, which one
+	// Together: a stuck crun delete takes 5 s to be killed, which one
 	// after another, for a pool grown to --max-concurrency, held the
 	// shutdown for minutes.
-	var wg sync.WaitGroup
-	for _, c := range ready {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.discard()
-		}()
-	}
-	wg.Wait()
+	together(ready, (*container).discard)
 }
 
 // PoolStats is what the warm pool did so far.

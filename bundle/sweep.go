@@ -6,9 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -105,19 +105,35 @@ func Sweep(rt *Runtime, parent string) ([]string, error) {
 // then removes the bundle directory.
 func remove(dir string, rt *Runtime) error {
 	if states, err := os.ReadDir(rt.stateDir); err == nil {
-		var wg sync.WaitGroup
+		var ids []string
 		for _, s := range states {
 			if s.IsDir() {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					rt.forceDelete(s.Name())
-				}()
+				ids = append(ids, s.Name())
 			}
 		}
-		wg.Wait()
+		together(ids, rt.forceDelete)
 	}
 	return removeDir(dir)
+}
+
+// togetherAtMost is how many containers together brings down at once: as
+// many crun processes at a time, beside the calls', must stay well within
+// a pod's pids limit, while the 5 s a stuck one takes to be killed is
+// paid once per so many containers, not once per container.
+const togetherAtMost = 16
+
+// together calls f for every item, togetherAtMost at a time, and returns
+// once every call has.
+func together[T any](items []T, f func(T)) {
+	var g errgroup.Group
+	g.SetLimit(togetherAtMost)
+	for _, it := range items {
+		g.Go(func() error {
+			f(it)
+			return nil
+		})
+	}
+	_ = g.Wait()
 }
 
 // removeDir removes a bundle directory and the state directory it links
