@@ -132,6 +132,33 @@ func TestBuildRequest(t *testing.T) {
 	}
 }
 
+// TestParseRequestIsOneDocument: a request file is one YAML document;
+// another one after it is refused rather than dropped unsent, and empty
+// documents (comments before "---") are skipped as in every other file.
+func TestParseRequestIsOneDocument(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, tag, err string }{
+		{"two_requests", "meta: {tag: one}\n---\nmeta: {tag: two}\n", "", "holds 2 YAML documents; want one RunFunctionRequest"},
+		{"comment_document_first", "# the request\n---\nmeta: {tag: one}\n", "one", ""},
+		{"comment_document_between_separators", "---\n# the request\n---\nmeta: {tag: one}\n", "one", ""},
+		{"separator_after", "meta: {tag: one}\n---\n", "one", ""},
+		{"empty", "", "", "holds no RunFunctionRequest"},
+		{"only_comments", "# nothing yet\n", "", "holds no RunFunctionRequest"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := ParseRequest([]byte(tc.yaml))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q (request %v)", err, tc.err, req)
+				}
+				return
+			}
+			if err != nil || req.GetMeta().GetTag() != tc.tag {
+				t.Fatalf("got %v, %v; want the request tagged %q", req, err, tc.tag)
+			}
+		})
+	}
+}
+
 func TestParseContext(t *testing.T) {
 	dir := t.TempDir()
 	file := writeFile(t, dir, "c.json", `{"a": [1, 2]}`)

@@ -1,7 +1,10 @@
 package pipeline
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+	kyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ocifn/ocifn/codec"
@@ -128,9 +132,9 @@ func sourceName(p string) string {
 // ParseRequest parses a RunFunctionRequest written in YAML or in JSON
 // (protojson field names: lowerCamelCase or the proto names).
 func ParseRequest(data []byte) (*fnv1.RunFunctionRequest, error) {
-	j, err := yaml.YAMLToJSON(data)
+	j, err := requestDocument(data)
 	if err != nil {
-		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+		return nil, err
 	}
 	req := &fnv1.RunFunctionRequest{}
 	if err := protojson.Unmarshal(j, req); err != nil {
@@ -140,6 +144,44 @@ func ParseRequest(data []byte) (*fnv1.RunFunctionRequest, error) {
 		return nil, fmt.Errorf("not a RunFunctionRequest: %v (want fields such as meta, observed, desired, input, context)", err)
 	}
 	return req, nil
+}
+
+// requestDocument returns, as JSON, the one document of a YAML stream that
+// holds a request. A YAML decoder reads the first document of a stream and
+// drops the rest without a word: a second request would never be sent, and
+// an empty first one (comments before "---") would be reported as null.
+func requestDocument(data []byte) ([]byte, error) {
+	r := kyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var (
+		doc []byte
+		n   int
+	)
+	for {
+		d, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+		}
+		j, err := yaml.YAMLToJSON(d)
+		if err != nil {
+			return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
+		}
+		if bytes.Equal(bytes.TrimSpace(j), []byte("null")) {
+			continue
+		}
+		if n++; n == 1 {
+			doc = j
+		}
+	}
+	switch n {
+	case 0:
+		return nil, fmt.Errorf("holds no RunFunctionRequest (nothing but empty documents or comments)")
+	case 1:
+		return doc, nil
+	}
+	return nil, fmt.Errorf("holds %d YAML documents; want one RunFunctionRequest: one call is made, with one request", n)
 }
 
 func readStruct(path string) (*structpb.Struct, error) {

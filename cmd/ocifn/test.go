@@ -37,7 +37,8 @@ IMAGE is an image tarball (docker save output, plain or gzipped, or an OCI
 archive), a Function package built by "ocifn build", or a registry reference
 to either (pulled first; --insecure-registry allows plain HTTP).
 
-REQUEST is a RunFunctionRequest in YAML or JSON ("-" reads standard input).
+REQUEST is a RunFunctionRequest in YAML or JSON ("-" reads standard input),
+one document: a file of several is refused, as one call is made.
 Instead of writing the whole request, or to change parts of it, give the
 pieces as files:
 
