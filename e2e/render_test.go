@@ -61,6 +61,18 @@ func withPlaceholders(t *testing.T, path string, values map[string]string) strin
 // anything runs, with a message that names what is wrong.
 func TestRenderInputMistakes(t *testing.T) {
 	root := filepath.Join(repoRoot, "testdata", "render")
+	dir := t.TempDir()
+	opTemplate := func(kind, spec string) string {
+		p := filepath.Join(dir, strings.ToLower(kind)+".yaml")
+		text := "apiVersion: ops.crossplane.io/v1alpha1\nkind: " + kind + "\nmetadata:\n  name: nightly\nspec:\n" + spec +
+			"  operationTemplate:\n    spec:\n      mode: Pipeline\n      pipeline:\n      - step: one\n        functionRef: {name: function-jq}\n"
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cron := opTemplate("CronOperation", "  schedule: \"0 2 * * *\"\n")
+	watch := opTemplate("WatchOperation", "  watch: {apiVersion: v1, kind: ConfigMap}\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -69,6 +81,8 @@ func TestRenderInputMistakes(t *testing.T) {
 		{"an XR without a Composition", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/functions.yaml"}, "with two arguments render runs an Operation"},
 		{"an Operation with a Composition", []string{"operation/operation.yaml", "jq-yq-labelizer/composition.yaml", "operation/functions.yaml"}, "render it as OPERATION FUNCTIONS"},
 		{"an XRD of another kind", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/composition.yaml", "jq-yq-labelizer/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, `CompositeResourceDefinition "xdatabases.example.org" defines XDatabase`},
+		{"a CronOperation", []string{cron, "operation/functions.yaml"}, "render runs an Operation, not a CronOperation; give it the Operation its spec.operationTemplate makes"},
+		{"a WatchOperation", []string{watch, "operation/functions.yaml"}, "render runs an Operation, not a WatchOperation"},
 		{"an XR flag with an Operation", []string{"operation/operation.yaml", "operation/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, "are for a composite resource, not an Operation"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

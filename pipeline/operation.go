@@ -27,6 +27,12 @@ func IsOperation(o Object) bool {
 	return o.Kind() == "Operation" && strings.HasPrefix(o.APIVersion(), "ops.crossplane.io/")
 }
 
+// IsOperationTemplate reports whether an object is an ops.crossplane.io
+// CronOperation or WatchOperation, which make Operations from a template.
+func IsOperationTemplate(o Object) bool {
+	return (o.Kind() == "CronOperation" || o.Kind() == "WatchOperation") && strings.HasPrefix(o.APIVersion(), "ops.crossplane.io/")
+}
+
 // ParseOperation reads an Operation.
 func ParseOperation(o Object) (*Operation, error) {
 	if !IsOperation(o) {

@@ -148,6 +148,10 @@ func loadPipeline(firstPath, compPath, fnsPath string) (*renderInputs, error) {
 		return nil, fmt.Errorf("cannot read %s: %w", firstPath, err)
 	}
 	switch {
+	case compPath == "" && pipeline.IsOperationTemplate(first):
+		// crossplane operation render runs the template of one; saying
+		// that a composite needs a Composition would point elsewhere.
+		return nil, fmt.Errorf("%s holds %s: render runs an Operation, not a %s; give it the Operation its spec.operationTemplate makes (kind: Operation, a metadata.name, and the template's spec)", firstPath, first.Describe(), first.Kind())
 	case compPath == "" && !pipeline.IsOperation(first):
 		return nil, fmt.Errorf("%s holds %s: with two arguments render runs an Operation (ops.crossplane.io/v1alpha1); a composite resource needs XR COMPOSITION FUNCTIONS", firstPath, first.Describe())
 	case compPath != "" && pipeline.IsOperation(first):
