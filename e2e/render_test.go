@@ -83,6 +83,7 @@ func TestRenderInputMistakes(t *testing.T) {
 		{"an XRD of another kind", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/composition.yaml", "jq-yq-labelizer/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, `CompositeResourceDefinition "xdatabases.example.org" defines XDatabase`},
 		{"a CronOperation", []string{cron, "operation/functions.yaml"}, "render runs an Operation, not a CronOperation; give it the Operation its spec.operationTemplate makes"},
 		{"a WatchOperation", []string{watch, "operation/functions.yaml"}, "render runs an Operation, not a WatchOperation"},
+		{"crossplane operation render's -o", []string{"operation/operation.yaml", "operation/functions.yaml", "-o"}, "for crossplane operation render's -o, give --include-full-operation"},
 		{"an XR flag with an Operation", []string{"operation/operation.yaml", "operation/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, "are for a composite resource, not an Operation"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

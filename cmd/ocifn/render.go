@@ -7,6 +7,7 @@ import (
 	"io"
 	"os/signal"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -100,6 +101,14 @@ those resources.`,
 			return o.run(cmd.Context(), args[0], args[1], args[2], cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		// crossplane operation render's -o is a switch, which its help
+		// shows at the end of a command line; here -o takes a file.
+		if strings.Contains(err.Error(), "'o' in -o") {
+			return fmt.Errorf("%w: -o is --observed-resources FILE, as in crossplane composition render; for crossplane operation render's -o, give --include-full-operation", err)
+		}
+		return err
+	})
 	f := cmd.Flags()
 	o.functionFlags.register(f)
 	// Each Function picks its image with the render.ocifn.dev/image
