@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,4 +146,64 @@ filter: |
 			t.Errorf("exit %d, stderr:\n%s", r.exit, r.stderr)
 		}
 	})
+}
+
+// TestOutputClosedEarly: `ocifn test` and `ocifn render` whose stdout is
+// closed before they have printed everything (`| head`) still remove the
+// unpacked image from the cache directory, and fail rather than report
+// success.
+func TestOutputClosedEarly(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// More than a pipe holds (64 KiB), so that printing it meets the
+	// closed pipe.
+	filter := `{desired: {resources: ([range(2000)] | map({key: "r\(.)", value: {resource: {apiVersion: "v1", kind: "ConfigMap", metadata: {name: "cm-\(.)"}, data: {a: "abcdefghijklmnopqrstuvwxyz0123456789"}}}}) | from_entries)}}`
+	input := write("input.yaml", "filter: '"+filter+"'\n")
+	op := write("operation.yaml", "apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata:\n  name: many\nspec:\n  mode: Pipeline\n  pipeline:\n  - step: many\n    functionRef: {name: function-jq}\n    input:\n      filter: '"+filter+"'\n")
+	fns := write("functions.yaml", "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: function-jq\n  annotations:\n    render.ocifn.dev/tarball: "+image("jq-function.tar")+"\n")
+
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"test", []string{"test", image("jq-function.tar"), "--input", input}},
+		{"render", []string{"render", op, fns}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cache := cacheDir(t)
+			cmd := exec.Command(ocifnBin, append(tc.args, "--cache-dir", cache)...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+				t.Fatalf("nothing printed: %v\n%s", err, stderr.String())
+			}
+			out.Close()
+			if err := cmd.Wait(); err == nil {
+				t.Errorf("ocifn %s exited 0 though its output was cut short", tc.name)
+			}
+			entries, err := os.ReadDir(cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), "bundle-") {
+					t.Errorf("ocifn %s left %s in the cache directory (%v)\n%s", tc.name, e.Name(), cmd.ProcessState, stderr.String())
+				}
+			}
+		})
+	}
 }

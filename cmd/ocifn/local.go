@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ocifn/ocifn/adaptor"
 	"github.com/ocifn/ocifn/bundle"
@@ -70,6 +73,17 @@ func contextFilePaths(kvs []string) []string {
 		out = append(out, file)
 	}
 	return out
+}
+
+// surviveClosedOutput makes a write to a closed stdout or stderr (`ocifn
+// test ... | head`) fail with EPIPE, as it does on any other file: by
+// default Go ends the process with SIGPIPE on the spot, before the deferred
+// cleanup removes the unpacked image and the containers of a call still
+// running. The returned function undoes it.
+func surviveClosedOutput() (stop func()) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, unix.SIGPIPE)
+	return func() { signal.Stop(c) }
 }
 
 // localFunctions prepares function images on this machine, each once, and

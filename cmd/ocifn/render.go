@@ -311,6 +311,7 @@ func (r *renderInputs) runtimes() (map[string]pipeline.Runtime, bool, error) {
 }
 
 func (o *renderOptions) run(ctx context.Context, xrPath, compPath, fnsPath string, stdout, stderr io.Writer) error {
+	defer surviveClosedOutput()()
 	log := newHumanLogger(stderr, o.debug)
 	// Mistakes in the inputs show before any image is unpacked, and before
 	// ocifn re-executes itself, unless an input is a pipe that only the

@@ -118,6 +118,7 @@ func (o *testOptions) run(ctx context.Context, image string, stdin io.Reader, st
 	if o.output != "yaml" && o.output != "json" {
 		return fmt.Errorf("--output %q: want yaml or json", o.output)
 	}
+	defer surviveClosedOutput()()
 	log := newHumanLogger(stderr, o.debug)
 	rt, err := o.check()
 	if err != nil {
