@@ -343,7 +343,13 @@ func callerGone(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok && errors.Is(err, context.Canceled) && time.Until(d) < deadlineSlack {
 		err = context.DeadlineExceeded
 	}
-	return status.FromContextError(err).Err()
+	st := status.FromContextError(err)
+	// A cause of its own (the stop signal of ocifn test or render, say)
+	// says more than "context canceled".
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() && errors.Is(err, context.Canceled) {
+		st = status.New(st.Code(), cause.Error())
+	}
+	return st.Err()
 }
 
 // Drain refuses new calls and those waiting in the queue at once, and

@@ -3,11 +3,14 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/google/go-cmp/cmp"
@@ -202,6 +205,70 @@ func TestOutputClosedEarly(t *testing.T) {
 			for _, e := range entries {
 				if strings.HasPrefix(e.Name(), "bundle-") {
 					t.Errorf("ocifn %s left %s in the cache directory (%v)\n%s", tc.name, e.Name(), cmd.ProcessState, stderr.String())
+				}
+			}
+		})
+	}
+}
+
+// TestInterruptedWhileAFunctionRuns: `ocifn test` and `ocifn render`
+// stopped by SIGINT while a function runs say so, naming the signal, not
+// "rpc error: … context canceled" of an RPC there is none of, and still
+// remove the unpacked image.
+func TestInterruptedWhileAFunctionRuns(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	input := write("input.yaml", "script: sleep 60\n")
+	op := write("operation.yaml", "apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata:\n  name: slow\nspec:\n  mode: Pipeline\n  pipeline:\n  - step: slow\n    functionRef: {name: function-sh}\n    input:\n      script: sleep 60\n")
+	fns := write("functions.yaml", "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: function-sh\n  annotations:\n    render.ocifn.dev/tarball: "+image("sh-function.tar")+"\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"test", []string{"test", image("sh-function.tar"), "--input", input}},
+		{"render", []string{"render", op, fns}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cache := cacheDir(t)
+			cmd := exec.Command(ocifnBin, append(tc.args, "--cache-dir", cache)...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sleeping := func() bool {
+				for _, p := range descendants(t, cmd.Process.Pid) {
+					if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(comm)) == "sleep" {
+						return true
+					}
+				}
+				return false
+			}
+			for deadline := time.Now().Add(patient(30 * time.Second)); !sleeping(); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+					t.Fatalf("the function never ran:\n%s", stderr.String())
+				}
+			}
+			_ = cmd.Process.Signal(syscall.SIGINT)
+			if err := cmd.Wait(); err == nil {
+				t.Errorf("ocifn %s exited 0 though it was interrupted", tc.name)
+			}
+			if got := stderr.String(); !strings.Contains(got, "stopped while a function ran (interrupt signal received)") || strings.Contains(got, "context canceled") {
+				t.Errorf("ocifn %s interrupted, stderr:\n%s\nwant it to say it was stopped by the signal, not a bare context cancellation", tc.name, got)
+			}
+			entries, _ := os.ReadDir(cache)
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), "bundle-") {
+					t.Errorf("ocifn %s left %s in the cache directory", tc.name, e.Name())
 				}
 			}
 		})

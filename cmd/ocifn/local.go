@@ -86,6 +86,16 @@ func surviveClosedOutput() (stop func()) {
 	return func() { signal.Stop(c) }
 }
 
+// interrupted is err, a call's or a pipeline's failure, said as what it
+// was when a stop signal (ctx) ended it: the call's own error then reads
+// "rpc error: code = Canceled", of an RPC that was never made.
+func interrupted(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("stopped while a function ran (%v): its container and the unpacked image are removed", context.Cause(ctx))
+}
+
 // localFunctions prepares function images on this machine, each once, and
 // runs their calls in containers. It must be used inside ocifn's own
 // namespaces (enterNamespaces).

@@ -398,7 +398,7 @@ func (o *renderOptions) run(ctx context.Context, xrPath, compPath, fnsPath strin
 	}
 	out, err := pipeline.Render(ctx, r.in)
 	if err != nil {
-		return renderError(err, stderr)
+		return renderError(interrupted(ctx, err), stderr)
 	}
 	if o.includeFullXR {
 		out.XR = pipeline.MergeXR(r.in.XR, out.XR)
@@ -443,7 +443,7 @@ func (o *renderOptions) printOperation(ctx context.Context, r *renderInputs, std
 		Credentials: r.in.Credentials, Context: r.in.Context, BeforeCall: r.in.BeforeCall,
 	})
 	if err != nil {
-		return renderError(err, stderr)
+		return renderError(interrupted(ctx, err), stderr)
 	}
 	return o.print(stdout, append([]pipeline.Object{out.Operation}, out.Applied...), out.Results, out.Context)
 }

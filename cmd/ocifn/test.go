@@ -157,6 +157,9 @@ func (o *testOptions) run(ctx context.Context, image string, stdin io.Reader, st
 	}
 	rsp, err := fn.Run(ctx, req)
 	if err != nil {
+		if ctx.Err() != nil {
+			return interrupted(ctx, err)
+		}
 		return fmt.Errorf("the call failed: %w", err)
 	}
 	if err := printResponse(stdout, rsp, o.output); err != nil {
