@@ -113,7 +113,7 @@ func FindRuntime(name string) (*Runtime, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), versionTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, "--version")
-	cmd.Cancel = func() error { return killCommand(cmd.Process.Pid) }
+	cmd.Cancel = func() error { return killCommand(cmd.Process) }
 	// A process it started that outlives it would hold stdout open.
 	cmd.WaitDelay = time.Second
 	out, err := cmd.Output()
@@ -1056,23 +1056,31 @@ func (r *Runtime) command(ctx context.Context, a ...string) *exec.Cmd {
 	// that runs crun as its child, killed alone, left a crun that hung
 	// (a delete, say) running for as long as it liked, then a zombie of
 	// this process, the subreaper it had come to.
-	cmd.Cancel = func() error { return killCommand(cmd.Process.Pid) }
+	cmd.Cancel = func() error { return killCommand(cmd.Process) }
 	return cmd
 }
 
-// killCommand kills an executed runtime command, pid, with every process
+// killCommand kills an executed runtime command, p, with every process
 // below it, and reaps those below it once they have come to this process;
-// pid is left for its Wait.
-func killCommand(pid int) error {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return unix.Kill(pid, unix.SIGKILL)
+// p is left for its Wait.
+//
+// Through p's own handle, the pidfd Go took as it started it: os/exec
+// calls Cancel when the context ends before Wait has taken the command's
+// end, which may be after Process.Wait reaped it, and a pidfd opened from
+// the pid then, or a kill of the pid, hit whatever process had that pid
+// by then, with every process below it. The handle is not lent once p has
+// been waited for (os.ErrProcessDone).
+func killCommand(p *os.Process) error {
+	err := p.WithHandle(func(fd uintptr) {
+		for _, q := range killAll(int(fd), p.Pid)[1:] {
+			reapOrphan(q)
+		}
+	})
+	if errors.Is(err, os.ErrNoHandle) {
+		// No pidfds: Kill knows whether Wait has reaped p.
+		return p.Kill()
 	}
-	defer unix.Close(fd)
-	for _, p := range killAll(fd, pid)[1:] {
-		reapOrphan(p)
-	}
-	return nil
+	return err
 }
 
 // containerOrders are the variables crun reads from its own environment as

@@ -230,3 +230,67 @@ func TestStuckCommandsAreToldOncePerContainer(t *testing.T) {
 		t.Errorf("told %q, want %q", got, want)
 	}
 }
+
+// startWithPid starts the command argv as the process pid, a pid that has
+// just been reaped, through ns_last_pid (root in this pid namespace), and
+// kills it with the test.
+func startWithPid(t *testing.T, pid int, argv ...string) *exec.Cmd {
+	t.Helper()
+	for range 10 {
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
+			t.Fatalf("a pid reused on purpose needs ns_last_pid (root): %v", err)
+		}
+		other := exec.Command(argv[0], argv[1:]...)
+		if err := other.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if other.Process.Pid == pid {
+			t.Cleanup(func() {
+				_ = other.Process.Kill()
+				_ = other.Wait()
+			})
+			return other
+		}
+		// Another process's fork came in between.
+		_ = other.Process.Kill()
+		_ = other.Wait()
+	}
+	t.Fatalf("pid %d could not be given to another process", pid)
+	return nil
+}
+
+// ended says whether process pid, a child of this one, ends within d.
+func ended(t *testing.T, pid int, d time.Duration) bool {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	for {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(d.Milliseconds()))
+		if !errors.Is(err, unix.EINTR) {
+			return n > 0
+		}
+	}
+}
+
+// TestCancelAfterWaitSparesAReusedPid: os/exec calls a command's Cancel
+// when its context ends before Wait has taken the command's end, which
+// may be after Process.Wait has reaped it; the pid may name another
+// process by then, which Cancel leaves alone.
+func TestCancelAfterWaitSparesAReusedPid(t *testing.T) {
+	r := &Runtime{path: "/bin/true"}
+	cmd := r.command(context.Background(), "delete", "--force", "ocifn-x")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	other := startWithPid(t, cmd.Process.Pid, "sleep", "60")
+	err := cmd.Cancel()
+	if ended(t, other.Process.Pid, time.Second) {
+		t.Errorf("Cancel after Wait killed process %d, which has the reaped command's pid now", other.Process.Pid)
+	}
+	if !errors.Is(err, os.ErrProcessDone) {
+		t.Errorf("Cancel after Wait: %v, want %v", err, os.ErrProcessDone)
+	}
+}
