@@ -225,12 +225,14 @@ func (s *forkServer) run(ctx context.Context, conn *net.UnixConn, args []string,
 		killed := make(chan struct{})
 		stop := context.AfterFunc(ctx, func() {
 			defer close(killed)
-			below := killAll(pidfd, pid)[1:]
+			procs := killAll(pidfd, pid)
 			// A server that does not reply for the killed child within
 			// replyGrace is stuck: the wait ends there.
 			_ = r.SetReadDeadline(time.Now().Add(replyGrace))
-			for _, p := range below {
-				reapOrphan(p)
+			for _, p := range procs {
+				if p != pid {
+					reapOrphan(p)
+				}
 			}
 		})
 		defer func() {
@@ -367,10 +369,15 @@ func killTree(pidfd, pid int) {
 }
 
 // killAll kills, as killTree does, the process pid and every process below
-// it, and returns them, pid first, unreaped.
+// it, and returns them, pid first, unreaped: none if pid has been reaped
+// already (pidfd says so), as its parent may have done while the caller
+// held it, whose pid may name another process by then, with processes
+// below it that are not its own.
 func killAll(pidfd, pid int) []int {
 	procs, fds := []int{pid}, []int{pidfd}
-	_ = unix.PidfdSendSignal(pidfd, unix.SIGSTOP, nil, 0)
+	if err := unix.PidfdSendSignal(pidfd, unix.SIGSTOP, nil, 0); errors.Is(err, unix.ESRCH) {
+		return nil
+	}
 	for i := 0; i < len(procs); i++ {
 		for _, c := range childrenOf(procs[i]) {
 			fd, err := unix.PidfdOpen(c, 0)

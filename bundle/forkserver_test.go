@@ -434,6 +434,41 @@ func TestKillTree(t *testing.T) {
 	}
 }
 
+// TestKillTreeOfAReapedProcess: killTree of a process that has been
+// reaped already (its pidfd says so) kills nothing: its pid may name
+// another process by then, here a shell with a child, whose processes are
+// not the reaped one's.
+func TestKillTreeOfAReapedProcess(t *testing.T) {
+	gone := exec.Command("true")
+	if err := gone.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pidfd, err := unix.PidfdOpen(gone.Process.Pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	if err := gone.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	pid := gone.Process.Pid
+	startWithPid(t, pid, "/bin/sh", "-c", "sleep 60 & wait")
+	var below []int
+	for deadline := time.Now().Add(5 * time.Second); len(below) == 0; time.Sleep(10 * time.Millisecond) {
+		if below = childrenOf(pid); time.Now().After(deadline) {
+			t.Fatalf("the shell %d started no process", pid)
+		}
+	}
+	t.Cleanup(func() { _ = unix.Kill(below[0], unix.SIGKILL) })
+	killTree(pidfd, pid)
+	for _, p := range append([]int{pid}, below...) {
+		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if len(stat) == 0 || strings.Contains(string(stat), ") Z ") || strings.Contains(string(stat), ") T ") {
+			t.Errorf("killTree of a reaped process killed or stopped process %d, of the one that has its pid now: %q", p, stat)
+		}
+	}
+}
+
 // TestForkServerDiesRightAfterItsFork: a server killed between its fork and
 // anything else it does still leaves the caller its child's pid, which the
 // child writes itself, so the orphan can be found and killed. The server

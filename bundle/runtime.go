@@ -1072,8 +1072,10 @@ func (r *Runtime) command(ctx context.Context, a ...string) *exec.Cmd {
 // been waited for (os.ErrProcessDone).
 func killCommand(p *os.Process) error {
 	err := p.WithHandle(func(fd uintptr) {
-		for _, q := range killAll(int(fd), p.Pid)[1:] {
-			reapOrphan(q)
+		for _, q := range killAll(int(fd), p.Pid) {
+			if q != p.Pid {
+				reapOrphan(q)
+			}
 		}
 	})
 	if errors.Is(err, os.ErrNoHandle) {
