@@ -320,7 +320,9 @@ func (s *forkServer) abandon(conn *net.UnixConn, r *os.File, sent time.Time) {
 // thing in r: the command's child has been reaped. (A read with a deadline
 // of now, as this was, never reads: Go fails it before it tries, so a
 // child reaped, whose pid may name another process by then, was killed
-// with the processes below that one.)
+// with the processes below that one. So does RawConn.Read once r's
+// deadline has passed, as abandon's may have: Control reads whatever the
+// deadline.)
 func statusThere(r *os.File) bool {
 	rc, err := r.SyscallConn()
 	if err != nil {
@@ -328,9 +330,8 @@ func statusThere(r *os.File) bool {
 	}
 	var b [8]byte
 	n := 0
-	_ = rc.Read(func(fd uintptr) bool {
-		n, _ = unix.Read(int(fd), b[:])
-		return true // once, not waiting
+	_ = rc.Control(func(fd uintptr) {
+		n, _ = unix.Read(int(fd), b[:]) // r is non-blocking: EAGAIN if empty
 	})
 	return n == len(b) && int32(binary.NativeEndian.Uint32(b[:4])) == recordStatus
 }

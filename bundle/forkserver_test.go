@@ -668,3 +668,30 @@ func TestAbandonSparesAReapedChildsPid(t *testing.T) {
 		t.Errorf("abandon killed process %d, which its replies said was not the child any more", other.Process.Pid)
 	}
 }
+
+// TestStatusThereWhateverTheDeadline: statusThere sees a status record
+// that is there, even once r's read deadline has passed, as abandon's
+// (the stuck server's time from the command's sending) has when the
+// child named itself just before it: Go fails a read past its deadline
+// before it tries it, and a reaped child's pid was then taken for a live
+// one's, and killed with what was below it.
+func TestStatusThereWhateverTheDeadline(t *testing.T) {
+	r, w, err := childPipe(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	var status [8]byte
+	binary.NativeEndian.PutUint32(status[0:], recordStatus)
+	if _, err := w.Write(status[:]); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.SetReadDeadline(time.Now().Add(-time.Second))
+	if !statusThere(r) {
+		t.Error("statusThere past r's deadline: false, with a status record there")
+	}
+	if statusThere(r) {
+		t.Error("statusThere of an empty pipe: true")
+	}
+}
