@@ -326,16 +326,9 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 		if _, dup := rsp.Desired.Resources[name]; dup {
 			return fmt.Errorf("items[%d]: a second item is annotated %s: %s", i, AnnotationResourceName, clip(name, keyBytes))
 		}
-		if localConfig(item, before[name]) {
-			rsp.Results = append(rsp.Results, notComposed(i, item, name, before[name] != nil))
-			continue
+		if err := composeAs(rsp, names, i, item, name, before[name]); err != nil {
+			return err
 		}
-		r, err := krmResource(item, before[name], sentAnnotations(before[name]))
-		if err != nil {
-			return fmt.Errorf("items[%d] (%s): %w", i, clip(name, keyBytes), err)
-		}
-		rsp.Desired.Resources[name] = r
-		names[i] = name
 	}
 	// An item that lost its annotation (the function replaced its
 	// annotations) and has the identity of a desired resource the
@@ -350,16 +343,9 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 			derive = append(derive, i)
 			continue
 		}
-		if localConfig(item, before[name]) {
-			rsp.Results = append(rsp.Results, notComposed(i, item, name, true))
-			continue
+		if err := composeAs(rsp, names, i, item, name, before[name]); err != nil {
+			return err
 		}
-		r, err := krmResource(item, before[name], sentAnnotations(before[name]))
-		if err != nil {
-			return fmt.Errorf("items[%d] (%s): %w", i, clip(name, keyBytes), err)
-		}
-		rsp.Desired.Resources[name] = r
-		names[i] = name
 	}
 	for _, i := range derive {
 		item := rl.Items[i]
@@ -382,6 +368,23 @@ func krmItems(req *fnv1.RunFunctionRequest, rl *resourceList, rsp *fnv1.RunFunct
 		names[i] = name
 	}
 
+	return nil
+}
+
+// composeAs makes item i the desired resource name of rsp, and names[i]
+// name, from the request's desired resource of that name, before (nil: a
+// new one); an item marked as local configuration is a result instead.
+func composeAs(rsp *fnv1.RunFunctionResponse, names []string, i int, item map[string]any, name string, before *fnv1.Resource) error {
+	if localConfig(item, before) {
+		rsp.Results = append(rsp.Results, notComposed(i, item, name, before != nil))
+		return nil
+	}
+	r, err := krmResource(item, before, sentAnnotations(before))
+	if err != nil {
+		return fmt.Errorf("items[%d] (%s): %w", i, clip(name, keyBytes), err)
+	}
+	rsp.Desired.Resources[name] = r
+	names[i] = name
 	return nil
 }
 
