@@ -369,9 +369,8 @@ func TestHTTPCallsWaitingForTheUnpack(t *testing.T) {
 				answered <- answer{code: rsp.StatusCode, body: string(b)}
 			}()
 			if tc.stop {
-				// The call is in before the signal: the unpack of 512 MiB
-				// takes longer.
-				time.Sleep(200 * time.Millisecond)
+				// The call is in before the signal.
+				awaitWaitingForImage(t, addr)
 				if err := s.cmd.Process.Signal(unix.SIGTERM); err != nil {
 					t.Fatal(err)
 				}
@@ -394,6 +393,17 @@ func TestHTTPCallsWaitingForTheUnpack(t *testing.T) {
 	}
 }
 
+// awaitWaitingForImage waits until the HTTP front at addr, still
+// unpacking its image, has a call waiting for it
+// (ocifn_calls_waiting_for_image): the call is past the port, which a
+// signal closes, and will be answered.
+func awaitWaitingForImage(t *testing.T, addr string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "a call waiting for the image", func() bool {
+		return metricValue(t, scrape(t, "http://"+addr+"/metrics"), "ocifn_calls_waiting_for_image") == 1
+	})
+}
+
 // TestOpenWhiskRunWaitingForTheUnpack: an activation that came while the
 // image was being unpacked and is answered 503 because the server
 // stopped first ends with the sentinels on stdout and on stderr, after
@@ -414,9 +424,8 @@ func TestOpenWhiskRunWaitingForTheUnpack(t *testing.T) {
 		rsp.Body.Close()
 		answered <- rsp.StatusCode
 	}()
-	// The activation is in before the signal: the unpack of 512 MiB
-	// takes longer.
-	time.Sleep(200 * time.Millisecond)
+	// The activation is in before the signal.
+	awaitWaitingForImage(t, addr)
 	if err := f.cmd.Process.Signal(unix.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

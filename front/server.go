@@ -40,11 +40,19 @@ type Server struct {
 	// together.
 	end   func(*http.Request)
 	endMu sync.Mutex
+	// waiting counts the calls that wait for the server to be ready.
+	waiting prometheus.Gauge
 }
 
-// NewServer returns a server exposing reg at /metrics.
+// NewServer returns a server exposing reg at /metrics, where it adds
+// ocifn_calls_waiting_for_image.
 func NewServer(reg *prometheus.Registry) *Server {
-	return &Server{metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), ready: make(chan struct{}), abandoned: make(chan struct{})}
+	waiting := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ocifn_calls_waiting_for_image",
+		Help: "Calls that came to an HTTP front before its function image was unpacked, waiting for it.",
+	})
+	reg.MustRegister(waiting)
+	return &Server{metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), ready: make(chan struct{}), abandoned: make(chan struct{}), waiting: waiting}
 }
 
 // Abandon says the server stops before it was ready (a signal, or an
@@ -98,10 +106,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The call is timed from now, its wait for the image included
 		// (see Received).
 		r = r.WithContext(context.WithValue(r.Context(), receivedKey{}, time.Now()))
+		s.waiting.Inc()
 		select {
 		case <-s.ready:
+			s.waiting.Dec()
 			h = s.handler.Load()
 		case <-r.Context().Done():
+			s.waiting.Dec()
 			// Nobody reads an answer now: logged as a call whose
 			// caller left while it waited for a slot is, not as a 503
 			// of ocifn's.
@@ -109,6 +120,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.refuse(w, r, StatusCallerGone, err.Error(), err)
 			return
 		case <-s.abandoned:
+			s.waiting.Dec()
 			s.refuse(w, r, http.StatusServiceUnavailable, "ocifn stopped before the function image was ready: the call did not run", nil)
 			return
 		}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +53,59 @@ func TestServerWaitsUntilReady(t *testing.T) {
 	s.Drain()
 	if rsp, err := http.Get(ts.URL + "/healthz"); err != nil || rsp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("/healthz while draining: %v %v", rsp.StatusCode, err)
+	}
+}
+
+// TestCallsWaitingForReadyAreCounted: the calls that wait for the image
+// are ocifn_calls_waiting_for_image, until the server is ready or stops
+// before it is: an operator sees them pile up behind a slow unpack, and a
+// test can tell that its call is in.
+func TestCallsWaitingForReadyAreCounted(t *testing.T) {
+	for _, ready := range []bool{true, false} {
+		reg := prometheus.NewRegistry()
+		s := NewServer(reg)
+		ts := httptest.NewServer(s)
+		// As a scraper reads it, from the front's /metrics.
+		waiting := func() string {
+			rsp, err := http.Get(ts.URL + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rsp.Body.Close()
+			b, _ := io.ReadAll(rsp.Body)
+			for line := range strings.Lines(string(b)) {
+				if v, ok := strings.CutPrefix(line, "ocifn_calls_waiting_for_image "); ok {
+					return strings.TrimSpace(v)
+				}
+			}
+			t.Fatalf("no ocifn_calls_waiting_for_image in /metrics:\n%s", b)
+			return ""
+		}
+		if n := waiting(); n != "0" {
+			t.Errorf("before any call: %s waiting", n)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if rsp, err := http.Post(ts.URL+"/run", "application/json", nil); err == nil {
+				rsp.Body.Close()
+			}
+		}()
+		for deadline := time.Now().Add(10 * time.Second); waiting() != "1"; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("a call waiting for the image is not counted")
+			}
+		}
+		if ready {
+			s.Ready(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		} else {
+			s.Abandon()
+		}
+		<-done
+		if n := waiting(); n != "0" {
+			t.Errorf("once the server was ready (%v) or stopped: %s waiting", ready, n)
+		}
+		ts.Close()
 	}
 }
 
