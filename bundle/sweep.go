@@ -101,8 +101,8 @@ func Sweep(rt *Runtime, parent string) ([]string, error) {
 }
 
 // remove kills and deletes every container whose state is in the bundle's
-// state directory, all at once (a stuck crun delete is killed after 5 s),
-// then removes the bundle directory.
+// state directory, togetherAtMost at a time (a stuck crun delete is killed
+// after 5 s), then removes the bundle directory.
 func remove(dir string, rt *Runtime) error {
 	if states, err := os.ReadDir(rt.stateDir); err == nil {
 		var ids []string
