@@ -161,6 +161,7 @@ func TestBuildRefusesWhatServeWould(t *testing.T) {
 		want   string
 	}{
 		{"no_entrypoint_nor_cmd", func(c *v1.Config) { c.Entrypoint, c.Cmd = nil, nil }, "has neither Entrypoint nor Cmd"},
+		{"empty_entrypoint_and_no_cmd", func(c *v1.Config) { c.Entrypoint, c.Cmd = []string{""}, nil }, "has neither Entrypoint nor Cmd"},
 		{"unknown_io_mode", func(c *v1.Config) { c.Labels = map[string]string{oci.LabelIO: "krmx"} }, "records an I/O mode this ocifn does not know"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

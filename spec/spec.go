@@ -126,7 +126,7 @@ func Generate(img imgspec.ImageConfig, user User, o Options) (*rspec.Spec, error
 	if len(o.UIDMappings) == 0 || len(o.GIDMappings) == 0 {
 		return nil, errNoMappings
 	}
-	args := append(append([]string{}, img.Entrypoint...), img.Cmd...)
+	args := Args(img)
 	if len(args) == 0 {
 		return nil, errNoCommand
 	}
@@ -184,6 +184,18 @@ func Generate(img imgspec.ImageConfig, user User, o Options) (*rspec.Spec, error
 		},
 	}
 	return s, nil
+}
+
+// Args returns the program an image runs: its Entrypoint, then its Cmd.
+// An Entrypoint of one empty string is none, as Docker and containerd read
+// it: a Dockerfile's ENTRYPOINT [""] takes away the base image's so that
+// its CMD runs, and crun would otherwise try to execute "".
+func Args(img imgspec.ImageConfig) []string {
+	entrypoint := img.Entrypoint
+	if len(entrypoint) == 1 && entrypoint[0] == "" {
+		entrypoint = nil
+	}
+	return append(append([]string{}, entrypoint...), img.Cmd...)
 }
 
 // environment returns the image's Env with PATH and HOME filled in when the

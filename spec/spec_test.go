@@ -168,3 +168,34 @@ func TestGenerateErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestGenerateArgs(t *testing.T) {
+	cases := []struct {
+		name            string
+		entrypoint, cmd []string
+		want            []string
+	}{
+		{"cmd_only", nil, []string{"/bin/sh", "-c", "jq ."}, []string{"/bin/sh", "-c", "jq ."}},
+		{"entrypoint_only", []string{"/bin/jq", "."}, nil, []string{"/bin/jq", "."}},
+		{"entrypoint_then_cmd", []string{"/bin/jq"}, []string{"-c", "."}, []string{"/bin/jq", "-c", "."}},
+		{"empty_entrypoint_array", []string{}, []string{"/bin/cat"}, []string{"/bin/cat"}},
+		// Dockerfile's ENTRYPOINT [""]: Docker and containerd run CMD alone.
+		{"entrypoint_of_one_empty_string_is_none", []string{""}, []string{"/bin/cat"}, []string{"/bin/cat"}},
+		{"empty_string_among_others_is_kept", []string{"/bin/echo", ""}, []string{"x"}, []string{"/bin/echo", "", "x"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Generate(imgspec.ImageConfig{Entrypoint: tc.entrypoint, Cmd: tc.cmd}, User{}, baseOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(s.Process.Args, tc.want) {
+				t.Errorf("args: got %q, want %q", s.Process.Args, tc.want)
+			}
+		})
+	}
+	// ENTRYPOINT [""] without CMD leaves nothing to run.
+	if _, err := Generate(imgspec.ImageConfig{Entrypoint: []string{""}}, User{}, baseOptions()); err == nil || !strings.Contains(err.Error(), "neither Entrypoint nor Cmd") {
+		t.Errorf("an entrypoint of one empty string and no cmd: got error %v, want no program to run", err)
+	}
+}

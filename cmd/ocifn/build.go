@@ -16,12 +16,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	imgspec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
 	"github.com/ocifn/ocifn/codec"
 	"github.com/ocifn/ocifn/host"
 	"github.com/ocifn/ocifn/oci"
+	"github.com/ocifn/ocifn/spec"
 )
 
 type buildOptions struct {
@@ -214,7 +216,7 @@ func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
 	}
 	// What ocifn serve would refuse at its start is refused here, before a
 	// package that could only crash-loop in the cluster is written.
-	if cfg := fn.ConfigFile(); cfg == nil || len(cfg.Config.Entrypoint) == 0 && len(cfg.Config.Cmd) == 0 {
+	if cfg := fn.ConfigFile(); cfg == nil || len(spec.Args(imgspec.ImageConfig{Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd})) == 0 {
 		return fmt.Errorf("the function image %s has neither Entrypoint nor Cmd: there is no program to run (set ENTRYPOINT or CMD in its Dockerfile)", o.from)
 	}
 	if _, err := ioMode(o.io, fn); err != nil {
