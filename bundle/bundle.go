@@ -202,7 +202,7 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 	}
 
 	ic := imageConfig(cf.Config)
-	u, err := resolveUser(b.rootfs, ic.User)
+	u, err := ResolveUser(b.rootfs, ic.User)
 	if err != nil {
 		return nil, err
 	}
@@ -343,11 +343,11 @@ func mappings(o Options, u spec.User) (uids, gids []rspec.LinuxIDMapping) {
 		[]rspec.LinuxIDMapping{{ContainerID: u.GID, HostID: uint32(os.Getegid()), Size: 1}}
 }
 
-// resolveUser turns the image's User ("", "uid", "uid:gid", "name",
-// "name:group") into ids using the image's own /etc/passwd and /etc/group.
-// Both are opened inside the rootfs: a symlink in the image must not make us
-// read a host file.
-func resolveUser(rootfs, userSpec string) (spec.User, error) {
+// ResolveUser turns the image's User ("", "uid", "uid:gid", "name",
+// "name:group") into the ids a function runs as, using the image's own
+// /etc/passwd and /etc/group in the unpacked rootfs. Both are opened inside
+// the rootfs: a symlink in the image must not make us read a host file.
+func ResolveUser(rootfs, userSpec string) (spec.User, error) {
 	passwd, err := readInRoot(rootfs, "/etc/passwd")
 	if err != nil {
 		return spec.User{}, err

@@ -143,7 +143,8 @@ func TestBuildRefusesUnknownIOMode(t *testing.T) {
 }
 
 // TestBuildRefusesWhatServeWould: a function image with no program to run,
-// or one that records an I/O mode this ocifn does not know, is refused by
+// one whose user or group its own /etc/passwd or /etc/group does not
+// have, or one that records an I/O mode this ocifn does not know, is refused by
 // build, naming why, rather than packaged to crash-loop in the cluster.
 func TestBuildRefusesWhatServeWould(t *testing.T) {
 	base, err := tarball.ImageFromPath(image("echo.tar"), nil)
@@ -162,6 +163,8 @@ func TestBuildRefusesWhatServeWould(t *testing.T) {
 	}{
 		{"no_entrypoint_nor_cmd", func(c *v1.Config) { c.Entrypoint, c.Cmd = nil, nil }, "has neither Entrypoint nor Cmd"},
 		{"empty_entrypoint_and_no_cmd", func(c *v1.Config) { c.Entrypoint, c.Cmd = []string{""}, nil }, "has neither Entrypoint nor Cmd"},
+		{"user_not_in_its_passwd", func(c *v1.Config) { c.User = "app" }, `cannot resolve the image's user "app" against its /etc/passwd and /etc/group: unable to find user app`},
+		{"group_not_in_its_group_file", func(c *v1.Config) { c.User = "65534:staff" }, `cannot resolve the image's user "65534:staff" against its /etc/passwd and /etc/group: unable to find group staff`},
 		{"unknown_io_mode", func(c *v1.Config) { c.Labels = map[string]string{oci.LabelIO: "krmx"} }, "records an I/O mode this ocifn does not know"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/ocifn/ocifn/bundle"
 	"github.com/ocifn/ocifn/codec"
 	"github.com/ocifn/ocifn/host"
 	"github.com/ocifn/ocifn/oci"
@@ -56,8 +57,9 @@ CustomResourceDefinitions, from --package-file as it is, or generated from
 Crossplane v2 runs the Function in Compositions and Operations; see
 --capabilities).
 
-The function image is checked first: every digest, and every layer unpacked
-into a scratch directory. The package is written as a docker-save tarball,
+The function image is checked first: every digest, every layer unpacked
+into a scratch directory, and its user found in its own /etc/passwd and
+/etc/group, as "ocifn serve" finds it at its start. The package is written as a docker-save tarball,
 what "crossplane xpkg build" writes; push it with "ocifn push".`,
 		Example: `  docker save my-function | gzip > function.tgz
   ocifn build --from-oci-tarball function.tgz --name function-labels \
@@ -224,8 +226,8 @@ func (o *buildOptions) run(ctx context.Context, capabilitiesSet bool) error {
 	}
 
 	status.step("unpacking the function image to check it")
-	if err := checkUnpacks(ctx, fn.Image()); err != nil {
-		return fmt.Errorf("the function image %s does not unpack: %w", o.from, err)
+	if err := checkUnpacks(ctx, o.from, fn.Image(), fn.ConfigFile().Config.User); err != nil {
+		return err
 	}
 
 	status.step("reading the runtime image")
@@ -331,12 +333,13 @@ func (o *buildOptions) runtime(ctx context.Context) (v1.Image, func(), error) {
 	return img, func() {}, nil
 }
 
-// checkUnpacks applies every layer of img to a scratch directory, which
-// verifies each layer against its digests on the way, and removes it. It
-// stops past what ocifn serve unpacks by default (--max-rootfs-bytes), so
-// that a layer that decompresses without end cannot fill the disk, and an
-// image serve would refuse is refused now.
-func checkUnpacks(ctx context.Context, img v1.Image) error {
+// checkUnpacks applies every layer of img, the function image from, to a
+// scratch directory, which verifies each layer against its digests on the
+// way, resolves the image's user in it, and removes it. It stops past what
+// ocifn serve unpacks by default (--max-rootfs-bytes), so that a layer that
+// decompresses without end cannot fill the disk, and an image serve would
+// refuse is refused now.
+func checkUnpacks(ctx context.Context, from string, img v1.Image, user string) error {
 	dir, err := os.MkdirTemp("", "ocifn-build-check-")
 	if err != nil {
 		return err
@@ -346,7 +349,16 @@ func checkUnpacks(ctx context.Context, img v1.Image) error {
 	if unshare.IsRootless() {
 		opts = append(opts, oci.WithoutChown())
 	}
-	return oci.Unpack(ctx, img, filepath.Join(dir, "rootfs"), opts...)
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := oci.Unpack(ctx, img, rootfs, opts...); err != nil {
+		return fmt.Errorf("the function image %s does not unpack: %w", from, err)
+	}
+	// serve resolves the user at its start and stops there when it cannot:
+	// such a package would only crash-loop in the cluster.
+	if _, err := bundle.ResolveUser(rootfs, user); err != nil {
+		return fmt.Errorf("the function image %s: %w", from, err)
+	}
+	return nil
 }
 
 // enterUserNamespace re-executes ocifn in a user and mount namespace of its
