@@ -201,6 +201,9 @@ func Create(ctx context.Context, rt *Runtime, img v1.Image, parent string, o Opt
 		return nil, err
 	}
 
+	if err := CheckMountPoints(b.rootfs); err != nil {
+		return nil, err
+	}
 	ic := imageConfig(cf.Config)
 	u, err := ResolveUser(b.rootfs, ic.User)
 	if err != nil {
@@ -367,6 +370,46 @@ func ResolveUser(rootfs, userSpec string) (spec.User, error) {
 		}
 	}
 	return u, nil
+}
+
+// rootMountPoints are the entries at the top of the image that every
+// container mounts over (see spec.Generate).
+var rootMountPoints = []string{"proc", "dev", "sys", "tmp"}
+
+// CheckMountPoints makes sure that each entry of the image that every
+// container mounts over (/proc, /dev, /sys, /tmp) is a directory, or a
+// symlink to one in the image. crun resolves such a symlink inside the
+// root filesystem and mounts on its target; a file there, or a symlink to
+// nothing, would let the server start and then fail every call with
+// crun's "openat2 `dev`: No such file or directory" or "mount `tmpfs` to
+// `tmp`: Not a directory".
+func CheckMountPoints(rootfs string) error {
+	for _, name := range rootMountPoints {
+		f, err := securejoin.OpenInRoot(rootfs, name)
+		if errors.Is(err, os.ErrNotExist) {
+			target, _ := os.Readlink(filepath.Join(rootfs, name))
+			return fmt.Errorf("the image's /%s is a symlink to %s, which the image does not have: every call's container mounts its own /%s there", name, target, name)
+		}
+		if err != nil {
+			return fmt.Errorf("cannot resolve the image's /%s, where every call's container mounts its own: %w", name, err)
+		}
+		fi, err := f.Stat()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("cannot resolve the image's /%s, where every call's container mounts its own: %w", name, err)
+		}
+		if !fi.IsDir() {
+			what := "a regular file"
+			if !fi.Mode().IsRegular() {
+				what = "of type " + fi.Mode().Type().String()
+			}
+			if target, err := os.Readlink(filepath.Join(rootfs, name)); err == nil {
+				what += ", where its symlink to " + target + " leads"
+			}
+			return fmt.Errorf("the image's /%s is not a directory but %s: every call's container mounts its own /%s there", name, what, name)
+		}
+	}
+	return nil
 }
 
 // readInRoot reads a small file of the image, resolving the name inside

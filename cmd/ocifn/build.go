@@ -58,8 +58,9 @@ Crossplane v2 runs the Function in Compositions and Operations; see
 --capabilities).
 
 The function image is checked first: every digest, every layer unpacked
-into a scratch directory, and its user found in its own /etc/passwd and
-/etc/group, as "ocifn serve" finds it at its start. The package is written as a docker-save tarball,
+into a scratch directory, its /proc, /dev, /sys and /tmp directories, and
+its user found in its own /etc/passwd and /etc/group, as "ocifn serve"
+checks them at its start. The package is written as a docker-save tarball,
 what "crossplane xpkg build" writes; push it with "ocifn push".`,
 		Example: `  docker save my-function | gzip > function.tgz
   ocifn build --from-oci-tarball function.tgz --name function-labels \
@@ -353,8 +354,11 @@ func checkUnpacks(ctx context.Context, from string, img v1.Image, user string) e
 	if err := oci.Unpack(ctx, img, rootfs, opts...); err != nil {
 		return fmt.Errorf("the function image %s does not unpack: %w", from, err)
 	}
-	// serve resolves the user at its start and stops there when it cannot:
-	// such a package would only crash-loop in the cluster.
+	// serve checks these at its start and stops there when they fail: such
+	// a package would only crash-loop in the cluster.
+	if err := bundle.CheckMountPoints(rootfs); err != nil {
+		return fmt.Errorf("the function image %s: %w", from, err)
+	}
 	if _, err := bundle.ResolveUser(rootfs, user); err != nil {
 		return fmt.Errorf("the function image %s: %w", from, err)
 	}
