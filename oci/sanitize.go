@@ -103,13 +103,17 @@ func neutralised(hdr *tar.Header) string {
 // seen holds the names of the entries of the earlier layers, and gets this
 // layer's. An error names the entry. w is closed with the error (nil at
 // the end of the archive), so the extractor reading it stops too.
-func sanitize(r io.Reader, w *io.PipeWriter, seen names, warn func(entry, reason string)) error {
-	err := copySanitized(r, w, seen, warn)
+//
+// owned, when set, says why an entry's owner cannot be unpacked (an id the
+// container's mappings do not hold): the extractor's own error for it
+// names neither the entry nor what would map it.
+func sanitize(r io.Reader, w *io.PipeWriter, seen names, owned func(uid, gid int) error, warn func(entry, reason string)) error {
+	err := copySanitized(r, w, seen, owned, warn)
 	w.CloseWithError(err)
 	return err
 }
 
-func copySanitized(r io.Reader, w io.Writer, seen names, warn func(entry, reason string)) error {
+func copySanitized(r io.Reader, w io.Writer, seen names, owned func(uid, gid int) error, warn func(entry, reason string)) error {
 	budget, ok := r.(charger)
 	if !ok {
 		budget = noBudget{}
@@ -125,6 +129,9 @@ func copySanitized(r io.Reader, w io.Writer, seen names, warn func(entry, reason
 			return err
 		}
 		keep, err := sanitizeHeader(hdr)
+		if err == nil && keep && owned != nil {
+			err = owned(hdr.Uid, hdr.Gid)
+		}
 		if err == nil && keep && hdr.Typeflag == tar.TypeLink {
 			if !seen.has(rootedName(hdr.Linkname)) {
 				err = fmt.Errorf("%w: hard link to %q: no such file or directory in the image", errRefused, hdr.Linkname)

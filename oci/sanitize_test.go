@@ -312,7 +312,7 @@ func TestSanitizeKeepsTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := copySanitized(&in, &out, names{}, func(string, string) {}); err != nil {
+	if err := copySanitized(&in, &out, names{}, nil, func(string, string) {}); err != nil {
 		t.Fatal(err)
 	}
 	tr := tar.NewReader(&out)

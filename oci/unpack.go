@@ -234,6 +234,40 @@ func isNoSpace(err error) bool {
 }
 
 // rootOwner is the host owner of directories that belong to container root.
+// owned returns what says why an entry's owner cannot be unpacked with
+// the options' id mappings, or nil when every owner can (no mappings, or
+// every entry made the unpacker's own).
+func (o unpackOptions) owned() func(uid, gid int) error {
+	if o.chownToMe || (len(o.uids) == 0 && len(o.gids) == 0) {
+		return nil
+	}
+	return func(uid, gid int) error {
+		for _, id := range []struct {
+			what string
+			id   int
+			maps []idtools.IDMap
+		}{{"uid", uid, o.uids}, {"gid", gid, o.gids}} {
+			if len(id.maps) == 0 {
+				continue
+			}
+			if _, err := idtools.RawToHost(id.id, id.maps); err != nil {
+				return fmt.Errorf("owned by %s %d, which the container ids mapped (%s) do not hold: give ocifn --id-map-size %d or more, or change the owner in the image",
+					id.what, id.id, mappingsText(id.maps), id.id+1)
+			}
+		}
+		return nil
+	}
+}
+
+// mappingsText is maps as container-id ranges: "0-65535".
+func mappingsText(maps []idtools.IDMap) string {
+	parts := make([]string, len(maps))
+	for i, m := range maps {
+		parts[i] = fmt.Sprintf("%d-%d", m.ContainerID, m.ContainerID+m.Size-1)
+	}
+	return strings.Join(parts, ", ")
+}
+
 func (o unpackOptions) rootOwner() (idtools.IDPair, error) {
 	if len(o.uids) == 0 && len(o.gids) == 0 {
 		return idtools.IDPair{UID: os.Getuid(), GID: os.Getgid()}, nil
@@ -277,7 +311,7 @@ func applyLayer(ctx context.Context, l v1.Layer, digest, diffID v1.Hash, dest st
 	}
 	go func() {
 		defer close(sanitized)
-		sanitizeErr = sanitize(stream, pw, seen, warn)
+		sanitizeErr = sanitize(stream, pw, seen, o.owned(), warn)
 	}()
 	applyErr := o.extract(dest, pr, opts)
 	// The extractor may stop early; stop the copy and wait for it before

@@ -247,8 +247,11 @@ func TestUnpackOwnership(t *testing.T) {
 			wantRoot: [2]uint32{100000, 100000}, wantUser: [2]uint32{101000, 101001}, wantMountRoot: [2]uint32{100000, 100000}},
 		{name: "without_chown_keeps_the_unpacking_user", opts: []UnpackOption{WithoutChown()},
 			wantRoot: [2]uint32{0, 0}, wantUser: [2]uint32{0, 0}, wantMountRoot: [2]uint32{0, 0}},
+		// The error names the entry, its id and the flag that maps it.
 		{name: "id_outside_the_mapping_fails", opts: []UnpackOption{WithIDMappings(shift, shift)},
-			layer: makeTar(t, entFileOwned("big", 70000, 0)), wantErr: "70000"},
+			layer: makeTar(t, entFileOwned("big", 70000, 0)), wantErr: `entry "big": owned by uid 70000, which the container ids mapped (0-65535) do not hold: give ocifn --id-map-size 70001 or more`},
+		{name: "group_outside_the_mapping_fails", opts: []UnpackOption{WithIDMappings(shift, shift)},
+			layer: makeTar(t, entFileOwned("grouped", 0, 65536)), wantErr: `entry "grouped": owned by gid 65536`},
 		{name: "mapping_without_root_fails", opts: []UnpackOption{WithIDMappings([]idtools.IDMap{{ContainerID: 1, HostID: 100000, Size: 10}}, shift)},
 			wantErr: errMappingsNoRoot},
 	}

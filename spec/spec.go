@@ -131,10 +131,10 @@ func Generate(img imgspec.ImageConfig, user User, o Options) (*rspec.Spec, error
 		return nil, errNoCommand
 	}
 	if !mapped(user.UID, o.UIDMappings) {
-		return nil, fmt.Errorf("the image's user id %d is not mapped into the container (mappings %v)", user.UID, o.UIDMappings)
+		return nil, fmt.Errorf("the image's user id %d is not mapped into the container (mappings %v): give ocifn --id-map-size %d or more", user.UID, o.UIDMappings, uint64(user.UID)+1)
 	}
 	if !mapped(user.GID, o.GIDMappings) {
-		return nil, fmt.Errorf("the image's group id %d is not mapped into the container (mappings %v)", user.GID, o.GIDMappings)
+		return nil, fmt.Errorf("the image's group id %d is not mapped into the container (mappings %v): give ocifn --id-map-size %d or more", user.GID, o.GIDMappings, uint64(user.GID)+1)
 	}
 	network := o.Network
 	if network == "" {

@@ -157,6 +157,8 @@ func TestGenerateErrors(t *testing.T) {
 		{"no_rootfs", imgspec.ImageConfig{Cmd: []string{"x"}}, User{}, Options{UIDMappings: rangeMap, GIDMappings: rangeMap}, "root filesystem"},
 		{"no_mappings", imgspec.ImageConfig{Cmd: []string{"x"}}, User{}, Options{Rootfs: "/r"}, "user namespace"},
 		{"user_not_mapped", imgspec.ImageConfig{Cmd: []string{"x"}}, User{UID: 1000}, Options{Rootfs: "/r", UIDMappings: single, GIDMappings: single}, "user id 1000 is not mapped"},
+		{"user_past_the_range", imgspec.ImageConfig{Cmd: []string{"x"}}, User{UID: 70000}, baseOptions(), "user id 70000 is not mapped into the container (mappings [{0 100000 65536}]): give ocifn --id-map-size 70001 or more"},
+		{"group_past_the_range", imgspec.ImageConfig{Cmd: []string{"x"}}, User{GID: 65536}, baseOptions(), "group id 65536 is not mapped into the container (mappings [{0 100000 65536}]): give ocifn --id-map-size 65537 or more"},
 		{"bad_network", imgspec.ImageConfig{Cmd: []string{"x"}}, User{}, Options{Rootfs: "/r", UIDMappings: rangeMap, GIDMappings: rangeMap, Network: "bridge"}, `unknown network mode "bridge"`},
 	}
 	for _, tc := range cases {
