@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -339,14 +340,7 @@ func TestCallsCancelledWhileTheirContainerIsMade(t *testing.T) {
 // and crun's log pipe. Otherwise it is crun.
 func strayRuntime(t *testing.T) (wrapper, control, marker string) {
 	t.Helper()
-	crun, err := exec.LookPath("crun")
-	if err != nil {
-		t.Fatal(err)
-	}
-	control = t.TempDir()
-	wrapper = filepath.Join(control, "crun-stray")
-	marker = "7474" + strconv.Itoa(os.Getpid())
-	script := fmt.Sprintf(`#!/bin/sh
+	return runtimeWrapper(t, "crun-stray", `#!/bin/sh
 case " $* " in
 *" create "*)
 	if [ -e %[1]s/next ] || [ -e %[1]s/always ]; then
@@ -357,11 +351,7 @@ case " $* " in
 	fi ;;
 esac
 exec %[2]s "$@"
-`, control, crun, marker)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return wrapper, control, marker
+`)
 }
 
 // TestRuntimeLeavesAProcessHoldingTheOutput: a runtime that leaves a
@@ -417,18 +407,7 @@ func TestRuntimeLeavesAProcessHoldingAWarmContainersLog(t *testing.T) {
 	}
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--warm", "2", "--runtime", wrapper, "--grace-period", "5s"})
 	eventually(t, 10*time.Second, "the warm containers made", func() bool { return len(processesWith(t, marker)) == 2 })
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-s.exited:
-	case <-time.After(patient(20 * time.Second)):
-		_ = s.cmd.Process.Kill()
-		t.Fatalf("the server did not stop within %s of SIGTERM\n%s", patient(20*time.Second), s.stderr)
-	}
-	if !s.cmd.ProcessState.Success() {
-		t.Errorf("ocifn serve: %v\n%s", s.cmd.ProcessState, s.stderr)
-	}
+	stopWithin(t, s, 20*time.Second)
 	if pids := processesWith(t, marker); len(pids) != 0 {
 		t.Errorf("the runtime's processes outlived the server: %v", pids)
 	}
@@ -440,38 +419,15 @@ func TestRuntimeLeavesAProcessHoldingAWarmContainersLog(t *testing.T) {
 // left behind), but about that once or twice whatever their number: the
 // server stops, exits 0, and no hung crun is left.
 func TestShutdownWithAStuckCrunDelete(t *testing.T) {
-	crun, err := exec.LookPath("crun")
-	if err != nil {
-		t.Fatal(err)
-	}
-	control := t.TempDir()
-	wrapper := filepath.Join(control, "crun-stuck-delete")
-	marker := "7575" + strconv.Itoa(os.Getpid())
-	script := fmt.Sprintf("#!/bin/sh\ncase \" $* \" in *\" delete \"*) [ -e %[1]s/stuck ] && exec sleep %[3]s ;; esac\nexec %[2]s \"$@\"\n", control, crun, marker)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper, control, marker := runtimeWrapper(t, "crun-stuck-delete", "#!/bin/sh\ncase \" $* \" in *\" delete \"*) [ -e %[1]s/stuck ] && exec sleep %[3]s ;; esac\nexec %[2]s \"$@\"\n")
 	cache := cacheDir(t)
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "6", "--max-concurrency", "8", "--runtime", wrapper, "--grace-period", "5s"})
 	eventually(t, 20*time.Second, "6 warm containers", func() bool { return s.warmContainers(t) == 6 })
 	if err := os.WriteFile(filepath.Join(control, "stuck"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
 	// 6 containers, 5 s for each delete, twice: a minute before.
-	select {
-	case <-s.exited:
-	case <-time.After(patient(25 * time.Second)):
-		_ = s.cmd.Process.Kill()
-		t.Fatalf("the server did not stop within %s of SIGTERM\n%s", patient(25*time.Second), s.stderr)
-	}
-	t.Logf("stopped in %s", time.Since(start).Round(time.Millisecond))
-	if !s.cmd.ProcessState.Success() {
-		t.Errorf("ocifn serve: %v\n%s", s.cmd.ProcessState, s.stderr)
-	}
+	stopWithin(t, s, 25*time.Second)
 	if pids := processesWith(t, marker); len(pids) != 0 {
 		t.Errorf("hung crun deletes outlived the server: %v", pids)
 	}
@@ -487,17 +443,7 @@ func TestShutdownWithAStuckCrunDelete(t *testing.T) {
 // as a zombie of the server. The pool's containers let go after
 // --warm-idle are deleted so.
 func TestStuckCrunDeleteUnderAWrapper(t *testing.T) {
-	crun, err := exec.LookPath("crun")
-	if err != nil {
-		t.Fatal(err)
-	}
-	control := t.TempDir()
-	wrapper := filepath.Join(control, "crun-wrapper")
-	marker := "7676" + strconv.Itoa(os.Getpid())
-	script := fmt.Sprintf("#!/bin/sh\ncase \" $* \" in *\" delete \"*) [ -e %[1]s/stuck ] && sleep %[3]s ;; esac\n%[2]s \"$@\"\n", control, crun, marker)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper, control, marker := runtimeWrapper(t, "crun-wrapper", "#!/bin/sh\ncase \" $* \" in *\" delete \"*) [ -e %[1]s/stuck ] && sleep %[3]s ;; esac\n%[2]s \"$@\"\n")
 	cache, tmp := cacheDir(t), t.TempDir()
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "2", "--warm-idle", "2s", "--runtime", wrapper}, privateTmp(tmp))
 	eventually(t, 20*time.Second, "2 warm containers", func() bool { return s.warmContainers(t) == 2 })
@@ -546,14 +492,7 @@ func TestStuckCrunDeleteUnderAWrapper(t *testing.T) {
 // killed at the call's end, and the call gets the Fatal result of a
 // function that did not start, instead of waiting as long as crun does.
 func TestStuckCrunStart(t *testing.T) {
-	crun, err := exec.LookPath("crun")
-	if err != nil {
-		t.Fatal(err)
-	}
-	control := t.TempDir()
-	wrapper := filepath.Join(control, "crun-no-fifo")
-	marker := "7777" + strconv.Itoa(os.Getpid())
-	script := fmt.Sprintf(`#!/bin/sh
+	wrapper, control, marker := runtimeWrapper(t, "crun-no-fifo", `#!/bin/sh
 root=; id=
 for a in "$@"; do case $a in --root=*) root=${a#--root=} ;; esac; id=$a; done
 if [ -e %[1]s/stuck ]; then
@@ -563,10 +502,7 @@ if [ -e %[1]s/stuck ]; then
 	esac
 fi
 exec %[2]s "$@"
-`, control, crun, marker)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+`)
 	cache, tmp := cacheDir(t), t.TempDir()
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", "0", "--runtime", wrapper, "--timeout", "2s"}, privateTmp(tmp))
 	if err := os.WriteFile(filepath.Join(control, "stuck"), nil, 0o644); err != nil {
@@ -592,16 +528,7 @@ exec %[2]s "$@"
 // check it at startup, never answers stops the start with an error that
 // says so, instead of a server that never listens and never logs why.
 func TestRuntimeVersionHangs(t *testing.T) {
-	crun, err := exec.LookPath("crun")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wrapper := filepath.Join(t.TempDir(), "crun-version-hangs")
-	marker := "7878" + strconv.Itoa(os.Getpid())
-	script := fmt.Sprintf("#!/bin/sh\ncase \"$1\" in --version) sleep %[2]s ;; esac\nexec %[1]s \"$@\"\n", crun, marker)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper, _, marker := runtimeWrapper(t, "crun-version-hangs", "#!/bin/sh\ncase \"$1\" in --version) sleep %[3]s ;; esac\nexec %[2]s \"$@\"\n")
 	s := startProcess(t, []string{"--insecure", "--tarball", image("sh-function.tar"), "--runtime", wrapper})
 	log := s.wait(t)
 	if s.cmd.ProcessState.Success() {
@@ -778,21 +705,7 @@ func TestShutdownWithAStoppedForkServer(t *testing.T) {
 			s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--warm", strconv.Itoa(warm), "--max-concurrency", "8", "--grace-period", "5s"})
 			eventually(t, 20*time.Second, "the warm containers made", func() bool { return s.warmContainers(t) == warm })
 			fs := stopForkServer(t, s)
-			start := time.Now()
-			if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-s.exited:
-			case <-time.After(patient(25 * time.Second)):
-				_ = s.cmd.Process.Kill()
-				t.Fatalf("the server did not stop within %s of SIGTERM\n%s", patient(25*time.Second), s.stderr)
-			}
-			took := time.Since(start)
-			t.Logf("stopped in %s", took.Round(time.Millisecond))
-			if !s.cmd.ProcessState.Success() {
-				t.Errorf("ocifn serve: %v\n%s", s.cmd.ProcessState, s.stderr)
-			}
+			took := stopWithin(t, s, 25*time.Second)
 			if took > patient(limit) {
 				t.Errorf("the shutdown took %s, want at most %s", took, patient(limit))
 			}
@@ -804,4 +717,51 @@ func TestShutdownWithAStoppedForkServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stopWithin sends the server SIGTERM and returns how long it took to
+// exit; the test fails if it takes longer than d (patient), or exits with
+// anything but 0.
+func stopWithin(t *testing.T, s *server, d time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(patient(d)):
+		_ = s.cmd.Process.Kill()
+		t.Fatalf("the server did not stop within %s of SIGTERM\n%s", patient(d), s.stderr)
+	}
+	took := time.Since(start)
+	t.Logf("stopped in %s", took.Round(time.Millisecond))
+	if !s.cmd.ProcessState.Success() {
+		t.Errorf("ocifn serve: %v\n%s", s.cmd.ProcessState, s.stderr)
+	}
+	return took
+}
+
+// wrappers counts the runtime wrappers written, for their markers.
+var wrappers atomic.Int32
+
+// runtimeWrapper writes a shell script, name, to give --runtime in crun's
+// place, in a new control directory the test drives it through, and
+// returns it, the directory and a number unique to it. script is a format
+// that gets the control directory (%[1]s), the real crun (%[2]s) and that
+// number (%[3]s), as the seconds of a sleep, say, by which ps finds the
+// processes it leaves behind.
+func runtimeWrapper(t *testing.T, name, script string) (wrapper, control, marker string) {
+	t.Helper()
+	crun, err := exec.LookPath("crun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	control = t.TempDir()
+	wrapper = filepath.Join(control, name)
+	marker = strconv.Itoa(7400+int(wrappers.Add(1))) + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(wrapper, []byte(fmt.Sprintf(script, control, crun, marker)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper, control, marker
 }
