@@ -156,20 +156,10 @@ filter: |
 // unpacked image from the cache directory, and fail rather than report
 // success.
 func TestOutputClosedEarly(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
 	// More than a pipe holds (64 KiB), so that printing it meets the
 	// closed pipe.
 	filter := `{desired: {resources: ([range(2000)] | map({key: "r\(.)", value: {resource: {apiVersion: "v1", kind: "ConfigMap", metadata: {name: "cm-\(.)"}, data: {a: "abcdefghijklmnopqrstuvwxyz0123456789"}}}}) | from_entries)}}`
-	input := write("input.yaml", "filter: '"+filter+"'\n")
-	op := write("operation.yaml", "apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata:\n  name: many\nspec:\n  mode: Pipeline\n  pipeline:\n  - step: many\n    functionRef: {name: function-jq}\n    input:\n      filter: '"+filter+"'\n")
-	fns := write("functions.yaml", "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: function-jq\n  annotations:\n    render.ocifn.dev/tarball: "+image("jq-function.tar")+"\n")
+	input, op, fns := localRunFiles(t, "jq-function.tar", "filter: '"+filter+"'\n")
 
 	for _, tc := range []struct {
 		name string
@@ -198,15 +188,7 @@ func TestOutputClosedEarly(t *testing.T) {
 			if err := cmd.Wait(); err == nil {
 				t.Errorf("ocifn %s exited 0 though its output was cut short", tc.name)
 			}
-			entries, err := os.ReadDir(cache)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range entries {
-				if strings.HasPrefix(e.Name(), "bundle-") {
-					t.Errorf("ocifn %s left %s in the cache directory (%v)\n%s", tc.name, e.Name(), cmd.ProcessState, stderr.String())
-				}
-			}
+			noBundleLeft(t, cache, "ocifn "+tc.name)
 		})
 	}
 }
@@ -216,17 +198,7 @@ func TestOutputClosedEarly(t *testing.T) {
 // "rpc error: … context canceled" of an RPC there is none of, and still
 // remove the unpacked image.
 func TestInterruptedWhileAFunctionRuns(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	input := write("input.yaml", "script: sleep 60\n")
-	op := write("operation.yaml", "apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata:\n  name: slow\nspec:\n  mode: Pipeline\n  pipeline:\n  - step: slow\n    functionRef: {name: function-sh}\n    input:\n      script: sleep 60\n")
-	fns := write("functions.yaml", "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: function-sh\n  annotations:\n    render.ocifn.dev/tarball: "+image("sh-function.tar")+"\n")
+	input, op, fns := localRunFiles(t, "sh-function.tar", "script: sleep 60\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -265,12 +237,46 @@ func TestInterruptedWhileAFunctionRuns(t *testing.T) {
 			if got := stderr.String(); !strings.Contains(got, "stopped while a function ran (interrupt signal received)") || strings.Contains(got, "context canceled") {
 				t.Errorf("ocifn %s interrupted, stderr:\n%s\nwant it to say it was stopped by the signal, not a bare context cancellation", tc.name, got)
 			}
-			entries, _ := os.ReadDir(cache)
-			for _, e := range entries {
-				if strings.HasPrefix(e.Name(), "bundle-") {
-					t.Errorf("ocifn %s left %s in the cache directory", tc.name, e.Name())
-				}
-			}
+			noBundleLeft(t, cache, "ocifn "+tc.name)
 		})
+	}
+}
+
+// localRunFiles writes, for one call of the function in tarball with the
+// step input input (YAML), the files ocifn test (--input) and ocifn render
+// (an Operation of one step, and its Function) take, and returns their
+// paths.
+func localRunFiles(t *testing.T, tarball, input string) (inputFile, operation, functions string) {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var step map[string]any
+	if err := yaml.Unmarshal([]byte(input), &step); err != nil {
+		t.Fatal(err)
+	}
+	op, err := yaml.Marshal(map[string]any{
+		"apiVersion": "ops.crossplane.io/v1alpha1", "kind": "Operation", "metadata": map[string]any{"name": "one-step"},
+		"spec": map[string]any{"mode": "Pipeline", "pipeline": []any{map[string]any{
+			"step": "one", "functionRef": map[string]any{"name": "function-under-test"}, "input": step}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return write("input.yaml", input), write("operation.yaml", string(op)),
+		write("functions.yaml", "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: function-under-test\n  annotations:\n    render.ocifn.dev/tarball: "+image(tarball)+"\n")
+}
+
+// noBundleLeft fails the test if what, a local run that has ended, left an
+// unpacked image in the cache directory.
+func noBundleLeft(t *testing.T, cache, what string) {
+	t.Helper()
+	if left, _ := filepath.Glob(filepath.Join(cache, "bundle-*")); len(left) != 0 {
+		t.Errorf("%s left %v in the cache directory", what, left)
 	}
 }
