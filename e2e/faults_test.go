@@ -453,8 +453,14 @@ func TestStuckCrunDeleteUnderAWrapper(t *testing.T) {
 	eventually(t, 10*time.Second, "the pool let go for idle", func() bool { return len(processesWith(t, marker)) > 0 })
 	// Each delete is killed 5 s after it started.
 	eventually(t, 15*time.Second, "the hung deletes killed", func() bool { return len(processesWith(t, marker)) == 0 })
-	// And said so, once for each container.
-	lines := stuckLines(s.stderr.String())
+	// And said so, once for each container. The sleep leaves
+	// processesWith as it dies (a zombie's cmdline is empty); the server
+	// writes the line after it has reaped the sleep and the wrapper.
+	lines, deadline := stuckLines(s.stderr.String()), time.Now().Add(patient(5*time.Second))
+	for len(lines) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		lines = stuckLines(s.stderr.String())
+	}
 	named := map[string]bool{}
 	for _, l := range lines {
 		_, c, _ := strings.Cut(l, "command=delete container=")
