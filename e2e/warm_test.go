@@ -49,18 +49,19 @@ func TestWarmContainers(t *testing.T) {
 	}
 
 	// The pool refills: three created containers wait, their processes
-	// handed to ocifn (the subreaper) by crun.
+	// handed to ocifn (the subreaper) by crun; or more, when a call found
+	// it empty on a loaded machine and it grew to meet the calls.
 	server := servingPID(t, s)
 	serverPIDNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", server))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var pooled []int
-	eventually(t, 10*time.Second, "three warm containers", func() bool {
+	eventually(t, 10*time.Second, "three warm containers or more", func() bool {
 		// Besides the containers, the crun that creates them.
 		fs := forkServerOf(t, server)
 		pooled = slices.DeleteFunc(childrenOf(t, server), func(pid int) bool { return pid == fs })
-		if len(pooled) != 3 {
+		if len(pooled) < 3 {
 			return false
 		}
 		// A child in the server's own pid namespace is a crun that
