@@ -159,38 +159,22 @@ func TestOutputClosedEarly(t *testing.T) {
 	// More than a pipe holds (64 KiB), so that printing it meets the
 	// closed pipe.
 	filter := `{desired: {resources: ([range(2000)] | map({key: "r\(.)", value: {resource: {apiVersion: "v1", kind: "ConfigMap", metadata: {name: "cm-\(.)"}, data: {a: "abcdefghijklmnopqrstuvwxyz0123456789"}}}}) | from_entries)}}`
-	input, op, fns := localRunFiles(t, "jq-function.tar", "filter: '"+filter+"'\n")
-
-	for _, tc := range []struct {
-		name string
-		args []string
-	}{
-		{"test", []string{"test", image("jq-function.tar"), "--input", input}},
-		{"render", []string{"render", op, fns}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			cache := cacheDir(t)
-			cmd := exec.Command(ocifnBin, append(tc.args, "--cache-dir", cache)...)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
-				t.Fatalf("nothing printed: %v\n%s", err, stderr.String())
-			}
-			out.Close()
-			if err := cmd.Wait(); err == nil {
-				t.Errorf("ocifn %s exited 0 though its output was cut short", tc.name)
-			}
-			noBundleLeft(t, cache, "ocifn "+tc.name)
-		})
-	}
+	forLocalRuns(t, "jq-function.tar", "filter: '"+filter+"'\n", func(t *testing.T, name string, cmd *exec.Cmd, stderr *bytes.Buffer) {
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+			t.Fatalf("nothing printed: %v\n%s", err, stderr.String())
+		}
+		out.Close()
+		if err := cmd.Wait(); err == nil {
+			t.Errorf("ocifn %s exited 0 though its output was cut short", name)
+		}
+	})
 }
 
 // TestInterruptedWhileAFunctionRuns: `ocifn test` and `ocifn render`
@@ -198,48 +182,33 @@ func TestOutputClosedEarly(t *testing.T) {
 // "rpc error: … context canceled" of an RPC there is none of, and still
 // remove the unpacked image.
 func TestInterruptedWhileAFunctionRuns(t *testing.T) {
-	input, op, fns := localRunFiles(t, "sh-function.tar", "script: sleep 60\n")
-	for _, tc := range []struct {
-		name string
-		args []string
-	}{
-		{"test", []string{"test", image("sh-function.tar"), "--input", input}},
-		{"render", []string{"render", op, fns}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			cache := cacheDir(t)
-			cmd := exec.Command(ocifnBin, append(tc.args, "--cache-dir", cache)...)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			sleeping := func() bool {
-				for _, p := range descendants(t, cmd.Process.Pid) {
-					if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(comm)) == "sleep" {
-						return true
-					}
-				}
-				return false
-			}
-			for deadline := time.Now().Add(patient(30 * time.Second)); !sleeping(); time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					_ = cmd.Process.Kill()
-					_ = cmd.Wait()
-					t.Fatalf("the function never ran:\n%s", stderr.String())
+	forLocalRuns(t, "sh-function.tar", "script: sleep 60\n", func(t *testing.T, name string, cmd *exec.Cmd, stderr *bytes.Buffer) {
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sleeping := func() bool {
+			for _, p := range descendants(t, cmd.Process.Pid) {
+				if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(comm)) == "sleep" {
+					return true
 				}
 			}
-			_ = cmd.Process.Signal(syscall.SIGINT)
-			if err := cmd.Wait(); err == nil {
-				t.Errorf("ocifn %s exited 0 though it was interrupted", tc.name)
+			return false
+		}
+		for deadline := time.Now().Add(patient(30 * time.Second)); !sleeping(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("the function never ran:\n%s", stderr.String())
 			}
-			if got := stderr.String(); !strings.Contains(got, "stopped while a function ran (interrupt signal received)") || strings.Contains(got, "context canceled") {
-				t.Errorf("ocifn %s interrupted, stderr:\n%s\nwant it to say it was stopped by the signal, not a bare context cancellation", tc.name, got)
-			}
-			noBundleLeft(t, cache, "ocifn "+tc.name)
-		})
-	}
+		}
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		if err := cmd.Wait(); err == nil {
+			t.Errorf("ocifn %s exited 0 though it was interrupted", name)
+		}
+		if got := stderr.String(); !strings.Contains(got, "stopped while a function ran (interrupt signal received)") || strings.Contains(got, "context canceled") {
+			t.Errorf("ocifn %s interrupted, stderr:\n%s\nwant it to say it was stopped by the signal, not a bare context cancellation", name, got)
+		}
+	})
 }
 
 // localRunFiles writes, for one call of the function in tarball with the
@@ -270,6 +239,33 @@ func localRunFiles(t *testing.T, tarball, input string) (inputFile, operation, f
 	}
 	return write("input.yaml", input), write("operation.yaml", string(op)),
 		write("functions.yaml", "apiVersion: pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: function-under-test\n  annotations:\n    render.ocifn.dev/tarball: "+image(tarball)+"\n")
+}
+
+// forLocalRuns runs check, in parallel subtests, on an ocifn test and an
+// ocifn render command (not started) of one call of the function in
+// tarball with the step input input (YAML), each with a cache directory of
+// its own and its stderr in stderr; then fails the subtest if the command
+// left an unpacked image there.
+func forLocalRuns(t *testing.T, tarball, input string, check func(t *testing.T, name string, cmd *exec.Cmd, stderr *bytes.Buffer)) {
+	t.Helper()
+	inputFile, op, fns := localRunFiles(t, tarball, input)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"test", []string{"test", image(tarball), "--input", inputFile}},
+		{"render", []string{"render", op, fns}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cache := cacheDir(t)
+			cmd := exec.Command(ocifnBin, append(tc.args, "--cache-dir", cache)...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			check(t, tc.name, cmd, &stderr)
+			noBundleLeft(t, cache, "ocifn "+tc.name)
+		})
+	}
 }
 
 // noBundleLeft fails the test if what, a local run that has ended, left an
