@@ -363,14 +363,16 @@ func graceAfter(ctx context.Context, grace time.Duration) (context.Context, cont
 	}
 }
 
-// graceOver is the cause of a graceAfter context's end.
+// graceOver is the cause of a graceAfter context's end. Its message
+// names the cause alone, which says whose end it was: a call's (its
+// timeout, its caller's going) or a pool refill's own deadline.
 type graceOver struct {
 	grace time.Duration
 	cause error
 }
 
 func (e *graceOver) Error() string {
-	return fmt.Sprintf("the call's end (%v) and %s more", e.cause, e.grace)
+	return fmt.Sprintf("%v, and %s more", e.cause, e.grace)
 }
 
 func (e *graceOver) Unwrap() error { return e.cause }

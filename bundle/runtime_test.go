@@ -294,3 +294,21 @@ func TestCancelAfterWaitSparesAReusedPid(t *testing.T) {
 		t.Errorf("Cancel after Wait: %v, want %v", err, os.ErrProcessDone)
 	}
 }
+
+// TestGraceOverNamesWhoseEndItWas: the cause of a graceAfter context's
+// end names its parent's cause, which a pool refill's deadline and a
+// call's timeout each say in their own words, and not a call's end for
+// both.
+func TestGraceOverNamesWhoseEndItWas(t *testing.T) {
+	refill, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	late, release := graceAfter(refill, time.Millisecond)
+	defer release()
+	<-late.Done()
+	if got, want := context.Cause(late).Error(), "context deadline exceeded, and 1ms more"; got != want {
+		t.Errorf("a refill's end: %q, want %q", got, want)
+	}
+	if !errors.Is(context.Cause(late), context.DeadlineExceeded) {
+		t.Errorf("a refill's end %v does not unwrap to its deadline", context.Cause(late))
+	}
+}
