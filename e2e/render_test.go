@@ -73,6 +73,10 @@ func TestRenderInputMistakes(t *testing.T) {
 	}
 	cron := opTemplate("CronOperation", "  schedule: \"0 2 * * *\"\n")
 	watch := opTemplate("WatchOperation", "  watch: {apiVersion: v1, kind: ConfigMap}\n")
+	noTemplate := filepath.Join(dir, "no-template.yaml")
+	if err := os.WriteFile(noTemplate, []byte("apiVersion: ops.crossplane.io/v1alpha1\nkind: CronOperation\nmetadata:\n  name: nightly\nspec:\n  schedule: \"0 2 * * *\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -81,8 +85,11 @@ func TestRenderInputMistakes(t *testing.T) {
 		{"an XR without a Composition", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/functions.yaml"}, "with two arguments render runs an Operation"},
 		{"an Operation with a Composition", []string{"operation/operation.yaml", "jq-yq-labelizer/composition.yaml", "operation/functions.yaml"}, "render it as OPERATION FUNCTIONS"},
 		{"an XRD of another kind", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/composition.yaml", "jq-yq-labelizer/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, `CompositeResourceDefinition "xdatabases.example.org" defines XDatabase`},
-		{"a CronOperation", []string{cron, "operation/functions.yaml"}, "render runs an Operation, not a CronOperation; give it the Operation its spec.operationTemplate makes"},
-		{"a WatchOperation", []string{watch, "operation/functions.yaml"}, "render runs an Operation, not a WatchOperation"},
+		{"a CronOperation with a Composition", []string{cron, "jq-yq-labelizer/composition.yaml", "operation/functions.yaml"}, "holds CronOperation/nightly: render it as OPERATION FUNCTIONS"},
+		{"a CronOperation without a template", []string{noTemplate, "operation/functions.yaml"}, "CronOperation/nightly has no spec.operationTemplate"},
+		{"a WatchOperation without the watched resource", []string{watch, "operation/functions.yaml"}, "holds a WatchOperation: give the resource whose change it runs for with --watched-resource FILE"},
+		{"a watched resource file of several resources", []string{watch, "operation/functions.yaml", "--watched-resource=required-resources/required.yaml"}, "--watched-resource must hold exactly one resource; required-resources/required.yaml holds 4"},
+		{"a watched resource with an XR", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/composition.yaml", "jq-yq-labelizer/functions.yaml", "--watched-resource=watch-operation/watched.yaml"}, "--watched-resource are for an Operation, not a composite resource"},
 		{"crossplane operation render's -o", []string{"operation/operation.yaml", "operation/functions.yaml", "-o"}, "for crossplane operation render's -o, give --include-full-operation"},
 		{"an XR flag with an Operation", []string{"operation/operation.yaml", "operation/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, "are for a composite resource, not an Operation"},
 	} {

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
@@ -31,6 +32,70 @@ func IsOperation(o Object) bool {
 // CronOperation or WatchOperation, which make Operations from a template.
 func IsOperationTemplate(o Object) bool {
 	return (o.Kind() == "CronOperation" || o.Kind() == "WatchOperation") && strings.HasPrefix(o.APIVersion(), "ops.crossplane.io/")
+}
+
+// RequirementWatchedResource is the requirement under which Crossplane's
+// WatchOperation controller gives each step of the Operations it makes the
+// resource that changed.
+const RequirementWatchedResource = "ops.crossplane.io/watched-resource"
+
+// TemplateOperation returns the Operation a CronOperation or WatchOperation
+// makes from its spec.operationTemplate, as crossplane operation render
+// makes it: the template's metadata and spec, named after the
+// CronOperation or WatchOperation (Crossplane's controllers name each
+// Operation they make anew, from the time or the watched resource).
+func TemplateOperation(o Object) (Object, error) {
+	if !IsOperationTemplate(o) {
+		return nil, fmt.Errorf("%s (apiVersion %q) is not a CronOperation or WatchOperation (ops.crossplane.io/v1alpha1)", o.Describe(), o.APIVersion())
+	}
+	if o.Name() == "" {
+		return nil, fmt.Errorf("the %s needs metadata.name, which names its Operation", o.Kind())
+	}
+	tmpl, _ := lookup(o, "spec", "operationTemplate").(map[string]any)
+	if tmpl == nil {
+		return nil, fmt.Errorf("%s has no spec.operationTemplate", o.Describe())
+	}
+	t := Object(tmpl).deepCopy()
+	op := Object{"apiVersion": o.APIVersion(), "kind": "Operation"}
+	if md, ok := t["metadata"].(map[string]any); ok {
+		op["metadata"] = md
+	}
+	op.setMeta("name", o.Name())
+	if spec, ok := t["spec"]; ok {
+		op["spec"] = spec
+	}
+	return op, nil
+}
+
+// WatchedOperation returns the Operation with the watched resource required
+// by each of its steps, under RequirementWatchedResource, as Crossplane's
+// WatchOperation controller requires it of the Operations it makes.
+func WatchedOperation(op *Operation, watched Object) (*Operation, error) {
+	sel := map[string]any{
+		"requirementName": RequirementWatchedResource,
+		"apiVersion":      watched.APIVersion(),
+		"kind":            watched.Kind(),
+		"name":            watched.Name(),
+	}
+	if ns := watched.Namespace(); ns != "" {
+		sel["namespace"] = ns
+	}
+	o := op.Object.deepCopy()
+	steps, _ := lookup(o, "spec", "pipeline").([]any)
+	for _, s := range steps {
+		step, _ := s.(map[string]any)
+		if step == nil {
+			continue
+		}
+		req, _ := step["requirements"].(map[string]any)
+		if req == nil {
+			req = map[string]any{}
+			step["requirements"] = req
+		}
+		rrs, _ := req["requiredResources"].([]any)
+		req["requiredResources"] = append(rrs, maps.Clone(sel))
+	}
+	return ParseOperation(o)
 }
 
 // ParseOperation reads an Operation.

@@ -104,3 +104,102 @@ func TestParseOperation(t *testing.T) {
 		}
 	}
 }
+
+func TestTemplateOperation(t *testing.T) {
+	cron := mustObject(t, `apiVersion: ops.crossplane.io/v1alpha1
+kind: CronOperation
+metadata: {name: nightly, labels: {parent: "yes"}, generation: 3}
+spec:
+  schedule: "0 2 * * *"
+  operationTemplate:
+    metadata: {name: ignored, labels: {job: report}}
+    spec:
+      mode: Pipeline
+      pipeline:
+      - step: one
+        functionRef: {name: fn}
+status: {lastScheduleTime: "2024-01-01T00:00:00Z"}
+`)
+	got, err := TemplateOperation(cron)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The template's metadata and spec, named after the CronOperation, as
+	// crossplane operation render makes it.
+	want := mustObject(t, `apiVersion: ops.crossplane.io/v1alpha1
+kind: Operation
+metadata: {name: nightly, labels: {job: report}}
+spec:
+  mode: Pipeline
+  pipeline:
+  - step: one
+    functionRef: {name: fn}
+`)
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Operation (-want +got):\n%s", d)
+	}
+	for _, tc := range []struct{ yaml, err string }{
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: WatchOperation\nmetadata: {name: w}\nspec: {watch: {apiVersion: v1, kind: ConfigMap}}\n", "WatchOperation/w has no spec.operationTemplate"},
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: CronOperation\nspec: {operationTemplate: {spec: {}}}\n", "the CronOperation needs metadata.name"},
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\n", "is not a CronOperation or WatchOperation"},
+	} {
+		_, err := TemplateOperation(mustObject(t, tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q: got %v, want %q", tc.yaml, err, tc.err)
+		}
+	}
+}
+
+func TestWatchedOperation(t *testing.T) {
+	op, err := ParseOperation(mustObject(t, `apiVersion: ops.crossplane.io/v1alpha1
+kind: Operation
+metadata: {name: on-change}
+spec:
+  pipeline:
+  - step: one
+    functionRef: {name: fn}
+    requirements:
+      requiredResources:
+      - {requirementName: own, apiVersion: v1, kind: Secret, name: s, namespace: ops}
+  - step: two
+    functionRef: {name: fn}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, watched string
+		want          RequiredResource
+	}{
+		{"namespaced", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: apps}\n",
+			RequiredResource{RequirementName: RequirementWatchedResource, APIVersion: "v1", Kind: "ConfigMap", Name: ptr("app"), Namespace: ptr("apps")}},
+		{"cluster_scoped", "apiVersion: example.org/v1\nkind: Cluster\nmetadata: {name: prod}\n",
+			RequiredResource{RequirementName: RequirementWatchedResource, APIVersion: "example.org/v1", Kind: "Cluster", Name: ptr("prod")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := WatchedOperation(op, mustObject(t, tc.watched))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each step requires it, after what it requires itself; the
+			// printed Operation says so too.
+			if n := len(got.Steps[0].Requirements.RequiredResources); n != 2 || got.Steps[0].Requirements.RequiredResources[0].RequirementName != "own" {
+				t.Errorf("step one requires %+v", got.Steps[0].Requirements.RequiredResources)
+			}
+			for _, s := range got.Steps {
+				rrs := s.Requirements.RequiredResources
+				if d := cmp.Diff(tc.want, rrs[len(rrs)-1]); d != "" {
+					t.Errorf("step %s (-want +got):\n%s", s.Step, d)
+				}
+			}
+			printed, _ := lookup(got.Object, "spec", "pipeline").([]any)
+			if len(printed) != 2 || lookup(Object(printed[1].(map[string]any)), "requirements", "requiredResources") == nil {
+				t.Errorf("the printed spec lacks the requirement: %v", printed)
+			}
+			// The Operation given is left as it was.
+			if op.Steps[1].Requirements != nil || len(op.Steps[0].Requirements.RequiredResources) != 1 {
+				t.Errorf("the Operation given was changed: %+v", op.Steps)
+			}
+		})
+	}
+}

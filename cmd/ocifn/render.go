@@ -27,6 +27,7 @@ type renderOptions struct {
 	includeContext    bool
 	xrd               string
 	includeFullOp     bool
+	watched           string
 	debug             bool
 	insecureReg       bool
 }
@@ -75,7 +76,10 @@ line starting with "  STEP | ".
 With OPERATION FUNCTIONS (an ops.crossplane.io Operation), render runs the
 Operation's pipeline and prints what crossplane operation render does: the
 Operation with its status (each step's output, the resources applied), then
-those resources.`,
+those resources. A CronOperation or WatchOperation runs the Operation its
+spec.operationTemplate makes, named after it; a WatchOperation needs the
+resource whose change it runs for (--watched-resource), which each step
+then requires as ops.crossplane.io/watched-resource.`,
 		Example: `  # Simulate creating a new XR:
   ocifn render xr.yaml composition.yaml functions.yaml
 
@@ -87,6 +91,9 @@ those resources.`,
 
   # Run an Operation:
   ocifn render operation.yaml functions.yaml -r
+
+  # Run a WatchOperation's Operation for a change of one resource:
+  ocifn render watchoperation.yaml functions.yaml --watched-resource=configmap.yaml
 
   # Pass context values and resources the functions may ask for:
   ocifn render xr.yaml composition.yaml functions.yaml \
@@ -127,6 +134,7 @@ those resources.`,
 	f.BoolVarP(&o.includeContext, "include-context", "c", false, "also print the pipeline's final context, as an object of kind Context")
 	f.StringVar(&o.xrd, "xrd", "", "YAML file with the XR's CompositeResourceDefinition: its schema's defaults are applied to the XR, and its scope says where the XR keeps Crossplane's fields")
 	f.BoolVar(&o.includeFullOp, "include-full-operation", false, "with an Operation: accepted as crossplane operation render's -o is; the Operation's spec is printed either way")
+	f.StringVarP(&o.watched, "watched-resource", "w", "", "with an Operation: YAML file with the resource whose change a WatchOperation runs for; each step requires it as "+pipeline.RequirementWatchedResource+", and functions may ask for it")
 	f.BoolVar(&o.insecureReg, "insecure-registry", false, "allow plain HTTP, or TLS certificates not verified, to registries (for a local test registry)")
 	f.BoolVar(&o.debug, "debug", false, "also show ocifn's own progress (images unpacked, each call and its duration)")
 	return cmd
@@ -136,7 +144,10 @@ those resources.`,
 type renderInputs struct {
 	in pipeline.Inputs
 	// op is the Operation to run instead of a Composition.
-	op        *pipeline.Operation
+	op *pipeline.Operation
+	// template is the kind (CronOperation, WatchOperation) whose
+	// spec.operationTemplate op is, if any.
+	template  string
 	functions map[string]pipeline.FunctionObject
 }
 
@@ -157,16 +168,24 @@ func loadPipeline(firstPath, compPath, fnsPath string) (*renderInputs, error) {
 		return nil, fmt.Errorf("cannot read %s: %w", firstPath, err)
 	}
 	switch {
-	case compPath == "" && pipeline.IsOperationTemplate(first):
-		// crossplane operation render runs the template of one; saying
-		// that a composite needs a Composition would point elsewhere.
-		return nil, fmt.Errorf("%s holds %s: render runs an Operation, not a %s; give it the Operation its spec.operationTemplate makes (kind: Operation, a metadata.name, and the template's spec)", firstPath, first.Describe(), first.Kind())
-	case compPath == "" && !pipeline.IsOperation(first):
-		return nil, fmt.Errorf("%s holds %s: with two arguments render runs an Operation (ops.crossplane.io/v1alpha1); a composite resource needs XR COMPOSITION FUNCTIONS", firstPath, first.Describe())
-	case compPath != "" && pipeline.IsOperation(first):
-		return nil, fmt.Errorf("%s holds an Operation: render it as OPERATION FUNCTIONS, without a Composition", firstPath)
+	case compPath == "" && !pipeline.IsOperation(first) && !pipeline.IsOperationTemplate(first):
+		return nil, fmt.Errorf("%s holds %s: with two arguments render runs an Operation, a CronOperation or a WatchOperation (ops.crossplane.io/v1alpha1); a composite resource needs XR COMPOSITION FUNCTIONS", firstPath, first.Describe())
+	case compPath != "" && (pipeline.IsOperation(first) || pipeline.IsOperationTemplate(first)):
+		return nil, fmt.Errorf("%s holds %s: render it as OPERATION FUNCTIONS, without a Composition", firstPath, first.Describe())
 	case compPath == "":
+		if pipeline.IsOperationTemplate(first) {
+			// crossplane operation render runs the Operation of the
+			// template, as the controller makes one at each schedule or
+			// change.
+			r.template = first.Kind()
+			if first, err = pipeline.TemplateOperation(first); err != nil {
+				return nil, fmt.Errorf("%s: %w", firstPath, err)
+			}
+		}
 		if r.op, err = pipeline.ParseOperation(first); err != nil {
+			if r.template != "" {
+				return nil, fmt.Errorf("%s: the %s's spec.operationTemplate: %w", firstPath, r.template, err)
+			}
 			return nil, fmt.Errorf("%s: %w", firstPath, err)
 		}
 		return r, r.loadFunctions(fnsPath)
@@ -212,10 +231,13 @@ func (o *renderOptions) load(xrPath, compPath, fnsPath string) (*renderInputs, e
 		if o.observed != "" || o.xrd != "" || o.includeFullXR {
 			return nil, fmt.Errorf("--observed-resources, --xrd and --include-full-xr are for a composite resource, not an Operation")
 		}
-		return r, o.loadShared(r)
+		if err := o.loadShared(r); err != nil {
+			return nil, err
+		}
+		return r, o.loadWatched(r, xrPath)
 	}
-	if o.includeFullOp {
-		return nil, fmt.Errorf("--include-full-operation is for an Operation, not a composite resource")
+	if o.includeFullOp || o.watched != "" {
+		return nil, fmt.Errorf("--include-full-operation and --watched-resource are for an Operation, not a composite resource")
 	}
 	xr := r.in.XR
 	names := make([]string, 0, len(r.functions))
@@ -251,6 +273,34 @@ func (o *renderOptions) load(xrPath, compPath, fnsPath string) (*renderInputs, e
 		}
 	}
 	return r, o.loadShared(r)
+}
+
+// loadWatched reads the watched resource and requires it of each step of
+// the Operation, as the WatchOperation controller does, and as crossplane
+// operation render does with any Operation given --watched-resource. It
+// is required too among the resources functions may ask for.
+func (o *renderOptions) loadWatched(r *renderInputs, opPath string) error {
+	if o.watched == "" {
+		if r.template == "WatchOperation" {
+			// Crossplane runs a WatchOperation's Operation only for a
+			// resource that changed, which each step requires: without
+			// one, render would show a run that never happens.
+			return fmt.Errorf("%s holds a WatchOperation: give the resource whose change it runs for with --watched-resource FILE; each step requires it as %s", opPath, pipeline.RequirementWatchedResource)
+		}
+		return nil
+	}
+	docs, err := pipeline.ReadDocuments(o.watched)
+	if err != nil {
+		return fmt.Errorf("cannot read the watched resource: %w", err)
+	}
+	if len(docs) != 1 {
+		return fmt.Errorf("--watched-resource must hold exactly one resource; %s holds %d", o.watched, len(docs))
+	}
+	if r.op, err = pipeline.WatchedOperation(r.op, docs[0].Object); err != nil {
+		return fmt.Errorf("%s: %w", opPath, err)
+	}
+	r.in.Required = append(r.in.Required, docs[0].Object)
+	return nil
 }
 
 // loadShared reads what a composite and an Operation render both take:
@@ -326,7 +376,7 @@ func (o *renderOptions) run(ctx context.Context, xrPath, compPath, fnsPath strin
 			return err
 		}
 	}
-	inputs := append([]string{xrPath, compPath, fnsPath, o.observed, o.credentials, o.xrd}, o.requiredResources...)
+	inputs := append([]string{xrPath, compPath, fnsPath, o.observed, o.credentials, o.xrd, o.watched}, o.requiredResources...)
 	inputs = append(append(inputs, o.extraResources...), contextFilePaths(o.contextFiles)...)
 	if readableTwice(inputs...) {
 		if _, err := o.load(xrPath, compPath, fnsPath); err != nil {
