@@ -24,9 +24,10 @@ func runMake(t *testing.T, dir string, env []string, args ...string) string {
 // TestInit scaffolds a function of every template, builds it with its own
 // build script (buildah) and checks it on its own examples with its Makefile:
 // `ocifn test` must print example/expected.yaml, `ocifn render`
-// example/rendered.yaml. The jq function then goes all the way: packaged with
-// `ocifn build`, tested as a package, pushed to a registry and run from there
-// by `ocifn test` and `ocifn render`.
+// example/rendered.yaml. The jq function then goes all the way: it learns to
+// refuse bad input, which `make expected` records and `make test` checks,
+// then is packaged with `ocifn build`, tested as a package, pushed to a
+// registry and run from there by `ocifn test` and `ocifn render`.
 func TestInit(t *testing.T) {
 	// The static yq that hack/testdata.sh staged, so the yq scaffold does
 	// not build its own.
@@ -42,13 +43,14 @@ func TestInit(t *testing.T) {
 			}
 			dir := filepath.Join(parent, name)
 			out := runMake(t, dir, env, "OCIFN="+ocifnBin, "all")
-			mustContain(t, "make output", out, "test: the response matches example/expected.yaml", "render: the output matches example/rendered.yaml")
+			mustContain(t, "make output", out, "test: the responses match example/*expected.yaml", "render: the output matches example/rendered.yaml")
 			if _, err := runOcifnIn(parent, "init", name); err == nil {
 				t.Error("ocifn init into a directory that is not empty should fail")
 			}
 			if tmpl != "jq" {
 				return
 			}
+			refuses(t, dir, env)
 
 			out = runMake(t, dir, env, "OCIFN="+ocifnBin, "RUNTIME_TARBALL="+runtimeImage(t), "package")
 			if _, err := os.Stat(filepath.Join(dir, "function.xpkg")); err != nil {
@@ -90,6 +92,62 @@ func TestInit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refuses makes the scaffolded jq function in dir refuse an XR whose
+// spec.to is a list, adds such a request as a case, and checks that
+// `make expected` records the Fatal result, that `make test` passes with
+// it and fails once the function answers otherwise.
+func refuses(t *testing.T, dir string, env []string) {
+	t.Helper()
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fn, err := os.ReadFile(filepath.Join(dir, "function.jq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusing := func(message string) string {
+		return "if (.observed.composite.resource.spec.to | type) == \"array\" then\n" +
+			"  {results: [{severity: \"SEVERITY_FATAL\", message: \"" + message + "\"}]}\nelse (\n" + string(fn) + "\n) end\n"
+	}
+	write("function.jq", refusing("spec.to must be a string"))
+	req, err := os.ReadFile(filepath.Join(dir, "example", "request.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("example/refused.request.yaml", strings.Replace(string(req), "to: World", "to: [Alice, Bob]", 1))
+	expected, err := os.ReadFile(filepath.Join(dir, "example", "expected.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out := runMake(t, dir, env, "expected")
+	mustContain(t, "make expected", out, "recorded the function's Fatal result in .build/example/refused.expected.yaml: spec.to must be a string")
+	if b, err := os.ReadFile(filepath.Join(dir, "example", "expected.yaml")); err != nil || string(b) != string(expected) {
+		t.Errorf("make expected changed example/expected.yaml (%v):\n%s", err, b)
+	}
+	recorded, err := os.ReadFile(filepath.Join(dir, "example", "refused.expected.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "example/refused.expected.yaml", string(recorded), "message: spec.to must be a string\n  severity: SEVERITY_FATAL\n")
+	out = runMake(t, dir, env, "test")
+	mustContain(t, "make test", out, "the response matches example/refused.expected.yaml, its Fatal result included", "test: the responses match example/*expected.yaml")
+
+	// Refused with another message: the case fails, with a diff.
+	write("function.jq", refusing("spec.to must not be a list"))
+	cmd := exec.Command("make", "--no-print-directory", "test")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	b, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("make test passed with another Fatal result than the expected one:\n%s", b)
+	}
+	mustContain(t, "make test", string(b), "the response differs from example/refused.expected.yaml", "-- message: spec.to must be a string\n+- message: spec.to must not be a list\n")
+	write("function.jq", refusing("spec.to must be a string"))
 }
 
 // runOcifnIn runs ocifn in dir and returns its combined output.
@@ -146,7 +204,16 @@ func TestInitExpectedKeepsOutputsOnFailure(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "function.jq"), []byte("error(\"broken on purpose\")\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	goldens := []string{"example/expected.yaml", "example/rendered.yaml"}
+	// A case the function refuses, recorded as such: a broken function
+	// changes it neither.
+	refused := "results:\n- message: spec.to must be a string\n  severity: SEVERITY_FATAL\n"
+	if err := os.WriteFile(filepath.Join(dir, "example", "refused.request.yaml"), []byte("observed: {composite: {resource: {spec: {to: [a, b]}}}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "example", "refused.expected.yaml"), []byte(refused), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	goldens := []string{"example/expected.yaml", "example/refused.expected.yaml", "example/rendered.yaml"}
 	want := map[string]string{}
 	for _, g := range goldens {
 		b, err := os.ReadFile(filepath.Join(dir, g))

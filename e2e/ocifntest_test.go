@@ -124,6 +124,84 @@ filter: |
 		}
 	})
 
+	t.Run("expected_response_a_fatal_result_included", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		write := func(name, content string) {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		read := func(name string) string {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+		// A request the function must refuse, and one it answers.
+		write("refused.request.yaml", "meta: {tag: refused}\ninput:\n  filter: '{results: [{severity: \"SEVERITY_FATAL\", message: \"spec.to must be a string\"}]}'\n")
+		write("request.yaml", "meta: {tag: ok}\ninput:\n  filter: '{results: [{severity: \"SEVERITY_NORMAL\", message: \"greeted\"}]}'\n")
+		ocifnTest := func(args ...string) ocifnRun {
+			return runIn(t, dir, nil, append([]string{"test", "--cache-dir", cacheDir(t), image("jq-function.tar")}, args...)...)
+		}
+
+		// Without an expectation, a Fatal result exits 1, as before.
+		if r := ocifnTest("refused.request.yaml"); r.exit != 1 {
+			t.Errorf("without --expected: exit %d, want 1\n%s", r.exit, r.stderr)
+		}
+		r := ocifnTest("refused.request.yaml", "--expected", "refused.expected.yaml")
+		if r.exit != 1 {
+			t.Errorf("an expected file that does not exist: exit %d, want 1", r.exit)
+		}
+		mustContain(t, "stderr", r.stderr, "cannot read the expected response", "--update records it")
+
+		// Recorded with --update, the Fatal result is what the case
+		// expects: the check passes, prints nothing on stdout, and says so.
+		r = ocifnTest("refused.request.yaml", "--expected", "refused.expected.yaml", "--update")
+		if r.exit != 0 {
+			t.Fatalf("--update: exit %d\n%s", r.exit, r.stderr)
+		}
+		mustContain(t, "stderr", r.stderr, "ocifn: recorded the function's Fatal result in refused.expected.yaml: spec.to must be a string")
+		recorded := read("refused.expected.yaml")
+		if rsp := parseYAMLResponse(t, recorded); len(rsp.GetResults()) != 1 || rsp.GetResults()[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
+			t.Errorf("recorded:\n%s", recorded)
+		}
+		r = ocifnTest("refused.request.yaml", "--expected", "refused.expected.yaml")
+		if r.exit != 0 || r.stdout != "" {
+			t.Errorf("the expected Fatal result: exit %d, stdout %q\n%s", r.exit, r.stdout, r.stderr)
+		}
+		mustContain(t, "stderr", r.stderr, "ocifn: the response matches refused.expected.yaml, its Fatal result included: spec.to must be a string")
+
+		// Another Fatal result than the one expected fails, with a diff.
+		write("refused.expected.yaml", "# what the function must say\nresults:\n- {severity: SEVERITY_FATAL, message: spec.to must be a list}\nmeta: {tag: refused}\ndesired: {}\n")
+		r = ocifnTest("refused.request.yaml", "--expected", "refused.expected.yaml")
+		if r.exit != 1 {
+			t.Errorf("another Fatal result: exit %d, want 1\n%s", r.exit, r.stderr)
+		}
+		mustContain(t, "stderr", r.stderr, "ocifn: the response differs from refused.expected.yaml:\n--- expected\n+++ got\n",
+			"\n-- message: spec.to must be a list\n+- message: spec.to must be a string\n")
+
+		// An expected answer is not replaced by a Fatal result: a broken
+		// function would overwrite every reviewed response.
+		if r := ocifnTest("request.yaml", "--expected", "expected.yaml", "--update"); r.exit != 0 {
+			t.Fatalf("--update: exit %d\n%s", r.exit, r.stderr)
+		}
+		answered := read("expected.yaml")
+		r = ocifnTest("refused.request.yaml", "--expected", "expected.yaml", "--update")
+		if r.exit != 1 || read("expected.yaml") != answered {
+			t.Errorf("a Fatal result over an expected answer: exit %d, expected.yaml now\n%s", r.exit, read("expected.yaml"))
+		}
+		mustContain(t, "stderr", r.stderr, "expected.yaml expects a response without a Fatal result, and is left as it was")
+		r = ocifnTest("refused.request.yaml", "--expected", "expected.yaml")
+		if r.exit != 1 || !strings.Contains(r.stderr, "+- message: spec.to must be a string\n+  severity: SEVERITY_FATAL\n") {
+			t.Errorf("a Fatal result where an answer is expected: exit %d\n%s", r.exit, r.stderr)
+		}
+		if r := ocifnTest("request.yaml", "--update"); r.exit == 0 || !strings.Contains(r.stderr, "give --expected FILE") {
+			t.Errorf("--update without --expected: exit %d\n%s", r.exit, r.stderr)
+		}
+	})
+
 	t.Run("state_printed_instead_of_response_is_explained", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()

@@ -132,7 +132,7 @@ func sourceName(p string) string {
 // ParseRequest parses a RunFunctionRequest written in YAML or in JSON
 // (protojson field names: lowerCamelCase or the proto names).
 func ParseRequest(data []byte) (*fnv1.RunFunctionRequest, error) {
-	j, err := requestDocument(data)
+	j, err := oneDocument(data, "RunFunctionRequest")
 	if err != nil {
 		return nil, err
 	}
@@ -146,11 +146,12 @@ func ParseRequest(data []byte) (*fnv1.RunFunctionRequest, error) {
 	return req, nil
 }
 
-// requestDocument returns, as JSON, the one document of a YAML stream that
-// holds a request. A YAML decoder reads the first document of a stream and
-// drops the rest without a word: a second request would never be sent, and
-// an empty first one (comments before "---") would be reported as null.
-func requestDocument(data []byte) ([]byte, error) {
+// oneDocument returns, as JSON, the one document of a YAML stream that
+// holds a message (what names its type). A YAML decoder reads the first
+// document of a stream and drops the rest without a word: a second request
+// would never be sent, and an empty first one (comments before "---") would
+// be reported as null.
+func oneDocument(data []byte, what string) ([]byte, error) {
 	r := kyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var (
 		doc []byte
@@ -177,9 +178,12 @@ func requestDocument(data []byte) ([]byte, error) {
 	}
 	switch n {
 	case 0:
-		return nil, fmt.Errorf("holds no RunFunctionRequest (nothing but empty documents or comments)")
+		return nil, fmt.Errorf("holds no %s (nothing but empty documents or comments)", what)
 	case 1:
 		return doc, nil
+	}
+	if what != "RunFunctionRequest" {
+		return nil, fmt.Errorf("holds %d YAML documents; want one %s", n, what)
 	}
 	return nil, fmt.Errorf("holds %d YAML documents; want one RunFunctionRequest: one call is made, with one request", n)
 }

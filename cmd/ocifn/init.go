@@ -30,7 +30,9 @@ test and package:
   crossplane.yaml      the package metadata, for "ocifn build"
   Makefile             make image, test, render, package, push
   example/             a request and its expected response, an XR, a
-                       Composition, Functions and the expected render output
+                       Composition, Functions and the expected render output;
+                       "make test" checks every example/NAME.request.yaml you
+                       add against its NAME.expected.yaml, a Fatal result too
 
 Templates: jq (the image holds only jq), yq (only yq), sh (busybox sh and jq).
 NAME is the Function's name (a DNS label, such as function-greeting); the

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"os/signal"
+	"path/filepath"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/spf13/cobra"
@@ -23,6 +27,10 @@ type testOptions struct {
 	output        string
 	debug         bool
 	insecureReg   bool
+	expected      string
+	update        bool
+	// want is the response the --expected file holds, when it holds one.
+	want *fnv1.RunFunctionResponse
 }
 
 func newTestCommand() *cobra.Command {
@@ -56,7 +64,17 @@ The response is printed on stdout (YAML, or JSON with -o json); what the
 function writes on stderr is shown on stderr, each line starting with "  | ".
 The exit code is 0 when the function answered without a Fatal result, and 1
 when it returned a Fatal result (the response is printed all the same) or
-could not be called.`,
+could not be called.
+
+With --expected FILE, the response is not printed but compared with FILE,
+a response as ocifn test prints it (YAML or JSON, comments allowed): the
+exit code is 0 when they are the same response, a Fatal result included,
+which is how to check that the function refuses bad input; when they
+differ, 1, with a diff on stderr. --update writes the response to FILE
+instead, as -o prints it, once the call was made: a Fatal result there
+replaces only a Fatal result FILE expects, or a FILE that does not exist
+yet, so that a function broken by mistake does not overwrite the
+responses it should give.`,
 		Example: `  # A request written out in YAML:
   ocifn test function.tar request.yaml
 
@@ -68,6 +86,12 @@ could not be called.`,
 
   # A package, from a registry:
   ocifn test registry.example.com/acme/function-labels:v0.1.0 request.yaml
+
+  # Check the response against one recorded before (a Fatal result too):
+  ocifn test function.tar refused.request.yaml --expected refused.expected.yaml
+
+  # Record it (again), after a change on purpose:
+  ocifn test function.tar refused.request.yaml --expected refused.expected.yaml --update
 
   # The request on standard input:
   jq '.input.value = 2' request.json | ocifn test function.tar -`,
@@ -91,6 +115,8 @@ could not be called.`,
 	f.StringArrayVar(&o.contextFiles, "context-files", nil, "context value from a JSON or YAML file, as KEY=FILE (repeatable)")
 	f.StringArrayVar(&o.contextValues, "context-values", nil, "context value as KEY=JSON (or YAML, as crossplane render reads it; repeatable); wins over --context-files")
 	f.StringVarP(&o.output, "output", "o", "yaml", "output format of the response: yaml or json")
+	f.StringVar(&o.expected, "expected", "", "compare the response with this file (YAML or JSON) instead of printing it: exit code 0 when they are the same, a Fatal result included; 1 and a diff when not")
+	f.BoolVar(&o.update, "update", false, "with --expected: write the response to that file instead of comparing (a Fatal result replaces only an expected Fatal result, or a missing file)")
 	f.BoolVar(&o.insecureReg, "insecure-registry", false, "allow plain HTTP, or TLS certificates not verified, to registries (for a local test registry)")
 	f.BoolVar(&o.debug, "debug", false, "also show ocifn's own progress (image unpacked, the call and its duration)")
 	return cmd
@@ -117,6 +143,9 @@ func (o *testOptions) inputPaths() []string {
 func (o *testOptions) run(ctx context.Context, image string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if o.output != "yaml" && o.output != "json" {
 		return fmt.Errorf("--output %q: want yaml or json", o.output)
+	}
+	if err := o.readExpected(); err != nil {
+		return err
 	}
 	defer surviveClosedOutput()()
 	log := newHumanLogger(stderr, o.debug)
@@ -162,16 +191,102 @@ func (o *testOptions) run(ctx context.Context, image string, stdin io.Reader, st
 		}
 		return fmt.Errorf("the call failed: %w", err)
 	}
+	if o.expected != "" {
+		return o.checkExpected(rsp, stderr)
+	}
 	if err := printResponse(stdout, rsp, o.output); err != nil {
 		return err
 	}
-	for _, r := range rsp.GetResults() {
-		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
-			fmt.Fprintf(stderr, "ocifn: the function returned a Fatal result: %s\n", r.GetMessage())
-			return exitError{code: 1}
-		}
+	if r := pipeline.FatalResult(rsp); r != nil {
+		fmt.Fprintf(stderr, "ocifn: the function returned a Fatal result: %s\n", r.GetMessage())
+		return exitError{code: 1}
 	}
 	return nil
+}
+
+// readExpected reads the --expected file before the image is unpacked, so
+// that a mistake in it shows first. With --update the file may be missing,
+// and one that is not a response is overwritten.
+func (o *testOptions) readExpected() error {
+	if o.expected == "" {
+		if o.update {
+			return fmt.Errorf("--update writes the file --expected names; give --expected FILE")
+		}
+		return nil
+	}
+	b, err := os.ReadFile(o.expected)
+	switch {
+	case o.update && errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("cannot read the expected response: %w (--update records it)", err)
+	}
+	rsp, err := pipeline.ParseResponse(b)
+	if err != nil && !o.update {
+		return fmt.Errorf("%s: %w", o.expected, err)
+	}
+	o.want = rsp
+	return nil
+}
+
+// checkExpected compares the response with the --expected file, or
+// writes it there with --update.
+func (o *testOptions) checkExpected(rsp *fnv1.RunFunctionResponse, stderr io.Writer) error {
+	fatal := pipeline.FatalResult(rsp)
+	if o.update {
+		if fatal != nil && o.want != nil && pipeline.FatalResult(o.want) == nil {
+			// The expected response of a request the function answers is
+			// not replaced by a failure: a broken function would overwrite
+			// every reviewed response.
+			fmt.Fprintf(stderr, "ocifn: the function returned a Fatal result: %s\n", fatal.GetMessage())
+			return fmt.Errorf("%s expects a response without a Fatal result, and is left as it was; if the function must refuse this request, remove %s and update again", o.expected, o.expected)
+		}
+		var b bytes.Buffer
+		if err := printResponse(&b, rsp, o.output); err != nil {
+			return err
+		}
+		if err := writeFileAtomic(o.expected, b.Bytes()); err != nil {
+			return fmt.Errorf("cannot record the response: %w", err)
+		}
+		if fatal != nil {
+			fmt.Fprintf(stderr, "ocifn: recorded the function's Fatal result in %s: %s\n", o.expected, fatal.GetMessage())
+		}
+		return nil
+	}
+	d, err := pipeline.DiffResponses(o.want, rsp)
+	if err != nil {
+		return fmt.Errorf("cannot compare the response with %s: %w", o.expected, err)
+	}
+	if d != "" {
+		fmt.Fprintf(stderr, "ocifn: the response differs from %s:\n%s", o.expected, d)
+		return exitError{code: 1}
+	}
+	if fatal != nil {
+		fmt.Fprintf(stderr, "ocifn: the response matches %s, its Fatal result included: %s\n", o.expected, fatal.GetMessage())
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path with data, or leaves it as it was: a
+// rename of a file written next to it.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 func printResponse(w io.Writer, rsp *fnv1.RunFunctionResponse, format string) error {
