@@ -73,6 +73,10 @@ func TestRenderInputMistakes(t *testing.T) {
 	}
 	cron := opTemplate("CronOperation", "  schedule: \"0 2 * * *\"\n")
 	watch := opTemplate("WatchOperation", "  watch: {apiVersion: v1, kind: ConfigMap}\n")
+	misspelt := filepath.Join(dir, "misspelt.yaml")
+	if err := os.WriteFile(misspelt, []byte("apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata:\n  name: nightly\nspec:\n  retrylimit: 2\n  pipeline:\n  - step: one\n    functionRef: {name: function-jq}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	noTemplate := filepath.Join(dir, "no-template.yaml")
 	if err := os.WriteFile(noTemplate, []byte("apiVersion: ops.crossplane.io/v1alpha1\nkind: CronOperation\nmetadata:\n  name: nightly\nspec:\n  schedule: \"0 2 * * *\"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -86,6 +90,7 @@ func TestRenderInputMistakes(t *testing.T) {
 		{"an Operation with a Composition", []string{"operation/operation.yaml", "jq-yq-labelizer/composition.yaml", "operation/functions.yaml"}, "render it as OPERATION FUNCTIONS"},
 		{"an XRD of another kind", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/composition.yaml", "jq-yq-labelizer/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, `CompositeResourceDefinition "xdatabases.example.org" defines XDatabase`},
 		{"a CronOperation with a Composition", []string{cron, "jq-yq-labelizer/composition.yaml", "operation/functions.yaml"}, "holds CronOperation/nightly: render it as OPERATION FUNCTIONS"},
+		{"an Operation with a misspelt field", []string{misspelt, "operation/functions.yaml"}, `Operation "nightly": unknown field "retrylimit" at spec; did you mean "retryLimit"?`},
 		{"a CronOperation without a template", []string{noTemplate, "operation/functions.yaml"}, "CronOperation/nightly has no spec.operationTemplate"},
 		{"a WatchOperation without the watched resource", []string{watch, "operation/functions.yaml"}, "holds a WatchOperation: give the resource whose change it runs for with --watched-resource FILE"},
 		{"a watched resource file of several resources", []string{watch, "operation/functions.yaml", "--watched-resource=required-resources/required.yaml"}, "--watched-resource must hold exactly one resource; required-resources/required.yaml holds 4"},

@@ -49,10 +49,12 @@ type TypeRef struct {
 
 // Step is one step of a Composition's function pipeline.
 type Step struct {
-	Step        string                `json:"step"`
-	FunctionRef struct{ Name string } `json:"functionRef"`
-	Input       Object                `json:"input,omitempty"`
-	Credentials []StepCredentials     `json:"credentials,omitempty"`
+	Step        string `json:"step"`
+	FunctionRef struct {
+		Name string `json:"name"`
+	} `json:"functionRef"`
+	Input       Object            `json:"input,omitempty"`
+	Credentials []StepCredentials `json:"credentials,omitempty"`
 	// Requirements are resources (and schemas) the step gets on its first
 	// call, without asking for them.
 	Requirements *struct {

@@ -2,14 +2,19 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"sort"
 	"strings"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ocifn/ocifn/internal/unknownfield"
 )
 
 // defaultRetryLimit is how many failures Crossplane's Operation reconciler
@@ -114,6 +119,9 @@ func ParseOperation(o Object) (*Operation, error) {
 	if err := remarshal(o, &op); err != nil {
 		return nil, fmt.Errorf("Operation %q: %w", o.Name(), err)
 	}
+	if err := checkOperationSpec(o); err != nil {
+		return nil, fmt.Errorf("Operation %q: %w", o.Name(), err)
+	}
 	// Crossplane's Operation reconciler leaves alone an Operation being
 	// deleted or complete (it runs one once): there is nothing to render.
 	// (The crossplane CLI fails on them without saying why.)
@@ -142,6 +150,39 @@ func ParseOperation(o Object) (*Operation, error) {
 		seen[s.Step] = true
 	}
 	return &Operation{Object: o, Steps: op.Spec.Pipeline}, nil
+}
+
+// operationSpec is an Operation's spec as Crossplane's CRD defines it.
+type operationSpec struct {
+	Mode       string `json:"mode"`
+	RetryLimit int64  `json:"retryLimit"`
+	Pipeline   []Step `json:"pipeline"`
+}
+
+// checkOperationSpec refuses a key the spec of an Operation does not have,
+// naming it and what was likely meant. The API server refuses it (kubectl
+// apply: "unknown field"); crossplane operation render drops it, or, the
+// case aside, reads it as the field (retrylimit as retryLimit), where
+// render would print it and run without it.
+func checkOperationSpec(o Object) error {
+	doc, err := json.Marshal(o["spec"])
+	if err != nil {
+		return err
+	}
+	fs := unknownfield.All(doc, reflect.TypeFor[operationSpec]())
+	if len(fs) == 0 {
+		return nil
+	}
+	f := fs[0]
+	where := "spec"
+	if f.Path != "" {
+		where += "." + f.Path
+	}
+	msg := fmt.Sprintf("unknown field %q at %s", f.Key, where)
+	if f.Suggestion != "" {
+		msg += fmt.Sprintf("; did you mean %q?", f.Suggestion)
+	}
+	return errors.New(msg)
 }
 
 // OperationInputs is everything an Operation render needs.

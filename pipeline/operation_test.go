@@ -97,6 +97,10 @@ func TestParseOperation(t *testing.T) {
 		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\nspec: {}\n", "no spec.pipeline"},
 		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\nspec:\n  pipeline: [{step: s}]\n", "no functionRef.name"},
 		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nspec:\n  pipeline: [{step: s, functionRef: {name: f}}]\n", "needs metadata.name"},
+		// The API server refuses a key the spec does not have; crossplane
+		// operation render reads retrylimit as retryLimit.
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\nspec:\n  retrylimit: 2\n  pipeline: [{step: s, functionRef: {name: f}}]\n", `Operation "a": unknown field "retrylimit" at spec; did you mean "retryLimit"?`},
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\nspec:\n  pipeline: [{step: s, functionRef: {name: f}, requirements: {requiredResources: [{requirementName: r, apiVersion: v1, kind: Secret, nmae: x}]}}]\n", `unknown field "nmae" at spec.pipeline[0].requirements.requiredResources[0]; did you mean "name"?`},
 	} {
 		_, err := ParseOperation(mustObject(t, tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
