@@ -31,7 +31,59 @@ func marshalYAML(v any) ([]byte, error) {
 	if err := d.Decode(&doc); err != nil {
 		return nil, err
 	}
-	return yamlv2.Marshal(yamlNumbers(doc))
+	// In JSON, "<<": is that key and nothing else (json.Marshal escapes
+	// "<" as \u003c): most requests have none, and their YAML is not
+	// parsed again. Asked here, so that the JSON is not kept while the
+	// YAML is written.
+	mergeKey := bytes.Contains(j, []byte(`"\u003c\u003c":`)) || bytes.Contains(j, []byte(`"<<":`))
+	out, err := yamlv2.Marshal(yamlNumbers(doc))
+	if err != nil {
+		return nil, err
+	}
+	if mergeKey {
+		out = quoteMergeKeys(out)
+	}
+	return out, nil
+}
+
+// quoteMergeKeys returns out, YAML that go.yaml.in/yaml/v2 wrote, with
+// each key "<<" double-quoted. The writer leaves that key plain, and the
+// YAML readers a function may use (go-yaml v2 and v3, so kyaml, and yq)
+// take a plain "<<" key for a merge key: a ConfigMap's data key "<<" is
+// merged away, or, when its value is no object, refused; kyaml prints it
+// back as "!!merge <<", which ocifn then cannot read.
+func quoteMergeKeys(out []byte) []byte {
+	var root yamlv3.Node
+	if err := yamlv3.Unmarshal(out, &root); err != nil {
+		return out
+	}
+	lines := lineStarts(out)
+	var at []int // byte offsets of the keys to quote
+	var walk func(n *yamlv3.Node)
+	walk = func(n *yamlv3.Node) {
+		for i, c := range n.Content {
+			if n.Kind == yamlv3.MappingNode && i%2 == 0 && c.Kind == yamlv3.ScalarNode && c.Style == 0 && c.Value == "<<" && c.Line >= 1 && c.Line <= len(lines) {
+				if off := advanceColumns(out, lines[c.Line-1], c.Column-1); bytes.HasPrefix(out[off:], []byte("<<")) {
+					at = append(at, off)
+				}
+				continue
+			}
+			walk(c)
+		}
+	}
+	walk(&root)
+	if len(at) == 0 {
+		return out
+	}
+	sort.Ints(at)
+	quoted := make([]byte, 0, len(out)+2*len(at))
+	prev := 0
+	for _, off := range at {
+		quoted = append(quoted, out[prev:off]...)
+		quoted = append(quoted, `"<<"`...)
+		prev = off + len("<<")
+	}
+	return append(quoted, out[prev:]...)
 }
 
 // yamlNumbers replaces, in place, each json.Number in v with the int64,
@@ -199,18 +251,7 @@ func quoteYAML11Bools(doc []byte) []byte {
 	if err := yamlv3.Unmarshal(doc, &root); err != nil {
 		return doc
 	}
-	// Where each line begins, counting the line breaks the parser counts.
-	lines := []int{0}
-	for off := 0; off < len(doc); {
-		_, next := lineEnd(doc, off)
-		if next < len(doc) {
-			lines = append(lines, next)
-		}
-		off = next
-	}
-	if bytes.HasPrefix(doc, []byte("\uFEFF")) {
-		lines[0] = len("\uFEFF") // the parser does not count the byte order mark
-	}
+	lines := lineStarts(doc)
 	var found []*yamlv3.Node
 	var walk func(n *yamlv3.Node)
 	walk = func(n *yamlv3.Node) {
@@ -267,6 +308,23 @@ func quoteYAML11Bools(doc []byte) []byte {
 		prev = end
 	}
 	return append(out, doc[prev:]...)
+}
+
+// lineStarts is where each line of doc begins, counting the line breaks
+// the YAML parser counts.
+func lineStarts(doc []byte) []int {
+	lines := []int{0}
+	for off := 0; off < len(doc); {
+		_, next := lineEnd(doc, off)
+		if next < len(doc) {
+			lines = append(lines, next)
+		}
+		off = next
+	}
+	if bytes.HasPrefix(doc, []byte("\uFEFF")) {
+		lines[0] = len("\uFEFF") // the parser does not count the byte order mark
+	}
+	return lines
 }
 
 // skipSeparation is off moved past the spaces, tabs, line breaks and

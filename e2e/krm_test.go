@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -424,5 +425,47 @@ func TestKRMLocalConfigIsNotComposed(t *testing.T) {
 		rs[0].GetSeverity() != fnv1.Severity_SEVERITY_WARNING || !strings.Contains(rs[0].GetMessage(), `(Queue demo-queue) is annotated config.kubernetes.io/local-config: "true"`) || !strings.Contains(rs[0].GetMessage(), `"queue" is no longer desired`) ||
 		rs[1].GetSeverity() != fnv1.Severity_SEVERITY_NORMAL || !strings.Contains(rs[1].GetMessage(), `(ConfigMap settings) is annotated config.kubernetes.io/local-config: "true", which kpt and kustomize never apply, so it is not composed`) {
 		t.Errorf("results %v, want a Warning for the queue and a Normal result for the ConfigMap", rs)
+	}
+}
+
+// TestYAMLModesKeepAMergeKeyName: a resource that has the key "<<"
+// reaches a KRM function written with kyaml (krm-labels), one in yq, one
+// that prints its input back (cat) and a FunctionIO function (cat), and
+// comes back with that key. Written plain, YAML readers take "<<" for a
+// merge key: one whose value is an object was merged away without a word,
+// one whose value is a string refused (kyaml prints it back as
+// "!!merge <<").
+func TestYAMLModesKeepAMergeKeyName(t *testing.T) {
+	const config = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: demo-config}\ndata: {\"<<\": merged, a: \"<<\"}\n"
+	const table = "apiVersion: example.org/v1\nkind: Table\nmetadata: {name: demo-table}\nspec: {\"<<\": {replicas: 1}, size: 2}\n"
+	yq := configuredImage(t, "yq-function.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/yq", `.items[0].metadata.labels.team = "platform"`}
+		c.Cmd = nil
+	})
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"krm_kyaml", []string{"--tarball", image("krm-labels.tar"), "--io", "krm"}},
+		{"krm_yq", []string{"--tarball", yq, "--io", "krm"}},
+		{"krm_cat", []string{"--tarball", image("echo.tar"), "--io", "krm"}},
+		{"functionio_cat", []string{"--tarball", image("echo.tar"), "--io", "functionio"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServer(t, append(tc.args, "--warm", "0"))
+			for _, r := range []struct{ name, body, field string }{{"config", config, "data"}, {"table", table, "spec"}} {
+				req := krmRequest(t, "merge-key-"+r.name, "labels: {team: platform}\n")
+				req.Desired.Resources[r.name] = &fnv1.Resource{Resource: yamlStruct(t, r.body)}
+				rsp := s.call(t, req)
+				if slices.ContainsFunc(rsp.GetResults(), func(res *fnv1.Result) bool { return res.GetSeverity() == fnv1.Severity_SEVERITY_FATAL }) {
+					t.Errorf("%s: results %v, want no Fatal one", r.name, rsp.GetResults())
+					continue
+				}
+				got := structField(rsp.GetDesired().GetResources()[r.name].GetResource(), r.field)
+				if want := structField(yamlStruct(t, r.body), r.field); !proto.Equal(got, want) {
+					t.Errorf("%s %s came back as %v, want %v", r.name, r.field, got, want)
+				}
+			}
+		})
 	}
 }
