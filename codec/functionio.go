@@ -136,16 +136,15 @@ func (FunctionIO) decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 	}
 	var fio functionIO
 	if err := yaml.UnmarshalStrict(doc, &fio); err != nil {
-		// Another mode's answer is told so; in this mode's, a key it
-		// does not have is named with its path.
-		h := hint("functionio", doc)
-		if f, ok := unknownfield.Find(doc, reflect.TypeFor[functionIO]()); ok && h == "" {
-			return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %s", f)
+		// The answer is refused, but the results that can be read on
+		// their own are not lost behind the part that cannot.
+		rs, unreadable := resultsOf[fioResult](doc)
+		readable, _ := (&functionIO{Results: rs}).results()
+		what := "results"
+		if unreadable || len(readable) < len(rs) {
+			what = "other results"
 		}
-		if err := nonFiniteError("FunctionIO document", doc); err != nil && h == "" {
-			return nil, err
-		}
-		return nil, fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), h)
+		return nil, withResults(invalidFunctionIO(err, doc, stdout), what, readable)
 	}
 	if (fio.APIVersion != "" && fio.APIVersion != "apiextensions.crossplane.io/v1alpha1") || (fio.Kind != "" && fio.Kind != "FunctionIO") {
 		return nil, fmt.Errorf("the function's output is %s %s, not a FunctionIO document (apiextensions.crossplane.io/v1alpha1)%s", clip(fio.APIVersion, keyBytes), clip(fio.Kind, keyBytes), hint("functionio", stdout))
@@ -177,6 +176,21 @@ func (FunctionIO) decode(req *fnv1.RunFunctionRequest, stdout []byte) (*fnv1.Run
 	}
 	rsp.Results = rs
 	return rsp, nil
+}
+
+// invalidFunctionIO says why doc, the document of stdout, cannot be read
+// as a FunctionIO document, err the decoder's reason. Another mode's
+// answer is told so; in this mode's, a key it does not have is named with
+// its path.
+func invalidFunctionIO(err error, doc, stdout []byte) error {
+	h := hint("functionio", doc)
+	if f, ok := unknownfield.Find(doc, reflect.TypeFor[functionIO]()); ok && h == "" {
+		return fmt.Errorf("the function's output is not a valid FunctionIO document: %s", f)
+	}
+	if err := nonFiniteError("FunctionIO document", doc); err != nil && h == "" {
+		return err
+	}
+	return fmt.Errorf("the function's output is not a valid FunctionIO document: %v; output began with %s%s", err, QuoteHead(stdout), h)
 }
 
 // desired sets the desired state from the document's, evaluating each

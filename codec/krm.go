@@ -220,21 +220,35 @@ func parseResourceList(stdout []byte) (*resourceList, error) {
 	doc = quoteYAML11Bools(doc)
 	var rl resourceList
 	if err := yaml.UnmarshalStrict(doc, &rl); err != nil {
-		// Another mode's answer is told so; in this mode's, a key it
-		// does not have is named with its path.
-		h := hint("krm", doc)
-		if f, ok := unknownfield.Find(doc, reflect.TypeFor[resourceList]()); ok && h == "" {
-			return nil, fmt.Errorf("the function's output is not a valid ResourceList: %s", f)
+		// The answer is refused, but the results that can be read on
+		// their own are not lost behind the part that cannot.
+		rs, unreadable := resultsOf[krmResult](doc)
+		readable, _ := crossplaneResults(&resourceList{Results: rs}, nil)
+		what := "results"
+		if unreadable || len(readable) < len(rs) {
+			what = "other results"
 		}
-		if err := nonFiniteError("ResourceList", doc); err != nil && h == "" {
-			return nil, err
-		}
-		return nil, fmt.Errorf("the function's output is not a valid ResourceList: %v; output began with %s%s", err, QuoteHead(stdout), h)
+		return nil, withResults(invalidResourceList(err, doc, stdout), what, readable)
 	}
 	if rl.Kind != "ResourceList" || !krmAPIVersions[rl.APIVersion] {
 		return nil, fmt.Errorf("the function's output is %q %q, not a ResourceList (apiVersion config.kubernetes.io/v1, kind ResourceList)%s", clip(rl.APIVersion, keyBytes), clip(rl.Kind, keyBytes), hint("krm", stdout))
 	}
 	return &rl, nil
+}
+
+// invalidResourceList says why doc, the document of stdout, cannot be
+// read as a ResourceList, err the decoder's reason. Another mode's answer
+// is told so; in this mode's, a key it does not have is named with its
+// path.
+func invalidResourceList(err error, doc, stdout []byte) error {
+	h := hint("krm", doc)
+	if f, ok := unknownfield.Find(doc, reflect.TypeFor[resourceList]()); ok && h == "" {
+		return fmt.Errorf("the function's output is not a valid ResourceList: %s", f)
+	}
+	if err := nonFiniteError("ResourceList", doc); err != nil && h == "" {
+		return err
+	}
+	return fmt.Errorf("the function's output is not a valid ResourceList: %v; output began with %s%s", err, QuoteHead(stdout), h)
 }
 
 // response maps a ResourceList to the answer to req: the items become the

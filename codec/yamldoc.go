@@ -448,3 +448,63 @@ func endsWithBreak(b []byte) bool {
 	}
 	return false
 }
+
+// resultsOf reads the results of doc, a YAML mode's answer that cannot
+// be read as a whole, one by one and strictly, as T: the list at its
+// top-level key "results" (or at "results" of the object there, as older
+// ResourceLists hold it). unreadable says whether some result could not
+// be read. An item or a resource the function got wrong does not hide
+// what it reported, often the reason for what it printed.
+func resultsOf[T any](doc []byte) (rs []T, unreadable bool) {
+	if !bytes.Contains(doc, []byte("results")) {
+		return nil, false
+	}
+	var root yamlv3.Node
+	if err := yamlv3.Unmarshal(doc, &root); err != nil || len(root.Content) != 1 {
+		return nil, false
+	}
+	list := field(root.Content[0], "results")
+	if list != nil && list.Kind == yamlv3.MappingNode {
+		list = field(list, "results")
+	}
+	if list == nil || list.Kind != yamlv3.SequenceNode {
+		return nil, list != nil
+	}
+	for _, n := range list.Content {
+		var v any
+		var r T
+		b, err := []byte(nil), n.Decode(&v)
+		if err == nil {
+			b, err = json.Marshal(v)
+		}
+		if err == nil {
+			err = strictJSON(b, &r)
+		}
+		if err != nil {
+			unreadable = true
+			continue
+		}
+		rs = append(rs, r)
+	}
+	return rs, unreadable
+}
+
+// field is the value of key in the mapping n; nil when there is none.
+func field(n *yamlv3.Node, key string) *yamlv3.Node {
+	if n.Kind == yamlv3.AliasNode {
+		n = n.Alias
+	}
+	if n == nil || n.Kind != yamlv3.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			v := n.Content[i+1]
+			if v.Kind == yamlv3.AliasNode {
+				v = v.Alias
+			}
+			return v
+		}
+	}
+	return nil
+}

@@ -469,3 +469,31 @@ func TestYAMLModesKeepAMergeKeyName(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreadableAnswerKeepsTheFunctionsResults: a krm function whose
+// ResourceList has an item that is no object, and a functionio function
+// whose desired resources are no list, are refused with a Fatal result
+// that quotes the results they printed too: often why they printed what
+// they did.
+func TestUnreadableAnswerKeepsTheFunctionsResults(t *testing.T) {
+	for _, tc := range []struct {
+		name, io, filter, want string
+	}{
+		{"krm", "krm", `.items += ["oops"] | .results = [{"message": "region not set", "severity": "warning"}, {"message": "no quota left", "severity": "error"}]`,
+			`(the function's results; warning: region not set; fatal: no quota left)`},
+		{"functionio", "functionio", `.desired.resources = "oops" | .results = [{"severity": "Warning", "message": "region not set"}, {"severity": "Fatal", "message": "no quota left"}]`,
+			`(the function's results; warning: region not set; fatal: no quota left)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			yq := configuredImage(t, "yq-function.tar", func(c *v1.Config) {
+				c.Entrypoint = []string{"/bin/yq", tc.filter}
+				c.Cmd = nil
+			})
+			s := startServer(t, []string{"--tarball", yq, "--io", tc.io, "--warm", "0"})
+			rs := s.call(t, krmRequest(t, "unreadable-"+tc.name, "")).GetResults()
+			if len(rs) != 1 || rs[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL || !strings.Contains(rs[0].GetMessage(), tc.want) {
+				t.Fatalf("results %v, want one Fatal result quoting %s", rs, tc.want)
+			}
+		})
+	}
+}
