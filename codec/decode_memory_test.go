@@ -63,8 +63,8 @@ var breaks = map[string]string{"LF": "\n", "CRLF": "\r\n", "CR": "\r", "NEL": "\
 // AliasMemory) is at least what its Decode holds at once for outputs of
 // every costly shape; for the same outputs made invalid at their end, so
 // that Decode reads them again to say why; for output in another mode's
-// format; and for YAML lists of nulls whose lines end in each of YAML's
-// line breaks.
+// format; for YAML lists of nulls whose lines end in each of YAML's line
+// breaks; and for lists nested 9,900 deep in output that cannot be read.
 func TestDecodeMemoryBoundsDecode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures the heap of large responses")
@@ -98,6 +98,13 @@ func TestDecodeMemoryBoundsDecode(t *testing.T) {
 	// once more to quote (quoteYAML11Bools).
 	ons := strings.Join([]string{"apiVersion: config.kubernetes.io/v1", "kind: ResourceList", "items:", "- apiVersion: v1", "  kind: X", "  a:", ""}, "\n") + strings.Repeat("  - on\n", 100000)
 	cases = append(cases, tc{KRM{}, "plain on values", ons}, tc{KRM{}, "plain on values, invalid", ons + "bogus: 1\n"})
+	// Output nested deep that cannot be read for a reason that is not a
+	// field the format lacks: Decode looks through every level for an
+	// infinity to name (nonFinite).
+	deep := strings.Repeat("[", 9900) + strings.Repeat("]", 9900)
+	cases = append(cases,
+		tc{KRM{}, "lists nested 9,900 deep, invalid", "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- oops\n- {apiVersion: v1, kind: X, metadata: {name: a}, spec: " + deep + "}\n"},
+		tc{FunctionIO{}, "lists nested 9,900 deep, invalid", "desired:\n  composite: {resource: {spec: " + deep + "}}\n  resources: oops\n"})
 	for _, c := range cases {
 		out := []byte(c.out)
 		var rsp *fnv1.RunFunctionResponse

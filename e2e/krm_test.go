@@ -497,3 +497,31 @@ func TestUnreadableAnswerKeepsTheFunctionsResults(t *testing.T) {
 		})
 	}
 }
+
+// TestDeepUnreadableAnswerHoldsLittle: a krm function that prints 20 KB,
+// an item that is no object beside lists nested 9,900 deep, is refused
+// without the server's peak memory growing by 64 MiB (it grows by about
+// 18): the search for an infinity to name wrote a path at every level,
+// and the peak grew by 152 MiB, ten times what the server charges such
+// output before decoding it.
+func TestDeepUnreadableAnswerHoldsLittle(t *testing.T) {
+	sh := configuredImage(t, "sh-function.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/sh", "-c", `cat >/dev/null
+printf 'apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- oops\n- {apiVersion: v1, kind: X, metadata: {name: a}, spec: '
+yes '[' | head -n 9900 | tr -d '\n'
+yes ']' | head -n 9900 | tr -d '\n'
+printf '}\n'`}
+		c.Cmd = nil
+	})
+	s := startServer(t, []string{"--tarball", sh, "--io", "krm", "--warm", "0"})
+	before := peakRSS(t, s)
+	rs := s.call(t, krmRequest(t, "deep", "")).GetResults()
+	if len(rs) != 1 || !strings.Contains(rs[0].GetMessage(), "cannot unmarshal string into Go struct field resourceList.items") {
+		t.Fatalf("results %v, want one Fatal result naming the item", rs)
+	}
+	grew := peakRSS(t, s) - before
+	t.Logf("the server's peak RSS grew by %d MiB", grew>>20)
+	if grew > 64<<20 {
+		t.Errorf("the server's peak RSS grew by %d MiB", grew>>20)
+	}
+}
