@@ -2,6 +2,7 @@ package adaptor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/codec"
 	"github.com/ocifn/ocifn/internal/protocount"
 )
@@ -27,7 +29,7 @@ const DefaultMaxInflightBytes = 1 << 30
 // reserveWait is how long a request waits for others to free the budget
 // before it is refused: a burst of small requests that arrive together
 // each reserve the largest size until they are read, which takes far less.
-const reserveWait = time.Second
+const reserveWait = admit.ReserveWait
 
 // inflight is the memory budget of the calls being received or run.
 // gRPC reads a whole request into memory before it can be decoded, and its
@@ -42,21 +44,19 @@ const reserveWait = time.Second
 // Until a request is read, the bytes the client sent wait in HTTP/2 flow
 // control windows (at most 16 MiB per connection).
 type inflight struct {
-	limit  int64
+	// budget is --max-inflight-bytes, shared with the HTTP fronts'
+	// accounting (admit.Budget).
+	budget *admit.Budget
 	maxMsg int64
 	// recvTimeout, when not zero, is how long a request may take to
 	// arrive: a stream that opens and sends nothing would otherwise hold
 	// its reservation, the bytes of the largest request, for as long as
 	// its client keeps it open.
 	recvTimeout time.Duration
-
-	mu    sync.Mutex
-	used  int64
-	freed chan struct{} // closed and replaced whenever bytes are released
 }
 
 func newInflight(limit, maxMsg int64, recvTimeout time.Duration) *inflight {
-	return &inflight{limit: limit, maxMsg: maxMsg, recvTimeout: recvTimeout, freed: make(chan struct{})}
+	return &inflight{budget: admit.NewBudget(limit), maxMsg: maxMsg, recvTimeout: recvTimeout}
 }
 
 // readCost is what a request of n bytes holds while it is read: the
@@ -93,43 +93,19 @@ func (b *inflight) reserve(ctx context.Context, n int64, why string) error {
 // why is only called to refuse: it formats, and a call reserves once or
 // more for its answer alone.
 func (b *inflight) reserveFor(ctx context.Context, n int64, what string, why func() string) error {
-	var timer *time.Timer // made only when the budget is full
-	for {
-		b.mu.Lock()
-		if b.used+n <= b.limit {
-			b.used += n
-			b.mu.Unlock()
-			return nil
-		}
-		freed := b.freed
-		used := b.used
-		b.mu.Unlock()
-		if timer == nil {
-			timer = time.NewTimer(reserveWait)
-			defer timer.Stop()
-		}
-		select {
-		case <-freed:
-		case <-timer.C:
-			return status.Errorf(codes.ResourceExhausted,
-				"ocifn holds %d bytes of calls in flight and %s needs %d more, %s, past --max-inflight-bytes %d; retry later or raise it",
-				used, what, n, why(), b.limit)
-		case <-ctx.Done():
-			return callerGone(ctx)
-		}
+	err := b.budget.Reserve(ctx, n, what, why)
+	if err == nil {
+		return nil
 	}
+	var full *admit.MemoryFullError
+	if errors.As(err, &full) {
+		return status.Error(codes.ResourceExhausted, full.Error())
+	}
+	return callerGone(ctx)
 }
 
 // resize changes a reservation of from bytes to to bytes.
-func (b *inflight) resize(from, to int64) {
-	b.mu.Lock()
-	b.used += to - from
-	if to < from {
-		close(b.freed)
-		b.freed = make(chan struct{})
-	}
-	b.mu.Unlock()
-}
+func (b *inflight) resize(from, to int64) { b.budget.Resize(from, to) }
 
 // grow makes a reservation of from bytes one of to bytes, waiting as
 // reserve does when it grows; a request that needs more than the whole
@@ -140,8 +116,8 @@ func (b *inflight) grow(ctx context.Context, from, to int64, why func() string) 
 		b.resize(from, to)
 		return nil
 	}
-	if to > b.limit {
-		return status.Errorf(codes.ResourceExhausted, "this request needs %d bytes of memory, %s, past --max-inflight-bytes %d; raise it or send less", to, why(), b.limit)
+	if limit := b.budget.Limit(); to > limit {
+		return status.Errorf(codes.ResourceExhausted, "this request needs %d bytes of memory, %s, past --max-inflight-bytes %d; raise it or send less", to, why(), limit)
 	}
 	return b.reserveFor(ctx, to-from, "this request", why)
 }
@@ -278,8 +254,8 @@ func (a *answerBudget) take(ctx context.Context, n int64, why func() string) err
 	a.mu.Lock()
 	request, total := a.request, a.held+n
 	a.mu.Unlock()
-	if request+total > a.b.limit {
-		return status.Errorf(codes.ResourceExhausted, "the function's answer needs %d bytes of memory, %s, and its request holds %d, past --max-inflight-bytes %d; raise it or have the function print less", total, why(), request, a.b.limit)
+	if limit := a.b.budget.Limit(); request+total > limit {
+		return status.Errorf(codes.ResourceExhausted, "the function's answer needs %d bytes of memory, %s, and its request holds %d, past --max-inflight-bytes %d; raise it or have the function print less", total, why(), request, limit)
 	}
 	if err := a.b.reserveFor(ctx, n, "the function's answer", why); err != nil {
 		return err

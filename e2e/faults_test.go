@@ -186,8 +186,14 @@ func peakRSS(t *testing.T, s *server) int64 { return largestOfServer(t, s, "VmHW
 // VmHWM), in bytes, over the server and its re-executed self.
 func largestOfServer(t *testing.T, s *server, key string) int64 {
 	t.Helper()
+	return largestOf(t, s.cmd.Process.Pid, key)
+}
+
+// largestOf is largestOfServer of the server whose process is pid.
+func largestOf(t *testing.T, pid int, key string) int64 {
+	t.Helper()
 	var most int64
-	for _, pid := range append([]int{s.cmd.Process.Pid}, descendants(t, s.cmd.Process.Pid)...) {
+	for _, pid := range append([]int{pid}, descendants(t, pid)...) {
 		kb, _ := strconv.ParseInt(strings.TrimSuffix(statusField(pid, key), " kB"), 10, 64)
 		most = max(most, kb<<10)
 	}

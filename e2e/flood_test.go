@@ -1,8 +1,13 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -143,5 +148,102 @@ func TestRefusedCallTimedFromArrival(t *testing.T) {
 	}
 	if d, err := time.ParseDuration(m[1]); err != nil || d < 900*time.Millisecond {
 		t.Errorf("the refused call's line says duration=%s, want the second it waited", m[1])
+	}
+}
+
+// TestFloodOfLargeBodiesOnTheHTTPFronts: on each HTTP front, POSTs of 60
+// MB, as many as --max-concurrency, all at once, to a function that
+// prints its body back, as README's "Memory on the HTTP fronts" measures
+// it. --max-inflight-bytes holds there too: the server answers what it
+// holds, refuses the rest with 503 and Retry-After naming the flag
+// (counted as rejected), its peak RSS stays under the bound above its
+// baseline (before, every call was served, and it reached 980 MiB on the
+// CGI front and 1002 on OpenWhisk's with 600 MiB named), and it answers
+// calls as before. A body the bound could never hold is answered 413
+// before it is sent.
+func TestFloodOfLargeBodiesOnTheHTTPFronts(t *testing.T) {
+	const (
+		bound = 600 << 20
+		calls = 8
+		size  = 60_000_000
+	)
+	for _, api := range []string{"http", "openwhisk"} {
+		t.Run(api, func(t *testing.T) {
+			args := []string{"--tarball", image("cgi.tar"), "--max-concurrency", strconv.Itoa(calls), "--max-inflight-bytes", strconv.Itoa(bound),
+				"--max-request-bytes", "1Gi", "--timeout", patient(60 * time.Second).String()}
+			path, body := "/env", []byte(strings.Repeat("b", size))
+			if api == "openwhisk" {
+				args[1] = image("owskeleton.tar")
+				path, body = "/run", []byte(`{"value": {"data": "`+strings.Repeat("b", size-22)+`"}}`)
+			}
+			f := startFront(t, api, args)
+			if api == "openwhisk" {
+				f.mustInit(t, initPayload("#!/bin/sh\ncat\necho\n", ""))
+			}
+			if code, _, _ := f.do(t, http.MethodPost, path, []byte(`{"value": {}}`), nil); code != http.StatusOK {
+				t.Fatalf("a small call: %d", code)
+			}
+			baseline := largestOf(t, f.cmd.Process.Pid, "VmRSS")
+
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var ok, refused int
+			for range calls {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rsp, err := http.Post(f.url+path, "application/octet-stream", bytes.NewReader(body))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					defer rsp.Body.Close()
+					got, err := io.ReadAll(rsp.Body)
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err == nil && rsp.StatusCode == http.StatusOK && len(got) >= size-100 && bytes.Count(got, []byte("b")) >= size-22:
+						ok++
+					case rsp.StatusCode == http.StatusServiceUnavailable && rsp.Header.Get("Retry-After") != "" && bytes.Contains(got, []byte("--max-inflight-bytes")):
+						refused++
+					default:
+						t.Errorf("%d %v: %.300s", rsp.StatusCode, err, got)
+					}
+				}()
+			}
+			wg.Wait()
+			peak := largestOf(t, f.cmd.Process.Pid, "VmHWM")
+			t.Logf("%d answered, %d refused; RSS baseline %d MiB, peak %d MiB, bound %d MiB", ok, refused, baseline>>20, peak>>20, bound>>20)
+			if ok == 0 || refused == 0 {
+				t.Errorf("%d answered and %d refused, want some of each", ok, refused)
+			}
+			if peak > baseline+bound {
+				t.Errorf("peak RSS %d MiB is past the baseline %d MiB plus --max-inflight-bytes %d MiB", peak>>20, baseline>>20, bound>>20)
+			}
+			if n := strings.Count(f.stderr.String(), "outcome=rejected"); n != refused {
+				t.Errorf("%d calls logged as rejected, want %d", n, refused)
+			}
+
+			// Announced past the bound: refused before a byte is sent.
+			conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", path, 700<<20)
+			_ = conn.SetReadDeadline(time.Now().Add(patient(10 * time.Second)))
+			rsp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg, _ := io.ReadAll(rsp.Body)
+			if rsp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(msg), "--max-inflight-bytes") {
+				t.Errorf("a body of 700 MiB announced: %d %s, want 413 naming --max-inflight-bytes", rsp.StatusCode, msg)
+			}
+
+			if code, _, _ := f.do(t, http.MethodPost, path, []byte(`{"value": {}}`), nil); code != http.StatusOK {
+				t.Errorf("a call after the flood: %d", code)
+			}
+		})
 	}
 }

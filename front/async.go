@@ -47,6 +47,11 @@ type Invocations struct {
 	// gate, when set, refuses new invocations the calls' gate would
 	// refuse (RefuseWhenFull).
 	gate *admit.Gate
+	// budget, when set, is charged each invocation's body, from when it
+	// is read until its result is stored, and copies what its front
+	// makes of it, with it (ChargeTo).
+	budget *admit.Budget
+	copies func(n int64) int64
 	// hooks and front, when set, count and log the invocations refused
 	// before their call (CountRefusals).
 	hooks *hook.Chain
@@ -155,6 +160,15 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 // refuse their call (every slot and the queue taken, or shutdown begun),
 // instead of 202 and a 503 to find when polled.
 func (iv *Invocations) RefuseWhenFull(g *admit.Gate) { iv.gate = g }
+
+// ChargeTo charges the invocations' bodies, their calls and their answers
+// to b (--max-inflight-bytes), as the calls of the front are: a body
+// from when it is read, while it waits in the queue, and an answer until
+// it is stored. copies, when not nil, is what the front makes of a body
+// of n bytes at least, charged with it (Config.Copies).
+func (iv *Invocations) ChargeTo(b *admit.Budget, copies func(n int64) int64) {
+	iv.budget, iv.copies = b, copies
+}
 
 // ReadBodiesWithin makes a new invocation's body arrive whole within d, as
 // a call's must (Config.Admit), or answers 400: a client that sends its
@@ -296,9 +310,19 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 			return
 		}
 	}
-	body, bad := ReadBody(w, r, iv.maxBody, iv.bodyTimeout)
+	// The body is charged to the in-flight budget as it is read, and its
+	// call, output included, to the same share: an invocation waiting in
+	// the queue holds its body, and the answer is kept until it is
+	// stored.
+	mem := NewMemory(iv.budget)
+	body, bad := ReadCharged(w, r, iv.maxBody, iv.bodyTimeout, mem, iv.copies)
 	if bad != nil {
-		iv.refuse(w, r, received, hook.Error, bad.Status, bad)
+		mem.Release()
+		outcome := hook.Error
+		if bad.Rejected {
+			outcome = hook.Rejected
+		}
+		iv.refuse(w, r, received, outcome, bad.Status, bad)
 		return
 	}
 	// The check above is a hint, which invocations that come together
@@ -309,6 +333,7 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 	if iv.gate != nil {
 		var err error
 		if place, err = iv.gate.Reserve(); err != nil {
+			mem.Release()
 			outcome, status := refusal(w, err)
 			iv.refuse(w, r, received, outcome, status, err)
 			return
@@ -321,6 +346,7 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	if err != nil {
 		place.Release()
+		mem.Release()
 		iv.log.Error("cannot start an asynchronous invocation", "error", err)
 		// Refused as when the gate is full: counted and logged as a
 		// call, not only as ocifn's error.
@@ -331,7 +357,10 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 	// span carry the invocation's id, by which its caller knows it, and
 	// it is timed from the request's arrival, as a synchronous call is:
 	// its body, and its wait for the image, are part of what it took.
+	// Its front takes the body read here, with its charge, rather than
+	// read a copy of it (Admit).
 	ctx := context.WithValue(admit.WithReservation(iv.ctx, place), invocationKey{}, id)
+	ctx = context.WithValue(ctx, pendingKey{}, &pending{body: body, mem: mem})
 	r2 := r.Clone(context.WithValue(ctx, receivedKey{}, received))
 	r2.Body = io.NopCloser(bytes.NewReader(body))
 	r2.ContentLength = int64(len(body))
@@ -341,7 +370,10 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 		defer iv.wg.Done()
 		// In case the call never entered the gate.
 		defer place.Release()
-		rec := &recorder{header: http.Header{}}
+		// The body, the call's copies and output, and the answer kept
+		// below until it is stored.
+		defer mem.Release()
+		rec := &recorder{header: http.Header{}, mem: mem}
 		next.ServeHTTP(rec, r2)
 		if rec.status == 0 {
 			rec.status = http.StatusOK
@@ -591,11 +623,23 @@ func validID(id string) bool {
 	return err == nil
 }
 
-// recorder keeps a response in memory.
+// pendingKey holds, in the context of an asynchronous invocation's call,
+// its body as read and charged (*pending).
+type pendingKey struct{}
+
+// pending is an asynchronous invocation's body, read before its call, and
+// the share of the in-flight budget that holds it and its call.
+type pending struct {
+	body []byte
+	mem  *Memory
+}
+
+// recorder keeps a response in memory, charged to mem as its buffer grows.
 type recorder struct {
 	header http.Header
 	status int
 	body   bytes.Buffer
+	mem    *Memory
 }
 
 func (r *recorder) Header() http.Header { return r.header }
@@ -610,5 +654,10 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
 	}
-	return r.body.Write(p)
+	// Forced, not waited for: the call has run, and its answer is all
+	// that is left of it.
+	before := r.body.Cap()
+	n, err := r.body.Write(p)
+	r.mem.Force(int64(r.body.Cap() - before))
+	return n, err
 }

@@ -418,3 +418,89 @@ func TestResultIsCopiedFromDisk(t *testing.T) {
 		t.Errorf("a record of an earlier version: %d %q, want 201 \"hello\\n\"", g.Code, g.Body.String())
 	}
 }
+
+// TestAsyncBodiesAreCharged: an asynchronous invocation's body is charged
+// to --max-inflight-bytes from when it is read, while it waits in the
+// queue too, and its call takes it with that charge rather than read a
+// copy; one that finds no room within a second is refused 503 with
+// Retry-After. Once the results are stored, nothing is charged.
+func TestAsyncBodiesAreCharged(t *testing.T) {
+	const size = 100 << 10
+	budget := admit.NewBudget(1 << 20)
+	gate := admit.New(1, 2, nil)
+	cfg := &Config{Gate: gate, Budget: budget, Timeout: 5 * time.Second, MaxRequestBytes: 1 << 20}
+	release := make(chan struct{})
+	h := func() http.Handler {
+		iv, err := OpenInvocations(t.TempDir(), time.Hour, 1<<30, 1<<20, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(iv.Close)
+		iv.RefuseWhenFull(gate)
+		iv.ChargeTo(budget, nil)
+		return iv.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			adm, refused := cfg.Admit(r.Context(), w, r)
+			if refused != nil {
+				http.Error(w, refused.Err.Error(), refused.Status)
+				return
+			}
+			defer adm.Leave()
+			<-release
+			_, _ = w.Write(adm.Body)
+		}))
+	}()
+	post := func(n int) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(strings.Repeat("a", n)))
+		r.Header.Set("Prefer", "respond-async")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	var locations []string
+	for range 2 {
+		w := post(size)
+		if w.Code != http.StatusAccepted {
+			t.Fatalf("an invocation of %d bytes: %d %s, want 202", size, w.Code, w.Body)
+		}
+		locations = append(locations, w.Header().Get("Location"))
+	}
+	// One runs, one waits in the queue: both bodies are held, once each.
+	deadline := time.Now().Add(5 * time.Second)
+	for budget.Used() != 2*size {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes charged for two invocations of %d bytes, want %d", budget.Used(), size, 2*size)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	w := post(900 << 10)
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Errorf("an invocation of 900 KiB beside them: %d Retry-After %q, want 503 with Retry-After", w.Code, w.Header().Get("Retry-After"))
+	}
+	if took := time.Since(start); took < admit.ReserveWait {
+		t.Errorf("refused after %s, want after waiting %s for room", took, admit.ReserveWait)
+	}
+	fronttest.Says(t, "its answer", w.Body.String(), "--max-inflight-bytes 1048576")
+	close(release)
+	for _, loc := range locations {
+		for {
+			g := httptest.NewRecorder()
+			h.ServeHTTP(g, httptest.NewRequest(http.MethodGet, loc, nil))
+			if g.Code == http.StatusAccepted {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			if g.Code != http.StatusOK || g.Body.Len() != size {
+				t.Errorf("GET %s: %d with %d bytes, want 200 with the body echoed", loc, g.Code, g.Body.Len())
+			}
+			break
+		}
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for budget.Used() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if used := budget.Used(); used != 0 {
+		t.Errorf("%d bytes still charged once the results are stored", used)
+	}
+}

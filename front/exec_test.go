@@ -43,7 +43,7 @@ func TestExecOverflowIsNotATimeout(t *testing.T) {
 		{"", "", true},
 	} {
 		c := &Config{Runner: floodRunner{stream: tc.stream, n: 100}, Timeout: 20 * time.Millisecond, MaxOutputBytes: 10}
-		out := c.Exec(context.Background(), &hook.Call{}, bundle.Call{}, nil, 0)
+		out := c.Exec(context.Background(), &hook.Call{}, bundle.Call{}, nil, 0, nil)
 		if out.Overflow != tc.overflow || out.TimedOut != tc.timedOut || out.Err != nil {
 			t.Errorf("printing %d bytes on %q: overflow %q, timed out %v, error %v; want overflow %q, timed out %v",
 				100, tc.stream, out.Overflow, out.TimedOut, out.Err, tc.overflow, tc.timedOut)
@@ -58,7 +58,7 @@ func TestExecStoppedByTheShutdown(t *testing.T) {
 	ctx, stop := context.WithCancelCause(context.Background())
 	c := &Config{Runner: floodRunner{}, Timeout: time.Minute, MaxOutputBytes: 10}
 	done := make(chan Output, 1)
-	go func() { done <- c.Exec(ctx, &hook.Call{}, bundle.Call{}, nil, 0) }()
+	go func() { done <- c.Exec(ctx, &hook.Call{}, bundle.Call{}, nil, 0, nil) }()
 	stop(ErrShutdown)
 	out := <-done
 	if !out.Shutdown || out.TimedOut || out.Err == nil {

@@ -36,6 +36,10 @@ type Config struct {
 	Runner Runner
 	Hooks  *hook.Chain
 	Gate   *admit.Gate
+	// Budget, when set, is --max-inflight-bytes: the memory that calls
+	// hold at once, each its body, the front's copies and the function's
+	// output (see Memory).
+	Budget *admit.Budget
 	Log    *slog.Logger
 	// Timeout is the longest a call may run.
 	Timeout time.Duration
@@ -43,6 +47,10 @@ type Config struct {
 	MaxOutputBytes int
 	// MaxRequestBytes caps a request's body.
 	MaxRequestBytes int64
+	// Copies, when set, is the least the front makes of a body of n
+	// bytes (OpenWhisk's parses it and copies its value), charged with
+	// the body before it is read (Memory's credit).
+	Copies func(n int64) int64
 	// WorkDir holds a front's files (OpenWhisk's actions, async results).
 	WorkDir string
 }
@@ -59,6 +67,9 @@ type Output struct {
 	Unstarted error
 	// Overflow names the stream that went over MaxOutputBytes, if any.
 	Overflow string
+	// Refused, a *MemoryError, says the in-flight budget had no room for
+	// what the function printed: the call was stopped there.
+	Refused error
 	// Shutdown reports the call was stopped at the end of the server's
 	// grace period (ErrShutdown); Err says where it was.
 	Shutdown bool
@@ -87,16 +98,24 @@ var ErrShutdown = errors.New("ocifn is shutting down and its grace period (--gra
 // or longer) and fills in call's result fields for the hooks. The caller
 // holds a slot of the gate already: the fronts admit a request before
 // they read its body, so that only admitted requests hold a body in
-// memory.
-func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdin []byte, timeout time.Duration) Output {
+// memory. What the function prints is charged to mem as it is read.
+func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdin []byte, timeout time.Duration, mem *Memory) Output {
 	if timeout <= 0 || timeout > c.Timeout {
 		timeout = c.Timeout
 	}
 	callCtx, cancel := context.WithTimeoutCause(ctx, timeout, ErrTimeout)
 	defer cancel()
-	stdout := &Capped{Max: c.MaxOutputBytes}
-	stderr := &Capped{Max: c.MaxOutputBytes}
-	bc.Stdin, bc.Stdout, bc.Stderr = bytes.NewReader(stdin), stdout, stderr
+	// One allocation for the call's three streams.
+	s := &struct {
+		stdout, stderr Capped
+		stdin          bytes.Reader
+	}{
+		stdout: Capped{Max: c.MaxOutputBytes, mem: mem, ctx: callCtx, what: "what the function printed on stdout"},
+		stderr: Capped{Max: c.MaxOutputBytes, mem: mem, ctx: callCtx, what: "what the function printed on stderr"},
+	}
+	s.stdin.Reset(stdin)
+	stdout, stderr := &s.stdout, &s.stderr
+	bc.Stdin, bc.Stdout, bc.Stderr = &s.stdin, stdout, stderr
 	call.Ran = time.Now()
 	exit, runErr := c.Runner.Call(callCtx, bc)
 	call.Exit = hook.Exit{Code: exit.Code, Start: exit.Start, Duration: exit.Duration}
@@ -110,6 +129,13 @@ func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdi
 		out.Overflow = "stdout"
 	case stderr.Overflow:
 		out.Overflow = "stderr"
+	case refusedForMemory(stdout.Refused):
+		// A stream the budget had no room for ended the call, as one
+		// past its cap does. (One whose wait the call's end cut short
+		// ended with it: the cases below say how.)
+		out.Refused = stdout.Refused
+	case refusedForMemory(stderr.Refused):
+		out.Refused = stderr.Refused
 	case runErr != nil && errors.Is(context.Cause(callCtx), ErrShutdown):
 		// Stopped by the shutdown, whatever step it was at (its
 		// container's creation too, whose error does not wrap the cause).
@@ -131,6 +157,16 @@ func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdi
 	return out
 }
 
+// refusedForMemory says whether err is a refusal of the in-flight budget.
+func refusedForMemory(err error) bool {
+	if err == nil {
+		// Without errors.As, whose target would be allocated per call.
+		return false
+	}
+	var m *MemoryError
+	return errors.As(err, &m)
+}
+
 // errOutputLimit stops the copy of a stream past its cap, which ends the
 // call: the runner (bundle.Call) kills the container at once.
 var errOutputLimit = errors.New("output limit reached")
@@ -149,6 +185,16 @@ type Capped struct {
 	// is garbage once copied.
 	Reserve func(n int) error
 	Refused error
+	// mem, when Reserve is not set, is charged instead, in ctx, for
+	// what the buffer holds: an HTTP front's call (Exec, ReadCharged).
+	// It is charged every buffer the bytes grow into, the ones outgrown
+	// too: those are garbage, but only until the collector runs, and
+	// the bytes of an HTTP call's body and output are its memory, with
+	// no decoding model's margin to cover them (a flood of echoed
+	// bodies of 60 MB took the RSS 77 MiB past the budget otherwise).
+	mem  *Memory
+	ctx  context.Context
+	what string
 }
 
 func (c *Capped) Write(p []byte) (int, error) {
@@ -160,11 +206,9 @@ func (c *Capped) Write(p []byte) (int, error) {
 		// Grown by doubling, as append would, but never past Max: the
 		// capacity is what is charged.
 		size := min(max(need, 2*cap(c.buf), 512), c.Max)
-		if c.Reserve != nil {
-			if err := c.Reserve(size - cap(c.buf)); err != nil {
-				c.Refused = err
-				return 0, err
-			}
+		if err := c.reserve(size, size-cap(c.buf)); err != nil {
+			c.Refused = err
+			return 0, err
 		}
 		buf := make([]byte, len(c.buf), size)
 		copy(buf, c.buf)
@@ -172,6 +216,23 @@ func (c *Capped) Write(p []byte) (int, error) {
 	}
 	c.buf = append(c.buf, p...)
 	return len(p), nil
+}
+
+// reserve charges for a new buffer of size bytes, grow more than the one
+// it replaces.
+func (c *Capped) reserve(size, grow int) error {
+	if c.Reserve != nil {
+		return c.Reserve(grow)
+	}
+	if c.mem != nil {
+		return c.mem.Take(c.ctx, int64(size), c.why)
+	}
+	return nil
+}
+
+// why says what a charge of the buffer is for, to refuse it.
+func (c *Capped) why() string {
+	return fmt.Sprintf("to hold %s (%d bytes so far)", c.what, len(c.buf))
 }
 
 // Bytes returns what was collected.

@@ -131,6 +131,14 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 		return err
 	}
 	inv.RefuseWhenFull(gate)
+	// One budget for the front's calls and the invocations', as the
+	// Crossplane front's calls share theirs.
+	budget := admit.NewBudget(int64(o.maxInflight))
+	var copies func(int64) int64
+	if o.api == apiOpenWhisk {
+		copies = openwhisk.Copies
+	}
+	inv.ChargeTo(budget, copies)
 	inv.ReadBodiesWithin(o.timeout)
 	inv.CountRefusals(chain, o.api)
 	if o.api == apiOpenWhisk {
@@ -151,7 +159,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 		return err
 	}
 	cfg := &front.Config{
-		Runner: runner{b}, Hooks: chain, Gate: gate, Log: log,
+		Runner: runner{b}, Hooks: chain, Gate: gate, Budget: budget, Copies: copies, Log: log,
 		Timeout: o.timeout, MaxOutputBytes: int(o.maxOutputBytes), MaxRequestBytes: int64(o.maxRequestBytes), WorkDir: work,
 	}
 	var h http.Handler

@@ -43,7 +43,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		http.Error(w, msg, status)
 		return status
 	}
-	body, leave, refused := h.cfg.Admit(ctx, w, r)
+	adm, refused := h.cfg.Admit(ctx, w, r)
 	if refused != nil {
 		// The gate's errors (draining, the caller gone) are the call's;
 		// a bad body is the caller's, said in the reason alone.
@@ -52,7 +52,8 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		return fail(refused.Outcome, refused.Status, refused.Err.Error())
 	}
-	defer leave()
+	defer adm.Leave()
+	body := adm.Body
 	env := Env(Request{
 		Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Protocol: r.Proto, Header: r.Header,
 		ContentLength: len(body), RemoteAddr: r.RemoteAddr, Host: r.Host, Now: call.Received, EventID: call.Tag,
@@ -71,7 +72,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	if n := HeaderFields(env); n > MaxHeaderFields {
 		return fail(hook.Error, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("the request's headers make %d HTTP_* variables of the program's environment (one per name), more than the %d a function takes", n, MaxHeaderFields))
 	}
-	out := h.cfg.Exec(ctx, call, bundle.Call{Env: env}, body, 0)
+	out := h.cfg.Exec(ctx, call, bundle.Call{Env: env}, body, 0, adm.Mem)
 	stderr := hook.NewStderrLog(h.cfg.Log, hook.StderrLogBytes, hook.StderrTailBytes, "tag", call.Tag)
 	_, _ = stderr.Write(out.Stderr)
 	stderr.Flush()
@@ -87,6 +88,8 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return fail(hook.Timeout, http.StatusRequestTimeout, fmt.Sprintf("the function ran longer than the limit of %s and was stopped", out.Timeout))
 	case out.Overflow != "":
 		return fail(hook.Fatal, http.StatusBadGateway, fmt.Sprintf("the function printed more than the limit of %d bytes on %s", h.cfg.MaxOutputBytes, out.Overflow))
+	case out.Refused != nil:
+		return h.refusedOutput(w, call, out.Refused)
 	case out.Shutdown:
 		// Not the function's fault: another replica may run it.
 		call.Err = out.Err
@@ -129,6 +132,20 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	_, _ = w.Write(rsp.Body)
 	call.Outcome = hook.OK
 	return rsp.Status
+}
+
+// refusedOutput answers a call whose function's output the in-flight
+// budget had no room for (err, a *front.MemoryError): 503 with
+// Retry-After when the server was busy, as a call whose body found no
+// room; 502 when it could never fit, as output past --max-output-bytes.
+func (h *Handler) refusedOutput(w http.ResponseWriter, call *hook.Call, err error) int {
+	outcome, status, _ := front.MemoryRefusal(w, err)
+	if status == http.StatusRequestEntityTooLarge {
+		outcome, status = hook.Fatal, http.StatusBadGateway
+	}
+	call.Outcome, call.Reason = outcome, err.Error()
+	http.Error(w, err.Error(), status)
+	return status
 }
 
 // hopByHop are the header fields of one connection (RFC 9110 section

@@ -116,7 +116,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// sends its headers and stalls would otherwise hold its request,
 		// and a shutdown (which waits for every request being served) to
 		// the end of its grace period.
-		body, err := front.ReadBody(w, r, p.cfg.MaxRequestBytes, p.cfg.Timeout)
+		// Its body, and what the init makes of it, are charged to the
+		// in-flight budget as an activation's are.
+		mem := front.NewMemory(p.cfg.Budget)
+		defer mem.Release()
+		body, err := front.ReadCharged(w, r, p.cfg.MaxRequestBytes, p.cfg.Timeout, mem, nil)
+		if err == nil {
+			if merr := mem.Take(r.Context(), initCost(body), func() string {
+				return fmt.Sprintf("to read the init's body of %d bytes and install its code", len(body))
+			}); merr != nil {
+				err = memoryBodyError(w, merr)
+			}
+		}
 		var msg map[string]json.RawMessage
 		if err == nil {
 			msg, err = parseMessage(r.URL.Path, body)
@@ -139,22 +150,51 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// It is timed from here: its wait for a slot and its body are part
 	// of what its caller waited for.
 	received := front.Received(r)
-	body, leave, refused := p.cfg.Admit(r.Context(), w, r)
+	adm, refused := p.cfg.Admit(r.Context(), w, r)
 	if refused != nil {
 		p.refuse(w, r, received, "", refused.Outcome, refused.Status, refused.Err)
 		return
 	}
-	defer leave()
-	msg, err := parseMessage(r.URL.Path, body)
+	defer adm.Leave()
+	if err := adm.Mem.Take(r.Context(), mapCost(adm.Body), func() string {
+		return fmt.Sprintf("to read the %d bytes of its body as JSON", len(adm.Body))
+	}); err != nil {
+		p.refuseMemory(w, r, received, "", err)
+		return
+	}
+	msg, err := parseMessage(r.URL.Path, adm.Body)
 	if err != nil {
 		p.refuse(w, r, received, "", hook.Error, err.Status, err)
 		return
 	}
 	if r.URL.Path == "/run" {
-		p.run(w, r, received, msg, msg, false)
+		p.run(w, r, received, msg, msg, false, adm.Mem)
 		return
 	}
-	p.single(w, r, received, msg)
+	p.single(w, r, received, msg, adm.Mem)
+}
+
+// memoryBodyError is the error of a body the in-flight budget has no room
+// to read (err): 503 with Retry-After when the server is busy, 413 when
+// it could never fit; the caller gone meanwhile otherwise.
+func memoryBodyError(w http.ResponseWriter, err error) *front.BodyError {
+	if _, status, ok := front.MemoryRefusal(w, err); ok {
+		return &front.BodyError{Status: status, Msg: err.Error(), Rejected: status == http.StatusServiceUnavailable}
+	}
+	return &front.BodyError{Status: front.StatusCallerGone, Msg: err.Error()}
+}
+
+// refuseMemory refuses an activation the in-flight budget has no room for
+// (err): 503 with Retry-After, counted as rejected, when the server is
+// busy; 413 when it could never fit; the caller gone while it waited
+// otherwise.
+func (p *Proxy) refuseMemory(w http.ResponseWriter, r *http.Request, received time.Time, tag string, err error) {
+	outcome, status, ok := front.MemoryRefusal(w, err)
+	if !ok {
+		outcome, status = hook.Error, front.StatusCallerGone
+		err = fmt.Errorf("the invoker went away while the activation waited for memory: %w", err)
+	}
+	p.refuse(w, r, received, tag, outcome, status, err)
 }
 
 // newCall is the hook.Call of an activation that arrived at received.
@@ -262,7 +302,7 @@ func writeInit(w http.ResponseWriter, status int, err error) {
 // run runs one activation. msg holds value; context holds the activation
 // context (the same map as msg on /run). web applies the single
 // entrypoint's web-action answer. received is when the request arrived.
-func (p *Proxy) run(w http.ResponseWriter, r *http.Request, received time.Time, msg, context map[string]json.RawMessage, web bool) {
+func (p *Proxy) run(w http.ResponseWriter, r *http.Request, received time.Time, msg, context map[string]json.RawMessage, web bool, mem *front.Memory) {
 	tag := EnvValue(context["activation_id"])
 	value := bytes.TrimSpace(msg["value"])
 	if len(value) == 0 {
@@ -270,6 +310,12 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, received time.Time, 
 	}
 	if value[0] != '{' && value[0] != '[' {
 		p.refuse(w, r, received, tag, hook.Error, http.StatusNotFound, errors.New(msgBadArgument))
+		return
+	}
+	if err := mem.Take(r.Context(), runCost(value, context), func() string {
+		return fmt.Sprintf("to make the activation's arguments and environment of its value of %d bytes and its context", len(value))
+	}); err != nil {
+		p.refuseMemory(w, r, received, tag, err)
 		return
 	}
 	var compact bytes.Buffer
@@ -307,7 +353,7 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, received time.Time, 
 
 	call := newCall(r, received, tag)
 	ctx := p.cfg.Hooks.Before(r.Context(), call)
-	status, body, outLogs, errLogs := p.activate(ctx, call, bc, value, deadline(context["deadline"]))
+	status, body, outLogs, errLogs := p.activate(ctx, w, call, bc, value, deadline(context["deadline"]), web, mem)
 	if web && status == http.StatusOK {
 		resp, err := ParseWebResponse(body)
 		switch {
@@ -371,15 +417,17 @@ func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	// The activation's logs, then ocifn's line about the call, then the
 	// sentinels: OpenWhisk gives everything before a sentinel to the
 	// activation it ends, so nothing of this call may come after it.
+	// The logs are written as they are, and what ends them after: a
+	// copy of them joined to it would take as much memory again, up to
+	// --max-output-bytes. Nothing else writes on these streams meanwhile.
 	p.outMu.Lock()
-	_, _ = p.stdout.Write(Frame(outLogs))
+	_, _ = p.stdout.Write(outLogs)
+	_, _ = p.stdout.Write(Frame(unended(outLogs)))
 	if len(errLogs) > 0 {
+		_, _ = p.stderr.Write(errLogs)
 		// Ended as a line, as Frame ends stdout's: ocifn's own line,
 		// written next, must not be glued to the action's last one.
-		if errLogs[len(errLogs)-1] != '\n' {
-			errLogs = append(errLogs[:len(errLogs):len(errLogs)], '\n')
-		}
-		_, _ = p.stderr.Write(errLogs)
+		_, _ = p.stderr.Write(unended(errLogs))
 	}
 	p.cfg.Hooks.After(ctx, call)
 	_, _ = p.stderr.Write(Frame(nil))
@@ -387,20 +435,58 @@ func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	writeRaw(w, status, body)
 }
 
+// unended is the newline that ends logs as a line, if they need one.
+func unended(logs []byte) []byte {
+	if len(logs) > 0 && logs[len(logs)-1] != '\n' {
+		return []byte{'\n'}
+	}
+	return nil
+}
+
 // activate runs the container and turns what it did into the answer.
 // It returns the status and body of the answer and the logs the
-// activation leaves on stdout and stderr.
-func (p *Proxy) activate(ctx context.Context, call *hook.Call, bc bundle.Call, value []byte, timeout time.Duration) (status int, body, outLogs, errLogs []byte) {
-	out := p.cfg.Exec(ctx, call, bc, value, timeout)
+// activation leaves on stdout and stderr. web says the answer is read as
+// a web action's (ParseWebResponse), which is charged to mem here, with
+// the function's output.
+func (p *Proxy) activate(ctx context.Context, w http.ResponseWriter, call *hook.Call, bc bundle.Call, value []byte, timeout time.Duration, web bool, mem *front.Memory) (status int, body, outLogs, errLogs []byte) {
+	out := p.cfg.Exec(ctx, call, bc, value, timeout, mem)
 	res := ParseOutput(out.Stdout)
 	outLogs, errLogs = res.Logs, out.Stderr
-	if !res.OK && len(res.Result) > 0 {
-		// The skeleton logs a result that is not one, so its author sees it.
-		outLogs = append(append(append([]byte(nil), res.Logs...), res.Result...), '\n')
-	}
 	fail := func(o hook.Outcome, status int, msg string) (int, []byte, []byte, []byte) {
 		call.Outcome, call.Reason = o, msg
 		return status, errorBody(msg), outLogs, errLogs
+	}
+	refused := func(err error) (int, []byte, []byte, []byte) {
+		outcome, status, ok := front.MemoryRefusal(w, err)
+		switch {
+		case !ok:
+			call.Err = err
+			outcome, status = hook.Error, front.StatusCallerGone
+		case status == http.StatusRequestEntityTooLarge:
+			// Output that could never fit, as output past
+			// --max-output-bytes: the action's answer is at fault.
+			outcome, status = hook.Fatal, http.StatusBadGateway
+		}
+		return fail(outcome, status, err.Error())
+	}
+	if out.Refused != nil {
+		return refused(out.Refused)
+	}
+	var copies int64
+	if !res.OK && len(res.Result) > 0 {
+		copies += int64(len(res.Logs) + len(res.Result) + 1)
+	}
+	if web && res.OK {
+		copies += webCost(res.Result)
+	}
+	if err := mem.Take(ctx, copies, func() string {
+		return fmt.Sprintf("to read the action's answer of %d bytes", len(res.Result))
+	}); err != nil {
+		return refused(err)
+	}
+	if !res.OK && len(res.Result) > 0 {
+		// The skeleton logs a result that is not one, so its author sees it.
+		outLogs = append(append(append([]byte(nil), res.Logs...), res.Result...), '\n')
 	}
 	switch {
 	case out.TimedOut && out.Unstarted != nil:
@@ -462,13 +548,19 @@ func unwrapped(msg map[string]json.RawMessage) bool {
 // single serves the single-entrypoint form: {"init": ...} initializes,
 // {"activation": ..., "value": ...} runs, both do both; a message with
 // neither runs as /run does.
-func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Time, msg map[string]json.RawMessage) {
+func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Time, msg map[string]json.RawMessage, mem *front.Memory) {
 	_, hasInit := msg["init"]
 	_, hasActivation := msg["activation"]
 	_, hasValue := msg["value"]
 	var activation map[string]json.RawMessage
 	var activationErr error
 	if raw := bytes.TrimSpace(msg["activation"]); hasActivation && hasValue && len(raw) > 0 && string(raw) != "null" {
+		if err := mem.Take(r.Context(), mapCost(raw), func() string {
+			return fmt.Sprintf("to read its activation of %d bytes as JSON", len(raw))
+		}); err != nil {
+			p.refuseMemory(w, r, received, "", err)
+			return
+		}
 		if err := json.Unmarshal(raw, &activation); err != nil {
 			activationErr = fmt.Errorf("activation is not a JSON object: %v", err)
 		}
@@ -496,14 +588,14 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 		}
 	}
 	if !(hasActivation && hasValue) {
-		p.run(w, r, received, msg, msg, false)
+		p.run(w, r, received, msg, msg, false, mem)
 		return
 	}
 	if activationErr != nil {
 		p.refuse(w, r, received, "", hook.Error, http.StatusBadRequest, activationErr)
 		return
 	}
-	p.run(w, r, received, msg, activation, true)
+	p.run(w, r, received, msg, activation, true, mem)
 }
 
 // EndRefused returns what ends the logs of an activation the server
