@@ -126,3 +126,22 @@ func MemoryRefusal(w http.ResponseWriter, err error) (outcome hook.Outcome, stat
 	}
 	return hook.Error, http.StatusRequestEntityTooLarge, true
 }
+
+// OutputRefusal is how an HTTP front answers a call whose function had
+// started when the in-flight budget refused it (err, a *MemoryError), for
+// its output or the front's reading of it. The function ran, in part, and
+// was stopped: a server that was busy answers 503 without Retry-After
+// and says so, since a caller that retried on the hint would run a
+// function that may have acted already a second time; what could never
+// fit is the function's output at fault, 502, as output past
+// --max-output-bytes. ok is false for any other error.
+func OutputRefusal(err error) (outcome hook.Outcome, status int, msg string, ok bool) {
+	var m *MemoryError
+	if !errors.As(err, &m) {
+		return "", 0, "", false
+	}
+	if m.Full {
+		return hook.Rejected, http.StatusServiceUnavailable, "the function ran and was stopped, its output not kept: " + m.Msg, true
+	}
+	return hook.Fatal, http.StatusBadGateway, m.Msg, true
+}

@@ -135,16 +135,12 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 }
 
 // refusedOutput answers a call whose function's output the in-flight
-// budget had no room for (err, a *front.MemoryError): 503 with
-// Retry-After when the server was busy, as a call whose body found no
-// room; 502 when it could never fit, as output past --max-output-bytes.
+// budget had no room for (err, a *front.MemoryError): see
+// front.OutputRefusal.
 func (h *Handler) refusedOutput(w http.ResponseWriter, call *hook.Call, err error) int {
-	outcome, status, _ := front.MemoryRefusal(w, err)
-	if status == http.StatusRequestEntityTooLarge {
-		outcome, status = hook.Fatal, http.StatusBadGateway
-	}
-	call.Outcome, call.Reason = outcome, err.Error()
-	http.Error(w, err.Error(), status)
+	outcome, status, msg, _ := front.OutputRefusal(err)
+	call.Outcome, call.Reason = outcome, msg
+	http.Error(w, msg, status)
 	return status
 }
 

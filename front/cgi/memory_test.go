@@ -36,7 +36,8 @@ func (printRunner) Args() []string { return []string{"/fn"} }
 // one that finds no room within a second 503 with Retry-After, counted as
 // rejected, as the Crossplane front's RESOURCE_EXHAUSTED; a body without
 // Content-Length is charged as it is read; output that could never fit
-// beside the body answers 502. A call that fits is served, and every
+// beside the body answers 502, output that finds no room 503 without
+// Retry-After (the function ran). A call that fits is served, and every
 // call lets go of what it held.
 func TestCallsAreChargedToTheBudget(t *testing.T) {
 	const limit = 1 << 20
@@ -104,10 +105,24 @@ func TestCallsAreChargedToTheBudget(t *testing.T) {
 	}
 	fronttest.Says(t, "its answer", w.Body.String(), "--max-inflight-bytes 1048576", "printed on stdout")
 
+	// Output that finds no room once the function runs: 503, but without
+	// Retry-After, which would have the caller run the function, stopped
+	// part way, again.
+	if err := budget.Reserve(context.Background(), limit-1000, "others", func() string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Runner = printRunner{n: 4000}
+	w = serve(httptest.NewRequest(http.MethodGet, "/", nil))
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "" {
+		t.Errorf("a function printing 4000 bytes with 1000 free: %d Retry-After %q, want 503 without Retry-After", w.Code, w.Header().Get("Retry-After"))
+	}
+	fronttest.Says(t, "its answer", w.Body.String(), "the function ran and was stopped", "--max-inflight-bytes 1048576")
+	budget.Resize(limit-1000, 0)
+
 	if used := budget.Used(); used != 0 {
 		t.Errorf("%d bytes still charged after every call", used)
 	}
-	want := []hook.Outcome{hook.Error, hook.OK, hook.OK, hook.Error, hook.Rejected, hook.Fatal}
+	want := []hook.Outcome{hook.Error, hook.OK, hook.OK, hook.Error, hook.Rejected, hook.Fatal, hook.Rejected}
 	outcomes.mu.Lock()
 	defer outcomes.mu.Unlock()
 	if fmt.Sprint(outcomes.seen) != fmt.Sprint(want) {

@@ -457,17 +457,12 @@ func (p *Proxy) activate(ctx context.Context, w http.ResponseWriter, call *hook.
 		return status, errorBody(msg), outLogs, errLogs
 	}
 	refused := func(err error) (int, []byte, []byte, []byte) {
-		outcome, status, ok := front.MemoryRefusal(w, err)
-		switch {
-		case !ok:
+		outcome, status, msg, ok := front.OutputRefusal(err)
+		if !ok {
 			call.Err = err
-			outcome, status = hook.Error, front.StatusCallerGone
-		case status == http.StatusRequestEntityTooLarge:
-			// Output that could never fit, as output past
-			// --max-output-bytes: the action's answer is at fault.
-			outcome, status = hook.Fatal, http.StatusBadGateway
+			outcome, status, msg = hook.Error, front.StatusCallerGone, err.Error()
 		}
-		return fail(outcome, status, err.Error())
+		return fail(outcome, status, msg)
 	}
 	if out.Refused != nil {
 		return refused(out.Refused)
