@@ -181,24 +181,60 @@ func TestHTTPFrontListensOnThePlatformsPort(t *testing.T) {
 	mustContain(t, "output", out, ":"+port+" (the port in PORT)")
 }
 
-// TestTwoHTTPServersOnOneCacheDir: the results of asynchronous
-// invocations live in the cache directory, /var/cache/ocifn for every
-// server run as root. A second server there took the first one's running
-// invocations for ones a restart had cut off, and rewrote them as failed
-// (500 "cut off by a restart") while they ran; their sizes and ages were
-// bounded by both. The second server now refuses to start, naming the
-// directory and --cache-dir; once the first has stopped, it starts.
+// TestTwoHTTPServersOnOneCacheDir: servers that share the directory of
+// the asynchronous invocations (a function's replicas on one volume; here
+// one --cache-dir) each answer the others' invocations: 202 while the call
+// runs on another server, then its result. A second server there once
+// refused to start, so that a poll reaching a replica other than the one
+// that took the invocation answered 404. A server killed mid-call is gone:
+// the other answers its invocation as cut off, 500, while its own calls
+// keep running; after both restart, every result is still there.
 func TestTwoHTTPServersOnOneCacheDir(t *testing.T) {
 	cache := cacheDir(t)
 	first := startCGI(t, []string{"--cache-dir", cache})
-	args := []string{"serve", "--api", "http", "--address", "127.0.0.1:0", "--tarball", image("cgi.tar"), "--cache-dir", cache}
-	out, err := runWithin(t, nil, args...)
-	if err == nil {
-		t.Fatalf("a second server on the cache directory exited 0:\n%s", out)
+	second := startCGI(t, []string{"--cache-dir", cache})
+
+	loc := first.asyncStart(t, http.MethodGet, "/sleep?2")
+	if code, body := second.get(t, loc); code != http.StatusAccepted {
+		t.Errorf("GET %s on the second server while the call runs on the first: %d %q, want 202", loc, code, body)
 	}
-	mustContain(t, "output", out, "invocations-http", "--cache-dir")
-	first.stop()
-	startCGI(t, []string{"--cache-dir", cache})
+	if code, body := second.asyncResult(t, loc); code != http.StatusOK || body != "slept 2\n" {
+		t.Errorf("the first server's result on the second: %d %q, want 200", code, body)
+	}
+	back := second.asyncStart(t, http.MethodGet, "/status")
+	if code, body := first.asyncResult(t, back); code != 418 || body != `{"tea": true}` {
+		t.Errorf("the second server's result on the first: %d %q, want 418", code, body)
+	}
+
+	// The first is killed while it runs a call, the second while it runs
+	// one of its own.
+	cut := first.asyncStart(t, http.MethodGet, "/sleep?30")
+	alive := second.asyncStart(t, http.MethodGet, "/sleep?3")
+	_ = first.cmd.Process.Kill()
+	<-first.exited
+	code, body := second.asyncResult(t, cut)
+	if code != http.StatusInternalServerError {
+		t.Errorf("the killed server's invocation on the other: %d %q, want 500", code, body)
+	}
+	mustContain(t, "the cut-off call's result", body, "cut off by a restart")
+	if code, body := second.asyncResult(t, alive); code != http.StatusOK || body != "slept 3\n" {
+		t.Errorf("the surviving server's own invocation: %d %q, want 200", code, body)
+	}
+
+	second.stop()
+	again := []*httpFront{startCGI(t, []string{"--cache-dir", cache}), startCGI(t, []string{"--cache-dir", cache})}
+	for i, f := range again {
+		for _, c := range []struct {
+			loc  string
+			code int
+			body string
+		}{{loc, http.StatusOK, "slept 2\n"}, {back, 418, `{"tea": true}`}, {alive, http.StatusOK, "slept 3\n"}, {cut, http.StatusInternalServerError, ""}} {
+			code, body := f.get(t, c.loc)
+			if code != c.code || (c.body != "" && body != c.body) {
+				t.Errorf("GET %s on restarted server %d: %d %q, want %d %q", c.loc, i, code, body, c.code, c.body)
+			}
+		}
+	}
 }
 
 // TestServeErrorsSayWhatWasGiven: a refused startup names the value it

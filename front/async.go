@@ -31,6 +31,9 @@ const invocationsPath = "/invocations/"
 // msgCutOff is the answer of a call that a restart of ocifn cut off.
 const msgCutOff = "the call was cut off by a restart of ocifn before it ended; run it again"
 
+// msgNoSuchInvocation is the answer of a poll for an id that is not stored.
+const msgNoSuchInvocation = "no such invocation: unknown, or its result was removed (older than --result-ttl, or among the oldest when the results took more than --results-max-bytes)"
+
 // Invocations runs requests that ask for it (RFC 7240 Prefer:
 // respond-async) in the background and keeps their responses on disk, by an
 // unguessable id, for a time and within a size.
@@ -75,9 +78,20 @@ type Invocations struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
-	// lock holds dir for this process (see lockInvocations) until Close.
+	// lock shares dir with other servers of this version (see
+	// lockInvocations) until Close.
 	lock     *os.File
 	closeDir sync.Once
+
+	// server is this server's id, which its records carry (servers.go).
+	server string
+	// serversMu guards held and swept, and orders the lock files' checks.
+	serversMu sync.Mutex
+	// held holds the locks of this server and of the servers gone whose
+	// records it adopted.
+	held map[string]*os.File
+	// swept is when this server last looked for servers that went.
+	swept time.Time
 }
 
 // stored is what the index knows of a record on disk.
@@ -85,6 +99,8 @@ type stored struct {
 	size    int64
 	created time.Time
 	running bool
+	// server is the server the record names.
+	server string
 }
 
 // record is one invocation on disk: its fields but Body as a line of
@@ -95,6 +111,9 @@ type stored struct {
 // and are still read.
 type record struct {
 	Running bool `json:"running"`
+	// Server is the id of the server that wrote the record, or adopted
+	// it; empty in earlier versions' records.
+	Server string `json:"server,omitempty"`
 	// Created is when the invocation started, and once it is over when
 	// its result was stored: the TTL counts from it.
 	Created time.Time   `json:"created"`
@@ -103,56 +122,30 @@ type record struct {
 	Body    []byte      `json:"body,omitempty"`
 }
 
-// OpenInvocations keeps invocations in dir. Invocations a previous run left
-// running are marked failed: nothing will finish them.
+// OpenInvocations keeps invocations in dir, which other servers may share.
+// Invocations left running by servers that are gone (a previous run of
+// this one, say) are marked failed: nothing will finish them.
 func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log *slog.Logger) (*Invocations, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, serversDir), 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create the invocations directory %s: %w", dir, err)
 	}
 	lock, err := lockInvocations(dir)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(dir)
+	server, own, err := openServer(dir)
 	if err != nil {
 		lock.Close()
-		return nil, fmt.Errorf("cannot read the invocations directory %s: %w", dir, err)
+		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	iv := &Invocations{dir: dir, ttl: ttl, maxBytes: maxBytes, maxBody: maxBody, log: log, now: time.Now, ctx: ctx, cancel: cancel,
-		index: map[string]stored{}, lock: lock}
-	failed := 0
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || !validID(id) {
-			_ = os.Remove(filepath.Join(dir, e.Name())) // a temporary file of a write cut off
-			continue
-		}
-		rec, _, f, err := iv.open(id)
-		if err != nil {
-			// Unreadable, or not a record of ours: left alone, and not
-			// counted.
-			continue
-		}
-		info, err := f.Stat()
-		f.Close()
-		if err != nil {
-			continue
-		}
-		if !rec.Running {
-			iv.indexLocked(id, stored{size: info.Size(), created: rec.Created})
-			continue
-		}
-		rec.Running, rec.Created, rec.Status, rec.Body = false, iv.now(), http.StatusInternalServerError, []byte(msgCutOff+"\n")
-		rec.Header = http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
-		if err := iv.write(id, rec); err == nil {
-			failed++
-		}
-	}
-	if failed > 0 {
+		index: map[string]stored{}, lock: lock, server: server, held: map[string]*os.File{server: own}, swept: time.Now()}
+	if failed := iv.adopt(true); failed > 0 {
 		log.Warn("asynchronous invocations cut off by a restart are reported failed", "invocations", failed)
 	}
 	iv.bound()
+	iv.letGo()
 	return iv, nil
 }
 
@@ -218,21 +211,24 @@ func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, received t
 func (iv *Invocations) Close() {
 	iv.cancel(ErrShutdown)
 	iv.wg.Wait()
-	iv.closeDir.Do(func() { iv.lock.Close() })
+	iv.closeDir.Do(func() {
+		iv.serversMu.Lock()
+		iv.letGoLocked(true)
+		iv.serversMu.Unlock()
+		iv.lock.Close()
+	})
 }
 
 // lockWait is how long lockInvocations waits for another process to let
 // go of the directory.
 const lockWait = 2 * time.Second
 
-// lockInvocations takes dir for this process, or says which directory
-// another holds. Records a previous run left running are marked failed
-// when the directory is opened, and the size and age bounds remove the
-// oldest records: a second server in the same directory (two servers on
-// one --cache-dir, such as the default of every server run as root)
-// would fail the first one's invocations while they run, and remove its
-// results. The lock is the directory's own flock, let go when the process
-// ends however it ends, so a restart finds the directory free.
+// lockInvocations takes a shared flock of dir, which earlier versions of
+// ocifn took exclusive: they mark every running record failed when they
+// open the directory, and bound every result, so that one of them and a
+// server of this version cannot share it. The lock is let go when the
+// process ends however it ends. (On NFS, a directory's flock is local to
+// its host: there it keeps out only servers on the same host.)
 func lockInvocations(dir string) (*os.File, error) {
 	f, err := os.Open(dir)
 	if err != nil {
@@ -240,15 +236,15 @@ func lockInvocations(dir string) (*os.File, error) {
 	}
 	// A server killed a moment ago may still be dying (the child ocifn
 	// re-executed dies after its parent): it is given lockWait to go.
-	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
 	for deadline := time.Now().Add(lockWait); errors.Is(err, unix.EWOULDBLOCK) && time.Now().Before(deadline); {
 		time.Sleep(lockWait / 40)
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
 	}
 	if err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another ocifn serve keeps its asynchronous invocations in %s: give each server its own --cache-dir", dir)
+			return nil, fmt.Errorf("an ocifn serve of an earlier version, which keeps its invocations directory to itself, keeps its asynchronous invocations in %s: stop it, or give this server another --cache-dir", dir)
 		}
 		return nil, fmt.Errorf("cannot lock the invocations directory %s: %w", dir, err)
 	}
@@ -403,8 +399,13 @@ func (iv *Invocations) serveResult(w http.ResponseWriter, id string) {
 		err = os.ErrNotExist
 	}
 	if err != nil {
-		http.Error(w, "no such invocation: unknown, or its result was removed (older than --result-ttl, or among the oldest when the results took more than --results-max-bytes)", http.StatusNotFound)
+		http.Error(w, msgNoSuchInvocation, http.StatusNotFound)
 		return
+	}
+	if rec.Running && iv.gone(rec.Server) {
+		// Until a server adopts the record and marks it so.
+		rec = cutOff(rec.Server, rec.Created)
+		body = bytes.NewReader(rec.Body)
 	}
 	if rec.Running {
 		w.Header().Set("Location", invocationsPath+id)
@@ -425,6 +426,7 @@ func (iv *Invocations) serveResult(w http.ResponseWriter, id string) {
 // in its place that says so: the caller learns that its result was not
 // kept, and why, instead of "unknown". The record is encoded once.
 func (iv *Invocations) writeResult(id string, rec record) error {
+	rec.Server = iv.server
 	line, err := rec.line()
 	if err != nil {
 		return err
@@ -433,11 +435,12 @@ func (iv *Invocations) writeResult(id string, rec record) error {
 		iv.log.Warn("the result of an asynchronous invocation is larger than --results-max-bytes and was not kept", "id", id, "status", rec.Status, "body_bytes", len(rec.Body), "stored_bytes", n, "results_max_bytes", iv.maxBytes)
 		rec = notKept(rec.Created, http.StatusInsufficientStorage, rec.Status, len(rec.Body),
 			fmt.Sprintf("its result takes %d bytes stored, more than --results-max-bytes (%d): it was not kept", n, iv.maxBytes))
+		rec.Server = iv.server
 		if line, err = rec.line(); err != nil {
 			return err
 		}
 	}
-	return iv.writeBytes(id, line, rec.Body, rec.Created, false)
+	return iv.writeBytes(id, line, rec.Body, stored{created: rec.Created, server: rec.Server})
 }
 
 // storeFailure replaces the record of an invocation whose result could not
@@ -500,21 +503,24 @@ func (rec record) line() ([]byte, error) {
 }
 
 // write stores a record whole or not at all: a crash must not leave half
-// a result.
+// a result. A record that names no server is this one's.
 func (iv *Invocations) write(id string, rec record) error {
+	if rec.Server == "" {
+		rec.Server = iv.server
+	}
 	line, err := rec.line()
 	if err != nil {
 		return err
 	}
-	return iv.writeBytes(id, line, rec.Body, rec.Created, rec.Running)
+	return iv.writeBytes(id, line, rec.Body, stored{created: rec.Created, running: rec.Running, server: rec.Server})
 }
 
 // writeBytes stores a record's line and body as write does, and indexes
-// it.
-func (iv *Invocations) writeBytes(id string, line, body []byte, created time.Time, running bool) error {
+// it as s, with its size.
+func (iv *Invocations) writeBytes(id string, line, body []byte, s stored) error {
 	iv.mu.Lock()
 	defer iv.mu.Unlock()
-	tmp, err := os.CreateTemp(iv.dir, ".tmp-")
+	tmp, err := os.CreateTemp(iv.dir, tmpPrefix+iv.server+"-")
 	if err != nil {
 		return err
 	}
@@ -535,7 +541,8 @@ func (iv *Invocations) writeBytes(id string, line, body []byte, created time.Tim
 		os.Remove(tmp.Name())
 		return err
 	}
-	iv.indexLocked(id, stored{size: int64(len(line) + len(body)), created: created, running: running})
+	s.size = int64(len(line) + len(body))
+	iv.indexLocked(id, s)
 	return nil
 }
 
@@ -565,11 +572,21 @@ func (iv *Invocations) removeLocked(id string) {
 
 // bound removes expired results, then the oldest finished ones while the
 // results take more than maxBytes. It works from the index: the records
-// themselves are not read.
+// themselves are not read. From time to time it first adopts the records
+// of servers that went.
 func (iv *Invocations) bound() {
+	swept := iv.sweepDue()
+	if swept {
+		if failed := iv.adopt(false); failed > 0 {
+			iv.log.Warn("asynchronous invocations cut off by the end of the server that ran them are reported failed", "invocations", failed)
+		}
+	}
 	if removed := iv.boundLocked(); removed > 0 {
 		// Before their time: a caller polling for them gets 404.
 		iv.log.Warn("removed the oldest results of asynchronous invocations before --result-ttl, to keep them within --results-max-bytes", "results", removed, "results_max_bytes", iv.maxBytes)
+	}
+	if swept {
+		iv.letGo()
 	}
 }
 

@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/ocifn/ocifn/admit"
 	"github.com/ocifn/ocifn/front/fronttest"
@@ -109,7 +111,7 @@ func TestAsyncRefusedWhenFull(t *testing.T) {
 		t.Errorf("POST with the gate full: %d %v %q, want 503 with Retry-After naming the flag", w.Code, w.Header(), w.Body.String())
 	}
 	iv.wg.Wait()
-	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+	if entries := storedIn(dir); len(entries) != 0 {
 		t.Errorf("stored: %v, want no invocation", entries)
 	}
 	// Refused before its call, it is counted and logged as the front's
@@ -118,6 +120,13 @@ func TestAsyncRefusedWhenFull(t *testing.T) {
 	if !strings.Contains(logs.String(), "status=503") || !strings.Contains(logs.String(), "async=true") {
 		t.Errorf("log: %q, want the refused invocation's line", logs.String())
 	}
+}
+
+// storedIn lists what an invocations directory stores, but the servers'
+// locks.
+func storedIn(dir string) []os.DirEntry {
+	entries, _ := os.ReadDir(dir)
+	return slices.DeleteFunc(entries, func(e os.DirEntry) bool { return e.Name() == serversDir })
 }
 
 // TestBoundKeepsTheNewestResults: past --results-max-bytes the oldest
@@ -177,8 +186,7 @@ func TestBoundKeepsTheNewestResults(t *testing.T) {
 		t.Errorf("GET of a removed result: %q, want the reason to name --results-max-bytes", g.Body.String())
 	}
 	onDisk := func() (n int64) {
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
+		for _, e := range storedIn(dir) {
 			info, err := e.Info()
 			if err != nil {
 				t.Fatal(err)
@@ -222,7 +230,7 @@ func TestAsyncSlowBodyIsRefused(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(msg, "did not arrive within the call's timeout of 300ms") {
 		t.Errorf("a stalled body: status %d %q, want 400 naming the timeout", code, msg)
 	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+	if entries := storedIn(dir); len(entries) != 0 {
 		t.Errorf("stored: %v, want no invocation", entries)
 	}
 	// The refusal is timed from the request's arrival, the body's wait
@@ -341,24 +349,179 @@ func TestResultOfALongCallOutlivesItsCall(t *testing.T) {
 	}
 }
 
-// TestInvocationsDirectoryHeldByOne: one process at a time keeps its
-// invocations in a directory; a second is refused, naming it and
-// --cache-dir, until the first is closed.
-func TestInvocationsDirectoryHeldByOne(t *testing.T) {
+// TestServersShareTheInvocationsDirectory: servers that share a directory
+// (a function's replicas on one volume) each answer the others'
+// invocations: 202 while one runs on another server, then its result. A
+// server opened on it does not take another's running invocation for one
+// a restart cut off, nor bound another's results with its own. A server of
+// an earlier version, which holds the directory to itself, keeps this one
+// out, naming it and --cache-dir.
+func TestServersShareTheInvocationsDirectory(t *testing.T) {
 	dir := t.TempDir()
 	first, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "--cache-dir") {
-		t.Fatalf("second open while the first holds the directory: %v, want it refused naming %s and --cache-dir", err, dir)
+	defer first.Close()
+	release := make(chan struct{})
+	h := first.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		_, _ = io.Copy(w, r.Body)
+	}))
+	post := func(body string) string {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		r.Header.Set("Prefer", "respond-async")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusAccepted {
+			t.Fatalf("POST: %d, want 202", w.Code)
+		}
+		return w.Header().Get("Location")
 	}
-	first.Close()
-	again, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, slog.New(slog.DiscardHandler))
+	finished := post("finished")
+	release <- struct{}{}
+	running := post("running")
+	// A server started while the first runs, with room for nothing of its
+	// own: the first's results are not its to bound.
+	second, err := OpenInvocations(dir, time.Hour, 1, 1<<20, slog.New(slog.DiscardHandler))
 	if err != nil {
-		t.Fatalf("open after the first closed: %v", err)
+		t.Fatalf("a second server on the directory: %v", err)
 	}
-	again.Close()
+	defer second.Close()
+	other := second.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("a poll reached the function") }))
+	get := func(loc string) *httptest.ResponseRecorder {
+		g := httptest.NewRecorder()
+		other.ServeHTTP(g, httptest.NewRequest(http.MethodGet, loc, nil))
+		return g
+	}
+	if g := get(running); g.Code != http.StatusAccepted {
+		t.Errorf("the first server's running invocation polled on the second: %d %q, want 202", g.Code, g.Body.String())
+	}
+	close(release)
+	first.wg.Wait()
+	second.bound()
+	for loc, want := range map[string]string{finished: "finished", running: "running"} {
+		if g := get(loc); g.Code != http.StatusOK || g.Body.String() != want {
+			t.Errorf("the first server's result polled on the second: %d %q, want 200 %q", g.Code, g.Body.String(), want)
+		}
+	}
+	if len(second.index) != 0 {
+		t.Errorf("the second server indexed %d records of the first, a live server", len(second.index))
+	}
+
+	// An earlier version took the directory's flock exclusive.
+	earlier := t.TempDir()
+	f, err := os.Open(earlier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenInvocations(earlier, time.Hour, 1<<20, 1<<20, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), earlier) || !strings.Contains(err.Error(), "--cache-dir") || !strings.Contains(err.Error(), "earlier version") {
+		t.Fatalf("open while an earlier version holds the directory: %v, want it refused naming %s, an earlier version and --cache-dir", err, earlier)
+	}
+}
+
+// TestGoneServersInvocations: when a server sharing the directory is gone
+// (its lock free: killed, say), a poll on another answers its running
+// invocation as cut off, and the next server to look adopts its records:
+// it marks the running ones cut off, removes its temporary files, and
+// bounds its results with its own. A live server's temporary file is left
+// alone. Records of an earlier version, which name no server, are adopted
+// at startup.
+func TestGoneServersInvocations(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	dead, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, finished := strings.Repeat("a1", 32), strings.Repeat("b2", 32)
+	if err := dead.write(running, record{Running: true, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dead.writeResult(finished, record{Created: time.Now(), Status: http.StatusOK, Body: []byte("kept")}); err != nil {
+		t.Fatal(err)
+	}
+	earlier := strings.Repeat("c3", 32)
+	if err := os.WriteFile(filepath.Join(dir, earlier+".json"), []byte(`{"running":true,"created":"`+time.Now().Format(time.RFC3339Nano)+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	live, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if len(live.index) != 1 {
+		t.Errorf("the live server indexed %d records at startup, want the earlier version's one", len(live.index))
+	}
+	// The one written by an earlier version, left running, is cut off.
+	poll := func(id string) *httptest.ResponseRecorder {
+		g := httptest.NewRecorder()
+		live.serveResult(g, id)
+		return g
+	}
+	if g := poll(earlier); g.Code != http.StatusInternalServerError || !strings.Contains(g.Body.String(), "cut off by a restart") {
+		t.Errorf("an earlier version's running record: %d %q, want 500 cut off", g.Code, g.Body.String())
+	}
+	if g := poll(running); g.Code != http.StatusAccepted {
+		t.Errorf("a running invocation of a live server: %d, want 202", g.Code)
+	}
+	deadTemp := filepath.Join(dir, tmpPrefix+dead.server+"-123")
+	liveTemp := filepath.Join(dir, tmpPrefix+live.server+"-456")
+	for _, p := range []string{deadTemp, liveTemp} {
+		if err := os.WriteFile(p, []byte("half a record"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The server dies: its process's locks go with it.
+	dead.held[dead.server].Close()
+	if g := poll(running); g.Code != http.StatusInternalServerError || !strings.Contains(g.Body.String(), "cut off by a restart") {
+		t.Errorf("a running invocation of a gone server: %d %q, want 500 cut off", g.Code, g.Body.String())
+	}
+	live.swept = time.Time{}
+	live.bound()
+	if _, err := os.Stat(deadTemp); !os.IsNotExist(err) {
+		t.Errorf("the gone server's temporary file: %v, want it removed", err)
+	}
+	if _, err := os.Stat(liveTemp); err != nil {
+		t.Errorf("the live server's temporary file: %v, want it kept", err)
+	}
+	rec, _, f, err := live.open(running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if rec.Running || rec.Status != http.StatusInternalServerError {
+		t.Errorf("the gone server's running record after adoption: running %v status %d, want it marked cut off", rec.Running, rec.Status)
+	}
+	if g := poll(finished); g.Code != http.StatusOK || g.Body.String() != "kept" {
+		t.Errorf("the gone server's result: %d %q, want 200 kept", g.Code, g.Body.String())
+	}
+	if len(live.index) != 3 || live.index[finished].server != dead.server {
+		t.Errorf("the live server's index after adoption: %v, want the gone server's two records and the earlier one", live.index)
+	}
+
+	// Adopted by the live server, the gone one's records are not adopted
+	// again by another.
+	third, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(third.index) != 0 {
+		t.Errorf("a third server indexed %d records the live server holds", len(third.index))
+	}
+	third.Close()
+	// Once they expire, the gone server's lock file goes.
+	live.now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+	live.swept = time.Time{}
+	live.bound()
+	if entries, _ := os.ReadDir(filepath.Join(dir, serversDir)); len(entries) != 1 || entries[0].Name() != live.server+".lock" {
+		t.Errorf("the servers' locks once the gone server's records expired: %v, want the live server's alone", entries)
+	}
 }
 
 // discardWriter is an http.ResponseWriter that keeps the status and
