@@ -265,9 +265,12 @@ func TestAsyncInvocations(t *testing.T) {
 		t.Errorf("a stored status: %d %q", code, body)
 	}
 	for _, p := range []string{"/invocations/" + strings.Repeat("0", 64), "/invocations/nope", loc + "x"} {
-		if code, _ := f.get(t, p); code != http.StatusNotFound {
+		code, body := f.get(t, p)
+		if code != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", p, code)
 		}
+		// A replica polled for another's id answers so, and says why.
+		mustContain(t, "the 404", body, "--result-ttl", "--results-max-bytes", "found only on the server that accepted it", "share")
 	}
 
 	// A call running when the server dies is reported failed after the

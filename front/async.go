@@ -32,7 +32,10 @@ const invocationsPath = "/invocations/"
 const msgCutOff = "the call was cut off by a restart of ocifn before it ended; run it again"
 
 // msgNoSuchInvocation is the answer of a poll for an id that is not stored.
-const msgNoSuchInvocation = "no such invocation: unknown, or its result was removed (older than --result-ttl, or among the oldest when the results took more than --results-max-bytes)"
+// A replica polled for another's id answers it too: it says so, as the
+// likeliest cause where a function runs with several.
+const msgNoSuchInvocation = "no such invocation: unknown, or its result was removed (older than --result-ttl, or among the oldest when the results took more than --results-max-bytes); " +
+	"an id is found only on the server that accepted it, unless the servers share their --cache-dir's invocations directory"
 
 // Invocations runs requests that ask for it (RFC 7240 Prefer:
 // respond-async) in the background and keeps their responses on disk, by an
