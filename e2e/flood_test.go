@@ -219,8 +219,12 @@ func TestFloodOfLargeBodiesOnTheHTTPFronts(t *testing.T) {
 			if ok == 0 || refused == 0 {
 				t.Errorf("%d answered and %d refused, want some of each", ok, refused)
 			}
-			if peak > baseline+bound {
-				t.Errorf("peak RSS %d MiB is past the baseline %d MiB plus --max-inflight-bytes %d MiB", peak>>20, baseline>>20, bound>>20)
+			// The garbage of the calls that ended is out of the bound
+			// until the collector frees it (README); measured within 7
+			// MiB of the bound at worst in some fifty runs, it is given
+			// 1/32 of it.
+			if slack := int64(bound / 32); peak > baseline+bound+slack {
+				t.Errorf("peak RSS %d MiB is past the baseline %d MiB plus --max-inflight-bytes %d MiB and %d MiB for garbage not yet collected", peak>>20, baseline>>20, bound>>20, slack>>20)
 			}
 			if n := strings.Count(f.stderr.String(), "outcome=rejected"); n != refused {
 				t.Errorf("%d calls logged as rejected, want %d", n, refused)
