@@ -407,7 +407,7 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if o.maxSendMsgSize <= 0 || o.maxSendMsgSize > math.MaxInt32 {
 		return fmt.Errorf("--max-send-msg-size %d: must be positive and at most %d", o.maxSendMsgSize, math.MaxInt32)
 	}
-	if err := adaptor.CheckInflightBytes(int64(o.maxInflight), int(o.maxRecvMsgSize)); err != nil {
+	if err := o.checkInflightBytes(); err != nil {
 		return err
 	}
 	if o.gracePeriod < 0 {
@@ -551,5 +551,21 @@ func (o *serveOptions) run(ctx context.Context) error {
 		srv.Stop()
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// checkInflightBytes refuses an in-flight budget too small for the largest
+// request its front takes: on the gRPC front, one of --max-recv-msg-size
+// as it is decoded; on the HTTP fronts, a body of --max-request-bytes,
+// which --max-recv-msg-size, a flag they do not read, must not decide.
+// (A body that fits alone may still be refused with the copies an
+// OpenWhisk action's front makes of it: 413, naming the flag.)
+func (o *serveOptions) checkInflightBytes() error {
+	if o.api == apiCrossplane {
+		return adaptor.CheckInflightBytes(int64(o.maxInflight), int(o.maxRecvMsgSize))
+	}
+	if o.maxInflight < o.maxRequestBytes {
+		return fmt.Errorf("--max-inflight-bytes %d: must be at least --max-request-bytes %d, so that the largest body the front takes fits", o.maxInflight, o.maxRequestBytes)
+	}
 	return nil
 }

@@ -112,3 +112,31 @@ func TestPlatformAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestInflightBytesCheckedByTheFrontsLargestRequest: the smallest
+// --max-inflight-bytes is set by the largest request of the front served:
+// on the HTTP fronts a body of --max-request-bytes, not a gRPC message of
+// --max-recv-msg-size, a flag they do not read (a 128 MiB pod's 100Mi was
+// refused, "must be at least 553648492", for the gRPC front's 64 MiB).
+func TestInflightBytesCheckedByTheFrontsLargestRequest(t *testing.T) {
+	for _, tc := range []struct {
+		api                        string
+		inflight, request, recvMsg byteSize
+		want                       string
+	}{
+		{apiHTTP, 100 << 20, 64 << 20, 64 << 20, ""},
+		{apiOpenWhisk, 100 << 20, 64 << 20, 64 << 20, ""},
+		{apiHTTP, 32 << 20, 64 << 20, 64 << 20, "--max-inflight-bytes 33554432: must be at least --max-request-bytes 67108864"},
+		{apiCrossplane, 100 << 20, 64 << 20, 64 << 20, "--max-recv-msg-size 67108864"},
+		{apiCrossplane, 100 << 20, 64 << 20, 4 << 20, ""},
+	} {
+		o := &serveOptions{api: tc.api, maxInflight: tc.inflight, maxRequestBytes: tc.request, maxRecvMsgSize: tc.recvMsg}
+		err := o.checkInflightBytes()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s, %d in flight: %v", tc.api, tc.inflight, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s, %d in flight: %v, want an error saying %q", tc.api, tc.inflight, err, tc.want)
+		}
+	}
+}
