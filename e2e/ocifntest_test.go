@@ -202,6 +202,52 @@ filter: |
 		}
 	})
 
+	// --update writes what a write to FILE would: through a symlink (a
+	// golden file kept elsewhere), which stays a link, and into a file
+	// that keeps its mode.
+	t.Run("update_writes_through_a_symlink_and_keeps_the_mode", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "request.yaml"), []byte("meta: {tag: ok}\ninput:\n  filter: '{results: [{severity: \"SEVERITY_NORMAL\", message: \"greeted\"}]}'\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(dir, "golden"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, mode := range map[string]os.FileMode{"golden/linked.yaml": 0o644, "private.yaml": 0o600, "readonly.yaml": 0o444} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte("meta: {tag: old}\n"), mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Symlink("golden/linked.yaml", filepath.Join(dir, "link.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		for _, expected := range []string{"link.yaml", "private.yaml", "readonly.yaml"} {
+			if r := runIn(t, dir, nil, "test", "--cache-dir", cacheDir(t), image("jq-function.tar"), "request.yaml", "--expected", expected, "--update"); r.exit != 0 {
+				t.Fatalf("--update of %s: exit %d\n%s", expected, r.exit, r.stderr)
+			}
+		}
+		if fi, err := os.Lstat(filepath.Join(dir, "link.yaml")); err != nil {
+			t.Fatal(err)
+		} else if fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("link.yaml is no longer a symlink but a file of mode %v", fi.Mode())
+		}
+		for name, mode := range map[string]os.FileMode{"golden/linked.yaml": 0o644, "private.yaml": 0o600, "readonly.yaml": 0o444} {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), "message: greeted") {
+				t.Errorf("%s was not updated:\n%s", name, b)
+			}
+			if fi, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			} else if fi.Mode().Perm() != mode {
+				t.Errorf("%s: mode %v, want %v", name, fi.Mode().Perm(), mode)
+			}
+		}
+	})
+
 	t.Run("state_printed_instead_of_response_is_explained", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()

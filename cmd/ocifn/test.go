@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/spf13/cobra"
@@ -268,8 +269,19 @@ func (o *testOptions) checkExpected(rsp *fnv1.RunFunctionResponse, stderr io.Wri
 }
 
 // writeFileAtomic replaces path with data, or leaves it as it was: a
-// rename of a file written next to it.
+// rename of a file written next to it. It writes what a write to path
+// would: the file a symlink names, which a rename over the link would
+// leave as it was, the link turned into a file of its own; and the file
+// keeps its mode (0644 for a new one).
 func writeFileAtomic(path string, data []byte) error {
+	path, err := symlinkTarget(path)
+	if err != nil {
+		return err
+	}
+	mode := fs.FileMode(0o644)
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
@@ -279,7 +291,7 @@ func writeFileAtomic(path string, data []byte) error {
 		f.Close()
 		return err
 	}
-	if err := f.Chmod(0o644); err != nil {
+	if err := f.Chmod(mode); err != nil {
 		f.Close()
 		return err
 	}
@@ -287,6 +299,30 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// symlinkTarget is the file path names once every symlink on the way is
+// followed, whether that file exists or not (a link to a file not yet
+// written).
+func symlinkTarget(path string) (string, error) {
+	for range 40 { // as many links as the kernel follows (MAXSYMLINKS)
+		fi, err := os.Lstat(path)
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode()&fs.ModeSymlink == 0) {
+			return path, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		link, err := os.Readlink(path)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(link) {
+			link = filepath.Join(filepath.Dir(path), link)
+		}
+		path = link
+	}
+	return "", &fs.PathError{Op: "write", Path: path, Err: syscall.ELOOP}
 }
 
 func printResponse(w io.Writer, rsp *fnv1.RunFunctionResponse, format string) error {
