@@ -202,6 +202,29 @@ filter: |
 		}
 	})
 
+	// A Fatal result replaces only an expected Fatal result or a missing
+	// file: not a file that holds no response, such as an expected answer
+	// with a misspelt field.
+	t.Run("update_keeps_a_file_that_holds_no_response_from_a_fatal_result", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "refused.request.yaml"), []byte("meta: {tag: refused}\ninput:\n  filter: '{results: [{severity: \"SEVERITY_FATAL\", message: \"spec.to must be a string\"}]}'\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		const misspelt = "desird: {}\nresults: [{severity: SEVERITY_NORMAL, message: greeted}]\n"
+		if err := os.WriteFile(filepath.Join(dir, "expected.yaml"), []byte(misspelt), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := runIn(t, dir, nil, "test", "--cache-dir", cacheDir(t), image("jq-function.tar"), "refused.request.yaml", "--expected", "expected.yaml", "--update")
+		if r.exit != 1 {
+			t.Errorf("a Fatal result over a file that holds no response: exit %d, want 1\n%s", r.exit, r.stderr)
+		}
+		mustContain(t, "stderr", r.stderr, "expected.yaml holds no response (", `unknown field "desird"`, "and is left as it was")
+		if b, err := os.ReadFile(filepath.Join(dir, "expected.yaml")); err != nil || string(b) != misspelt {
+			t.Errorf("expected.yaml now (%v):\n%s", err, b)
+		}
+	})
+
 	// --update writes what a write to FILE would: through a symlink (a
 	// golden file kept elsewhere), which stays a link, and into a file
 	// that keeps its mode.

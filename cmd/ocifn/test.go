@@ -32,6 +32,9 @@ type testOptions struct {
 	update        bool
 	// want is the response the --expected file holds, when it holds one.
 	want *fnv1.RunFunctionResponse
+	// unreadable is why the --expected file, which exists, is no
+	// response, when --update is to replace it.
+	unreadable error
 }
 
 func newTestCommand() *cobra.Command {
@@ -207,7 +210,7 @@ func (o *testOptions) run(ctx context.Context, image string, stdin io.Reader, st
 
 // readExpected reads the --expected file before the image is unpacked, so
 // that a mistake in it shows first. With --update the file may be missing,
-// and one that is not a response is overwritten.
+// and one that is not a response is overwritten, but by an answer only.
 func (o *testOptions) readExpected() error {
 	if o.expected == "" {
 		if o.update {
@@ -226,7 +229,7 @@ func (o *testOptions) readExpected() error {
 	if err != nil && !o.update {
 		return fmt.Errorf("%s: %w", o.expected, err)
 	}
-	o.want = rsp
+	o.want, o.unreadable = rsp, err
 	return nil
 }
 
@@ -241,6 +244,12 @@ func (o *testOptions) checkExpected(rsp *fnv1.RunFunctionResponse, stderr io.Wri
 			// every reviewed response.
 			fmt.Fprintf(stderr, "ocifn: the function returned a Fatal result: %s\n", fatal.GetMessage())
 			return fmt.Errorf("%s expects a response without a Fatal result, and is left as it was; if the function must refuse this request, remove %s and update again", o.expected, o.expected)
+		}
+		if fatal != nil && o.unreadable != nil {
+			// Nor is a file that holds no response: an expected answer
+			// with a mistake in it, or another file named by mistake.
+			fmt.Fprintf(stderr, "ocifn: the function returned a Fatal result: %s\n", fatal.GetMessage())
+			return fmt.Errorf("%s holds no response (%v), and is left as it was: a Fatal result replaces only an expected Fatal result; if the function must refuse this request, remove %s and update again", o.expected, o.unreadable, o.expected)
 		}
 		var b bytes.Buffer
 		if err := printResponse(&b, rsp, o.output); err != nil {
