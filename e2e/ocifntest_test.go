@@ -202,6 +202,22 @@ filter: |
 		}
 	})
 
+	// A FILE that cannot be read for another reason than its absence is
+	// not one --update records: the error does not say it is.
+	t.Run("expected_file_that_is_a_directory", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, "expected"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, update := range [][]string{nil, {"--update"}} {
+			r := runIn(t, dir, nil, append([]string{"test", image("jq-function.tar"), "-", "--expected", "expected"}, update...)...)
+			if r.exit != 1 || !strings.Contains(r.stderr, "cannot read the expected response: read expected: is a directory") || strings.Contains(r.stderr, "--update records it") {
+				t.Errorf("--expected naming a directory %v: exit %d\n%s", update, r.exit, r.stderr)
+			}
+		}
+	})
+
 	// A Fatal result replaces only an expected Fatal result or a missing
 	// file: not a file that holds no response, such as an expected answer
 	// with a misspelt field.

@@ -222,8 +222,11 @@ func (o *testOptions) readExpected() error {
 	switch {
 	case o.update && errors.Is(err, fs.ErrNotExist):
 		return nil
-	case err != nil:
+	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("cannot read the expected response: %w (--update records it)", err)
+	case err != nil:
+		// --update cannot help here (a directory, a file not readable).
+		return fmt.Errorf("cannot read the expected response: %w", err)
 	}
 	rsp, err := pipeline.ParseResponse(b)
 	if err != nil && !o.update {
