@@ -56,6 +56,11 @@ func TemplateOperation(o Object) (Object, error) {
 	if o.Name() == "" {
 		return nil, fmt.Errorf("the %s needs metadata.name, which names its Operation", o.Kind())
 	}
+	// A key the spec does not have is named first: a misspelt
+	// operationTemplate would otherwise be reported as none at all.
+	if err := checkSpec(o, templateSpecs[o.Kind()]); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.Describe(), err)
+	}
 	tmpl, _ := lookup(o, "spec", "operationTemplate").(map[string]any)
 	if tmpl == nil {
 		return nil, fmt.Errorf("%s has no spec.operationTemplate", o.Describe())
@@ -159,17 +164,55 @@ type operationSpec struct {
 	Pipeline   []Step `json:"pipeline"`
 }
 
+// operationTemplate is a CronOperation's or WatchOperation's
+// spec.operationTemplate; its spec is checked as an Operation's.
+type operationTemplate struct {
+	Metadata map[string]any `json:"metadata"`
+	Spec     map[string]any `json:"spec"`
+}
+
+// templateSpecs are the specs of the kinds that make Operations, as
+// Crossplane's CRDs define them.
+var templateSpecs = map[string]reflect.Type{
+	"CronOperation": reflect.TypeFor[struct {
+		Schedule                string            `json:"schedule"`
+		StartingDeadlineSeconds int64             `json:"startingDeadlineSeconds"`
+		ConcurrencyPolicy       string            `json:"concurrencyPolicy"`
+		SuccessfulHistoryLimit  int32             `json:"successfulHistoryLimit"`
+		FailedHistoryLimit      int32             `json:"failedHistoryLimit"`
+		OperationTemplate       operationTemplate `json:"operationTemplate"`
+	}](),
+	"WatchOperation": reflect.TypeFor[struct {
+		Watch struct {
+			APIVersion  string            `json:"apiVersion"`
+			Kind        string            `json:"kind"`
+			MatchLabels map[string]string `json:"matchLabels"`
+			Namespace   string            `json:"namespace"`
+		} `json:"watch"`
+		ConcurrencyPolicy      string            `json:"concurrencyPolicy"`
+		SuccessfulHistoryLimit int32             `json:"successfulHistoryLimit"`
+		FailedHistoryLimit     int32             `json:"failedHistoryLimit"`
+		OperationTemplate      operationTemplate `json:"operationTemplate"`
+	}](),
+}
+
 // checkOperationSpec refuses a key the spec of an Operation does not have,
 // naming it and what was likely meant. The API server refuses it (kubectl
 // apply: "unknown field"); crossplane operation render drops it, or, the
 // case aside, reads it as the field (retrylimit as retryLimit), where
 // render would print it and run without it.
 func checkOperationSpec(o Object) error {
+	return checkSpec(o, reflect.TypeFor[operationSpec]())
+}
+
+// checkSpec refuses a key o's spec holds that t has no field for, naming
+// it and what was likely meant.
+func checkSpec(o Object, t reflect.Type) error {
 	doc, err := json.Marshal(o["spec"])
 	if err != nil {
 		return err
 	}
-	fs := unknownfield.All(doc, reflect.TypeFor[operationSpec]())
+	fs := unknownfield.All(doc, t)
 	if len(fs) == 0 {
 		return nil
 	}

@@ -146,6 +146,10 @@ spec:
 		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: WatchOperation\nmetadata: {name: w}\nspec: {watch: {apiVersion: v1, kind: ConfigMap}}\n", "WatchOperation/w has no spec.operationTemplate"},
 		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: CronOperation\nspec: {operationTemplate: {spec: {}}}\n", "the CronOperation needs metadata.name"},
 		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\n", "is not a CronOperation or WatchOperation"},
+		// A misspelt key is named, not taken for a template left out.
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: CronOperation\nmetadata: {name: nightly}\nspec: {schedule: \"0 2 * * *\", operationtemplate: {spec: {}}}\n", `CronOperation/nightly: unknown field "operationtemplate" at spec; did you mean "operationTemplate"?`},
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: WatchOperation\nmetadata: {name: w}\nspec: {watch: {apiVersion: v1, kind: ConfigMap}, operationTemplate: {specs: {pipeline: []}}}\n", `WatchOperation/w: unknown field "specs" at spec.operationTemplate; did you mean "spec"?`},
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: WatchOperation\nmetadata: {name: w}\nspec: {watch: {apiVersion: v1, kind: ConfigMap, namespce: apps}, operationTemplate: {spec: {}}}\n", `WatchOperation/w: unknown field "namespce" at spec.watch; did you mean "namespace"?`},
 	} {
 		_, err := TemplateOperation(mustObject(t, tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
