@@ -1,10 +1,17 @@
 package pipeline
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 func TestDiffResponses(t *testing.T) {
@@ -35,5 +42,104 @@ func TestDiffResponses(t *testing.T) {
 		if _, err := ParseResponse([]byte(bad)); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// TestUnifiedDiff: the diff is GNU diff -u's (the headers name expected
+// and got instead of files), whether go-difflib writes it or, past
+// maxLines, it is one hunk of the lines between the first change and the
+// last.
+func TestUnifiedDiff(t *testing.T) {
+	numbered := func(n int, f func(i int) string) string {
+		var b strings.Builder
+		for i := 1; i <= n; i++ {
+			b.WriteString(f(i) + "\n")
+		}
+		return b.String()
+	}
+	changed := func(at ...int) func(i int) string {
+		return func(i int) string {
+			if slices.Contains(at, i) {
+				return "changed"
+			}
+			return fmt.Sprint(i)
+		}
+	}
+	same := changed()
+	for _, tc := range []struct {
+		name, a, b string
+		// oneHunk: GNU diff writes one hunk, which the bound's fallback
+		// writes too.
+		oneHunk bool
+	}{
+		{"one_changed_line", "a\nb\nc\n", "a\nB\nc\n", true},
+		{"added_at_the_end", "a\nb\n", "a\nb\nc\nd\n", true},
+		{"removed_at_the_start", "x\ny\na\nb\n", "a\nb\n", true},
+		{"every_line_changed", numbered(10, same), numbered(10, changed(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)), true},
+		{"a_run_changed_far_from_both_ends", numbered(30, same), numbered(30, changed(12, 13, 14)), true},
+		{"empty_want", "", "a\n", true},
+		{"empty_got", "a\nb\n", "", true},
+		{"two_hunks", numbered(30, same), numbered(30, changed(3, 25)), false},
+		{"changes_close_together_share_a_hunk", numbered(20, same), numbered(20, changed(5, 11)), false},
+		{"interleaved", "a\nb\nc\nd\ne\nf\n", "a\nx\nc\ny\nz\nf\ng\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+			if err := os.WriteFile(a, []byte(tc.a), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(b, []byte(tc.b), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			want, _ := exec.Command("diff", "-u", "--label", "expected", "--label", "got", a, b).Output()
+			bounds := []int{maxDiffLines}
+			if tc.oneHunk {
+				bounds = append(bounds, 0)
+			}
+			for _, maxLines := range bounds {
+				got, err := unifiedDiff(lines([]byte(tc.a)), lines([]byte(tc.b)), maxLines)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != string(want) {
+					t.Errorf("at most %d lines compared:\n%s\nwant (diff -u)\n%s", maxLines, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDiffResponsesOfManyChangesTakesLittleTime: two responses of 8,000
+// resources (2 MB of YAML) that differ in a label of each are diffed in
+// well under ten seconds; go-difflib alone took 37 s.
+func TestDiffResponsesOfManyChangesTakesLittleTime(t *testing.T) {
+	response := func(version string) *fnv1.RunFunctionResponse {
+		rs := map[string]*fnv1.Resource{}
+		for i := range 8000 {
+			s, err := structpb.NewStruct(map[string]any{
+				"apiVersion": "s3.example.org/v1", "kind": "Bucket",
+				"metadata": map[string]any{"name": fmt.Sprintf("bucket-%d", i), "labels": map[string]any{"team": "a", "version": version}},
+				"spec":     map[string]any{"region": "eu-west-1", "size": float64(i)},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs[fmt.Sprintf("bucket-%05d", i)] = &fnv1.Resource{Resource: s}
+		}
+		return &fnv1.RunFunctionResponse{Desired: &fnv1.State{Resources: rs}}
+	}
+	want, got := response("v1"), response("v2")
+	start := time.Now()
+	d, err := DiffResponses(want, got)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(d, "\n-            version: v1\n") || !strings.Contains(d, "\n+            version: v2\n") {
+		t.Errorf("the diff does not show the change:\n%.600s", d)
+	}
+	if took > 10*time.Second {
+		t.Errorf("the diff took %v", took)
 	}
 }
