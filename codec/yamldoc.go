@@ -470,10 +470,26 @@ func resultsOf[T any](doc []byte) (rs []T, unreadable bool) {
 	if list == nil || list.Kind != yamlv3.SequenceNode {
 		return nil, list != nil
 	}
-	for _, n := range list.Content {
-		var v any
+	// Each result is decoded on its own, so that one that cannot be
+	// read does not hide the others; but where they hold aliases, the
+	// decoder's guard against their expansion sees only one result at a
+	// time, and a thousand results aliasing one large list passed it,
+	// taking seconds of CPU. Then they are decoded as one, under the
+	// guard.
+	values := make([]any, len(list.Content))
+	if hasAlias(list) {
+		if err := list.Decode(&values); err != nil || len(values) != len(list.Content) {
+			return nil, true
+		}
+	}
+	for i, n := range list.Content {
+		v := values[i]
 		var r T
-		b, err := []byte(nil), n.Decode(&v)
+		var err error
+		if v == nil {
+			err = n.Decode(&v)
+		}
+		var b []byte
 		if err == nil {
 			b, err = json.Marshal(v)
 		}
@@ -487,6 +503,19 @@ func resultsOf[T any](doc []byte) (rs []T, unreadable bool) {
 		rs = append(rs, r)
 	}
 	return rs, unreadable
+}
+
+// hasAlias says whether n or a node below it is an alias.
+func hasAlias(n *yamlv3.Node) bool {
+	if n.Kind == yamlv3.AliasNode {
+		return true
+	}
+	for _, c := range n.Content {
+		if hasAlias(c) {
+			return true
+		}
+	}
+	return false
 }
 
 // field is the value of key in the mapping n; nil when there is none.
