@@ -524,6 +524,72 @@ func TestGoneServersInvocations(t *testing.T) {
 	}
 }
 
+// TestGoneServerPolledOnTwoAtOnce: the running invocation of a server that
+// is gone, polled on two other servers at once, answers 500 cut off on
+// both, every time. Each poll looks at the gone server's lock: taken
+// exclusive, the look of one server made the other's fail, which then
+// took the server for alive and answered 202, after a 500 had been
+// answered already (5 of 400 polls with three real servers).
+func TestGoneServerPolledOnTwoAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	open := func() *Invocations {
+		iv, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return iv
+	}
+	dead, first, second := open(), open(), open()
+	defer first.Close()
+	defer second.Close()
+	id := strings.Repeat("d4", 32)
+	if err := dead.write(id, record{Running: true, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	// The server dies: its process's locks go with it.
+	dead.held[dead.server].Close()
+	poll := func(iv *Invocations) int {
+		g := httptest.NewRecorder()
+		iv.serveResult(g, id)
+		return g.Code
+	}
+
+	// A server looking at the lock at this moment, as the second's poll does.
+	f, err := os.OpenFile(first.lockPath(dead.server), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	if code := poll(first); code != http.StatusInternalServerError {
+		t.Errorf("polled while another server looks at the gone server's lock: %d, want 500", code)
+	}
+	f.Close()
+
+	codes := make(chan int, 2000)
+	var wg sync.WaitGroup
+	for range 500 {
+		for _, iv := range []*Invocations{first, second} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				codes <- poll(iv)
+			}()
+		}
+	}
+	wg.Wait()
+	close(codes)
+	seen := map[int]int{}
+	for c := range codes {
+		seen[c]++
+	}
+	if len(seen) != 1 || seen[http.StatusInternalServerError] == 0 {
+		t.Errorf("polled on two servers at once, answered %v, want 500 every time", seen)
+	}
+}
+
 // discardWriter is an http.ResponseWriter that keeps the status and
 // counts the body.
 type discardWriter struct {

@@ -111,11 +111,12 @@ func openServer(dir string) (string, *os.File, error) {
 	return id, f, nil
 }
 
-// take locks the lock file at path, made first when create is set: it
-// returns errHeld when a live process holds it, and os.ErrNotExist when
-// there is none. The file is opened for writing: NFS emulates flock with
-// POSIX locks, whose exclusive kind needs it.
-func take(path string, create bool) (*os.File, error) {
+// take locks the lock file at path, made first when create is set, with
+// how (unix.LOCK_EX to adopt, unix.LOCK_SH to look): it returns errHeld
+// when a live process holds it, and os.ErrNotExist when there is none.
+// The file is opened for writing: NFS emulates flock with POSIX locks,
+// whose exclusive kind needs it.
+func take(path string, create bool, how int) (*os.File, error) {
 	flags := os.O_RDWR
 	if create {
 		flags |= os.O_CREATE
@@ -125,7 +126,7 @@ func take(path string, create bool) (*os.File, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
 			f.Close()
 			if errors.Is(err, unix.EWOULDBLOCK) {
 				return nil, errHeld
@@ -161,7 +162,10 @@ func (iv *Invocations) gone(server string) bool {
 	if _, ok := iv.held[server]; ok {
 		return true // adopted by this server: it is gone
 	}
-	f, err := take(iv.lockPath(server), false)
+	// Shared: servers polled at once for the same record each look, and
+	// an exclusive look of one would make the other's fail, which would
+	// take the server for alive and answer 202 after the first's 500.
+	f, err := take(iv.lockPath(server), false, unix.LOCK_SH)
 	if err == nil {
 		f.Close()
 		return true
@@ -180,7 +184,7 @@ func (iv *Invocations) takeGone(named map[string]bool) map[string]bool {
 		if _, ok := iv.held[server]; ok {
 			return
 		}
-		f, err := take(iv.lockPath(server), create)
+		f, err := take(iv.lockPath(server), create, unix.LOCK_EX)
 		if err != nil {
 			if !errors.Is(err, errHeld) && !errors.Is(err, os.ErrNotExist) {
 				iv.log.Warn("cannot tell whether a server sharing the invocations directory is gone", "server", server, "error", err)
