@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
@@ -145,6 +147,36 @@ func TestParseMemoryBounds(t *testing.T) {
 		b := []byte(answer)
 		if got, bound := allocated(func() { _, _ = ParseWebResponse(b) }), webCost(b); got > bound {
 			t.Errorf("%s: reading a web answer of %d bytes allocated %d, past its bound %d", name, len(b), got, bound)
+		}
+	}
+}
+
+// TestInitOfPostRootIsCharged: an init that comes in POST / (the single
+// entrypoint) is charged what installing its code takes, as one of POST
+// /init is: the same init, which /init refused with 413 naming
+// --max-inflight-bytes, was installed through POST / charged only its
+// body and an activation's copies of it, a third of what it took.
+func TestInitOfPostRootIsCharged(t *testing.T) {
+	const limit = 4 << 20
+	log := slog.New(slog.DiscardHandler)
+	budget := admit.NewBudget(limit)
+	var stdout, stderr bytes.Buffer
+	p := New(&front.Config{Runner: echoRunner{}, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Budget: budget, Copies: Copies, Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 4 << 20, WorkDir: t.TempDir()}, "", &stdout, &stderr)
+	defer p.Close()
+	init, _ := json.Marshal(map[string]any{"code": "#!/bin/sh\n# " + strings.Repeat("x", 600<<10) + "\ncat\n", "main": "main"})
+	for _, c := range []struct{ path, body string }{
+		{"/init", `{"value": ` + string(init) + `}`},
+		{"/", `{"init": ` + string(init) + `}`},
+		{"/", `{"init": ` + string(init) + `, "activation": {"activation_id": "a1"}, "value": {}}`},
+	} {
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, c.path, strings.NewReader(c.body)))
+		if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "--max-inflight-bytes 4194304") || !strings.Contains(w.Body.String(), "install its code") {
+			t.Errorf("POST %s of an init of %d bytes with %d in flight: %d %s, want 413 naming --max-inflight-bytes", c.path, len(init), limit, w.Code, w.Body.String())
+		}
+		if used := budget.Used(); used != 0 {
+			t.Errorf("POST %s: %d bytes still charged after the call", c.path, used)
 		}
 	}
 }

@@ -566,6 +566,19 @@ func (p *Proxy) single(w http.ResponseWriter, r *http.Request, received time.Tim
 		// and run the image's stub, saying nothing.
 		status, err := http.StatusBadRequest, errors.New(`the init of POST / holds the fields of /init's value as they are, {"init": {"code": ..., "main": ...}}; this one wraps them in "value"`)
 		if !wrapped(msg["init"]) {
+			// Charged as /init's is: what the init makes of its code
+			// is not among the copies an activation's body is charged.
+			if merr := mem.Take(r.Context(), initCost(msg["init"]), func() string {
+				return fmt.Sprintf("to read the init of %d bytes and install its code", len(msg["init"]))
+			}); merr != nil {
+				if hasActivation && hasValue {
+					p.refuseMemory(w, r, received, EnvValue(activation["activation_id"]), merr)
+					return
+				}
+				bad := memoryBodyError(w, merr)
+				writeInit(w, bad.Status, bad)
+				return
+			}
 			status, err = p.init(msg["init"], hasActivation && hasValue)
 		}
 		switch {
