@@ -46,6 +46,8 @@ func NewMemory(b *admit.Budget) *Memory {
 type MemoryError struct {
 	Full bool
 	Msg  string
+	// full is the budget's refusal, when Full.
+	full *admit.MemoryFullError
 }
 
 func (e *MemoryError) Error() string { return e.Msg }
@@ -73,7 +75,7 @@ func (m *Memory) Take(ctx context.Context, n int64, why func() string) error {
 	if err := m.b.ReserveAs(ctx, m.age, n, "this call", why); err != nil {
 		var full *admit.MemoryFullError
 		if errors.As(err, &full) {
-			return &MemoryError{Full: true, Msg: full.Error()}
+			return &MemoryError{Full: true, Msg: full.Error(), full: full}
 		}
 		return err
 	}
@@ -141,7 +143,14 @@ func OutputRefusal(err error) (outcome hook.Outcome, status int, msg string, ok 
 		return "", 0, "", false
 	}
 	if m.Full {
-		return hook.Rejected, http.StatusServiceUnavailable, "the function ran and was stopped, its output not kept: " + m.Msg, true
+		msg := m.Msg
+		if f := m.full; f != nil {
+			// Not the budget's "retry later": the hint the missing
+			// Retry-After does not give.
+			msg = fmt.Sprintf("ocifn holds %d bytes of calls in flight and %s needs %d more, %s, past --max-inflight-bytes %d; run the call again only if the function may run twice, or raise the flag",
+				f.Used, f.What, f.Need, f.Why, f.Limit)
+		}
+		return hook.Rejected, http.StatusServiceUnavailable, "the function ran and was stopped, its output not kept: " + msg, true
 	}
 	return hook.Fatal, http.StatusBadGateway, m.Msg, true
 }
