@@ -71,7 +71,9 @@ func ReadCharged(w http.ResponseWriter, r *http.Request, max int64, timeout time
 		if err := mem.Take(ctx, n+ahead, why); err != nil {
 			return nil, chargeError(w, err)
 		}
-		mem.credit.Add(ahead)
+		if mem != nil {
+			mem.credit.Add(ahead)
+		}
 	}
 	rc := http.NewResponseController(w)
 	if timeout > 0 {

@@ -29,3 +29,15 @@ func TestReadBodyRefusesAnnouncedSize(t *testing.T) {
 		t.Errorf("ReadBody: %v, want 413 naming the Content-Length", bad)
 	}
 }
+
+// TestReadBodyChargedToNoBudget: ReadBody, which charges no budget (a nil
+// Memory, as Memory's methods take), reads a body with a Content-Length.
+// It dereferenced the nil Memory to credit the copies charged ahead, and
+// panicked on every body that announced its length.
+func TestReadBodyChargedToNoBudget(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("hello"))
+	body, bad := ReadBody(httptest.NewRecorder(), r, 1000, 0)
+	if bad != nil || string(body) != "hello" {
+		t.Errorf("ReadBody: %q, %v, want the body", body, bad)
+	}
+}
