@@ -555,17 +555,18 @@ func (o *serveOptions) run(ctx context.Context) error {
 }
 
 // checkInflightBytes refuses an in-flight budget too small for the largest
-// request its front takes: on the gRPC front, one of --max-recv-msg-size
-// as it is decoded; on the HTTP fronts, a body of --max-request-bytes,
-// which --max-recv-msg-size, a flag they do not read, must not decide.
-// (A body that fits alone may still be refused with the copies an
-// OpenWhisk action's front makes of it: 413, naming the flag.)
+// request of the gRPC front, one of --max-recv-msg-size as it is decoded,
+// which it charges before reading any. The HTTP fronts charge a body what
+// it announces or takes, and answer one the budget could never hold 413
+// naming the flag: there the budget need only be positive, and neither
+// --max-recv-msg-size, a flag they do not read, nor --max-request-bytes
+// bounds it.
 func (o *serveOptions) checkInflightBytes() error {
 	if o.api == apiCrossplane {
 		return adaptor.CheckInflightBytes(int64(o.maxInflight), int(o.maxRecvMsgSize))
 	}
-	if o.maxInflight < o.maxRequestBytes {
-		return fmt.Errorf("--max-inflight-bytes %d: must be at least --max-request-bytes %d, so that the largest body the front takes fits", o.maxInflight, o.maxRequestBytes)
+	if o.maxInflight <= 0 {
+		return fmt.Errorf("--max-inflight-bytes %d: must be positive", o.maxInflight)
 	}
 	return nil
 }
