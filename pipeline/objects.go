@@ -42,6 +42,8 @@ type Document struct {
 	Source string
 	// File is the file it was read from.
 	File string
+	// yaml is the document as given, for what must read it again typed.
+	yaml []byte
 }
 
 // APIVersion returns the object's apiVersion.
@@ -212,7 +214,7 @@ func ParseDocuments(data []byte, source string) ([]Document, error) {
 		if obj == nil {
 			continue
 		}
-		docs = append(docs, Document{Object: obj, Source: where, File: source})
+		docs = append(docs, Document{Object: obj, Source: where, File: source, yaml: doc})
 	}
 }
 
@@ -243,17 +245,26 @@ func firstBytes(b []byte, n int) []byte {
 
 // ReadObject reads a file that must hold exactly one object.
 func ReadObject(path string) (Object, error) {
-	docs, err := ReadDocuments(path)
+	d, err := readOne(path)
 	if err != nil {
 		return nil, err
 	}
+	return d.Object, nil
+}
+
+// readOne reads a file that must hold exactly one object.
+func readOne(path string) (Document, error) {
+	docs, err := ReadDocuments(path)
+	if err != nil {
+		return Document{}, err
+	}
 	switch len(docs) {
 	case 0:
-		return nil, fmt.Errorf("%s holds no object", path)
+		return Document{}, fmt.Errorf("%s holds no object", path)
 	case 1:
-		return docs[0].Object, nil
+		return docs[0], nil
 	}
-	return nil, fmt.Errorf("%s holds %d objects; want one", path, len(docs))
+	return Document{}, fmt.Errorf("%s holds %d objects; want one", path, len(docs))
 }
 
 // ResourceName returns the name of a composed resource in a State: its

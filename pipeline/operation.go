@@ -13,6 +13,8 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/ocifn/ocifn/internal/unknownfield"
 )
@@ -37,6 +39,81 @@ func IsOperation(o Object) bool {
 // CronOperation or WatchOperation, which make Operations from a template.
 func IsOperationTemplate(o Object) bool {
 	return (o.Kind() == "CronOperation" || o.Kind() == "WatchOperation") && strings.HasPrefix(o.APIVersion(), "ops.crossplane.io/")
+}
+
+// operationFiles are the Go types the crossplane CLI reads an Operation,
+// CronOperation or WatchOperation into, as far as they tell how it reads
+// what ocifn prints: the metadata of the Operation and of a template.
+var operationFiles = map[string]reflect.Type{
+	"Operation": reflect.TypeFor[struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}](),
+	"CronOperation":  templateFile,
+	"WatchOperation": templateFile,
+}
+
+var templateFile = reflect.TypeFor[struct {
+	Metadata metav1.ObjectMeta `json:"metadata"`
+	Spec     struct {
+		OperationTemplate struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+		} `json:"operationTemplate"`
+	} `json:"spec"`
+}]()
+
+// ReadOperation reads a file that must hold exactly one object, as
+// ReadObject does, and an Operation, CronOperation or WatchOperation in it
+// as crossplane operation render reads one, into Crossplane's Go types:
+// its metadata and its template's are Kubernetes' ObjectMeta, without the
+// keys ObjectMeta does not have, and a label or annotation written as a
+// number or a YAML 1.1 boolean (y, off) is a string ("true", "false").
+func ReadOperation(path string) (Object, error) {
+	d, err := readOne(path)
+	if err != nil {
+		return nil, err
+	}
+	t, ok := operationFiles[d.Object.Kind()]
+	if !ok || !strings.HasPrefix(d.Object.APIVersion(), "ops.crossplane.io/") {
+		return d.Object, nil
+	}
+	o, err := parseObjectAs(d.yaml, t)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.Source, err)
+	}
+	if err := typeMetadata(o, "metadata"); err != nil {
+		return nil, fmt.Errorf("%s: %w", d.Source, err)
+	}
+	if tmpl, ok := lookup(o, "spec", "operationTemplate").(map[string]any); ok {
+		if err := typeMetadata(tmpl, "spec.operationTemplate.metadata"); err != nil {
+			return nil, fmt.Errorf("%s: %w", d.Source, err)
+		}
+	}
+	return o, nil
+}
+
+// typeMetadata replaces o's metadata with what ObjectMeta holds of it.
+func typeMetadata(o map[string]any, where string) error {
+	md, ok := o["metadata"]
+	if !ok {
+		return nil
+	}
+	b, err := json.Marshal(md)
+	if err != nil {
+		return err
+	}
+	var meta metav1.ObjectMeta
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return fmt.Errorf("%s is not Kubernetes' ObjectMeta: %w", where, err)
+	}
+	if b, err = json.Marshal(meta); err != nil {
+		return err
+	}
+	var typed map[string]any
+	if err := utiljson.Unmarshal(b, &typed); err != nil {
+		return err
+	}
+	o["metadata"] = typed
+	return nil
 }
 
 // RequirementWatchedResource is the requirement under which Crossplane's

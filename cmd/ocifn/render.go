@@ -76,7 +76,9 @@ line starting with "  STEP | ".
 With OPERATION FUNCTIONS (an ops.crossplane.io Operation), render runs the
 Operation's pipeline and prints what crossplane operation render does: the
 Operation with its status (each step's output, the resources applied), then
-those resources. A CronOperation or WatchOperation runs the Operation its
+those resources. Its metadata is read as Kubernetes' ObjectMeta, as the
+crossplane CLI reads it: other keys are dropped, and a label or annotation
+written as a number or a YAML 1.1 boolean (y, off) is a string ("true"). A CronOperation or WatchOperation runs the Operation its
 spec.operationTemplate makes, named after it; a WatchOperation needs the
 resource whose change it runs for (--watched-resource), which each step
 then requires as ops.crossplane.io/watched-resource.`,
@@ -163,7 +165,7 @@ func (r *renderInputs) steps() []pipeline.Step {
 // "" (firstPath is then the Operation), and the Functions.
 func loadPipeline(firstPath, compPath, fnsPath string) (*renderInputs, error) {
 	r := &renderInputs{functions: map[string]pipeline.FunctionObject{}}
-	first, err := pipeline.ReadObject(firstPath)
+	first, err := pipeline.ReadOperation(firstPath)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read %s: %w", firstPath, err)
 	}
