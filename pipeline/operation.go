@@ -43,10 +43,12 @@ func IsOperationTemplate(o Object) bool {
 
 // operationFiles are the Go types the crossplane CLI reads an Operation,
 // CronOperation or WatchOperation into, as far as they tell how it reads
-// what ocifn prints: the metadata of the Operation and of a template.
+// what ocifn prints: the metadata and spec of the Operation and of a
+// template.
 var operationFiles = map[string]reflect.Type{
 	"Operation": reflect.TypeFor[struct {
 		Metadata metav1.ObjectMeta `json:"metadata"`
+		Spec     operationSpec     `json:"spec"`
 	}](),
 	"CronOperation":  templateFile,
 	"WatchOperation": templateFile,
@@ -57,6 +59,7 @@ var templateFile = reflect.TypeFor[struct {
 	Spec     struct {
 		OperationTemplate struct {
 			Metadata metav1.ObjectMeta `json:"metadata"`
+			Spec     operationSpec     `json:"spec"`
 		} `json:"operationTemplate"`
 	} `json:"spec"`
 }]()
@@ -65,8 +68,9 @@ var templateFile = reflect.TypeFor[struct {
 // ReadObject does, and an Operation, CronOperation or WatchOperation in it
 // as crossplane operation render reads one, into Crossplane's Go types:
 // its metadata and its template's are Kubernetes' ObjectMeta, without the
-// keys ObjectMeta does not have, and a label or annotation written as a
-// number or a YAML 1.1 boolean (y, off) is a string ("true", "false").
+// keys ObjectMeta does not have, and a number or a YAML 1.1 boolean (y,
+// off) written for a field of type string (a label, a step's name, a
+// required resource's name) is a string ("true", "false").
 func ReadOperation(path string) (Object, error) {
 	d, err := readOne(path)
 	if err != nil {

@@ -76,12 +76,14 @@ line starting with "  STEP | ".
 With OPERATION FUNCTIONS (an ops.crossplane.io Operation), render runs the
 Operation's pipeline and prints what crossplane operation render does: the
 Operation with its status (each step's output, the resources applied), then
-those resources. Its metadata is read as Kubernetes' ObjectMeta, as the
-crossplane CLI reads it: other keys are dropped, and a label or annotation
-written as a number or a YAML 1.1 boolean (y, off) is a string ("true"). A CronOperation or WatchOperation runs the Operation its
-spec.operationTemplate makes, named after it; a WatchOperation needs the
-resource whose change it runs for (--watched-resource), which each step
-then requires as ops.crossplane.io/watched-resource.`,
+those resources. The Operation is read into Crossplane's Go type, as the
+crossplane CLI reads it: metadata keys ObjectMeta does not have are
+dropped, and a number or a YAML 1.1 boolean (y, off) written for a string
+(a label, a step's name) is a string ("true"). A CronOperation or
+WatchOperation runs the Operation its spec.operationTemplate makes, named
+after it; a WatchOperation needs the resource whose change it runs for
+(--watched-resource), which each step then requires as
+ops.crossplane.io/watched-resource.`,
 		Example: `  # Simulate creating a new XR:
   ocifn render xr.yaml composition.yaml functions.yaml
 
