@@ -197,15 +197,19 @@ func ParseOperation(o Object) (*Operation, error) {
 	if o.Name() == "" {
 		return nil, fmt.Errorf("the Operation needs metadata.name")
 	}
-	var op struct {
-		Spec struct {
-			Pipeline []Step `json:"pipeline"`
-		} `json:"spec"`
-	}
-	if err := remarshal(o, &op); err != nil {
+	if err := checkOperationSpec(o); err != nil {
 		return nil, fmt.Errorf("Operation %q: %w", o.Name(), err)
 	}
-	if err := checkOperationSpec(o); err != nil {
+	// Read as the fields' types, as the crossplane CLI and the API server
+	// read them: a retryLimit or failures that is not an integer is
+	// refused, not taken for none.
+	var op struct {
+		Spec   operationSpec `json:"spec"`
+		Status struct {
+			Failures int64 `json:"failures"`
+		} `json:"status"`
+	}
+	if err := remarshal(o, &op); err != nil {
 		return nil, fmt.Errorf("Operation %q: %w", o.Name(), err)
 	}
 	// Crossplane's Operation reconciler leaves alone an Operation being
