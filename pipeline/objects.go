@@ -291,3 +291,20 @@ func WriteStream(w io.Writer, objs []Object) error {
 	}
 	return nil
 }
+
+// RequireKinds refuses an object without a kind, as the crossplane CLI
+// refuses one in a file it reads as resources ("Object 'Kind' is missing"):
+// no requirement would select it, a watched resource would be required as
+// kind "", and an observed one would be composed as no kind at all.
+func RequireKinds(docs []Document) error {
+	for _, d := range docs {
+		if d.Object.Kind() != "" {
+			continue
+		}
+		if n := d.Object.Name(); n != "" {
+			return fmt.Errorf("%s: the resource %q has no kind (a string, such as ConfigMap)", d.Source, n)
+		}
+		return fmt.Errorf("%s: the resource has no kind (a string, such as ConfigMap)", d.Source)
+	}
+	return nil
+}

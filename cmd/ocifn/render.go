@@ -272,6 +272,9 @@ func (o *renderOptions) load(xrPath, compPath, fnsPath string) (*renderInputs, e
 		if r.in.Observed, err = pipeline.ReadDocuments(o.observed); err != nil {
 			return nil, fmt.Errorf("cannot read the observed resources: %w", err)
 		}
+		if err := pipeline.RequireKinds(r.in.Observed); err != nil {
+			return nil, fmt.Errorf("--observed-resources: %w", err)
+		}
 		if _, err := pipeline.ComposedResources(r.in.Observed, true); err != nil {
 			return nil, fmt.Errorf("observed resources: %w", err)
 		}
@@ -300,6 +303,9 @@ func (o *renderOptions) loadWatched(r *renderInputs, opPath string) error {
 	if len(docs) != 1 {
 		return fmt.Errorf("--watched-resource must hold exactly one resource; %s holds %d", o.watched, len(docs))
 	}
+	if err := pipeline.RequireKinds(docs); err != nil {
+		return fmt.Errorf("--watched-resource: %w", err)
+	}
 	if r.op, err = pipeline.WatchedOperation(r.op, docs[0].Object); err != nil {
 		return fmt.Errorf("%s: %w", opPath, err)
 	}
@@ -317,6 +323,9 @@ func (o *renderOptions) loadShared(r *renderInputs) error {
 		docs, err := pipeline.ReadDocuments(p)
 		if err != nil {
 			return fmt.Errorf("cannot read the required resources: %w", err)
+		}
+		if err := pipeline.RequireKinds(docs); err != nil {
+			return fmt.Errorf("required resources: %w", err)
 		}
 		for _, d := range docs {
 			r.in.Required = append(r.in.Required, d.Object)
