@@ -94,9 +94,13 @@ func TestRenderInputMistakes(t *testing.T) {
 		{"a CronOperation without a template", []string{noTemplate, "operation/functions.yaml"}, "CronOperation/nightly has no spec.operationTemplate"},
 		{"a WatchOperation without the watched resource", []string{watch, "operation/functions.yaml"}, "holds a WatchOperation: give the resource whose change it runs for with --watched-resource FILE"},
 		{"a watched resource file of several resources", []string{watch, "operation/functions.yaml", "--watched-resource=required-resources/required.yaml"}, "--watched-resource must hold exactly one resource; required-resources/required.yaml holds 4"},
-		{"a watched resource with an XR", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/composition.yaml", "jq-yq-labelizer/functions.yaml", "--watched-resource=watch-operation/watched.yaml"}, "--watched-resource are for an Operation, not a composite resource"},
+		// Each names the flags given, not those that were not.
+		{"a watched resource with an XR", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/composition.yaml", "jq-yq-labelizer/functions.yaml", "--watched-resource=watch-operation/watched.yaml"}, "ocifn: --watched-resource is for an Operation, not a composite resource"},
+		{"--include-full-operation with an XR", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/composition.yaml", "jq-yq-labelizer/functions.yaml", "--include-full-operation"}, "ocifn: --include-full-operation is for an Operation, not a composite resource"},
+		{"both Operation flags with an XR", []string{"jq-yq-labelizer/xr.yaml", "jq-yq-labelizer/composition.yaml", "jq-yq-labelizer/functions.yaml", "-w", "watch-operation/watched.yaml", "--include-full-operation"}, "ocifn: --include-full-operation and --watched-resource are for an Operation, not a composite resource"},
 		{"crossplane operation render's -o", []string{"operation/operation.yaml", "operation/functions.yaml", "-o"}, "for crossplane operation render's -o, give --include-full-operation"},
-		{"an XR flag with an Operation", []string{"operation/operation.yaml", "operation/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, "are for a composite resource, not an Operation"},
+		{"an XR flag with an Operation", []string{"operation/operation.yaml", "operation/functions.yaml", "--xrd=xrd-defaults/xrd.yaml"}, "ocifn: --xrd is for a composite resource, not an Operation"},
+		{"two XR flags with an Operation", []string{"operation/operation.yaml", "operation/functions.yaml", "-x", "--observed-resources=observed-passed-on/observed.yaml"}, "ocifn: --observed-resources and --include-full-xr are for a composite resource, not an Operation"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runIn(t, root, nil, append([]string{"render"}, tc.args...)...)

@@ -232,16 +232,18 @@ func (o *renderOptions) load(xrPath, compPath, fnsPath string) (*renderInputs, e
 				return nil, fmt.Errorf("pipeline step %q uses the Function %q, which the functions file does not declare", s.Step, s.FunctionRef.Name)
 			}
 		}
-		if o.observed != "" || o.xrd != "" || o.includeFullXR {
-			return nil, fmt.Errorf("--observed-resources, --xrd and --include-full-xr are for a composite resource, not an Operation")
+		if given := givenFlags(map[string]bool{"--observed-resources": o.observed != "", "--xrd": o.xrd != "", "--include-full-xr": o.includeFullXR},
+			"--observed-resources", "--xrd", "--include-full-xr"); given != "" {
+			return nil, fmt.Errorf("%s for a composite resource, not an Operation", given)
 		}
 		if err := o.loadShared(r); err != nil {
 			return nil, err
 		}
 		return r, o.loadWatched(r, xrPath)
 	}
-	if o.includeFullOp || o.watched != "" {
-		return nil, fmt.Errorf("--include-full-operation and --watched-resource are for an Operation, not a composite resource")
+	if given := givenFlags(map[string]bool{"--include-full-operation": o.includeFullOp, "--watched-resource": o.watched != ""},
+		"--include-full-operation", "--watched-resource"); given != "" {
+		return nil, fmt.Errorf("%s for an Operation, not a composite resource", given)
 	}
 	xr := r.in.XR
 	names := make([]string, 0, len(r.functions))
@@ -280,6 +282,25 @@ func (o *renderOptions) load(xrPath, compPath, fnsPath string) (*renderInputs, e
 		}
 	}
 	return r, o.loadShared(r)
+}
+
+// givenFlags names, in the order of names, the flags given of those
+// names, with the verb that agrees ("--xrd is", "--xrd and
+// --include-full-xr are"), or "" when none is given.
+func givenFlags(given map[string]bool, names ...string) string {
+	var in []string
+	for _, n := range names {
+		if given[n] {
+			in = append(in, n)
+		}
+	}
+	switch len(in) {
+	case 0:
+		return ""
+	case 1:
+		return in[0] + " is"
+	}
+	return strings.Join(in[:len(in)-1], ", ") + " and " + in[len(in)-1] + " are"
 }
 
 // loadWatched reads the watched resource and requires it of each step of
