@@ -49,10 +49,45 @@ var operationFiles = map[string]reflect.Type{
 	"Operation": reflect.TypeFor[struct {
 		Metadata metav1.ObjectMeta `json:"metadata"`
 		Spec     operationSpec     `json:"spec"`
+		Status   operationStatus   `json:"status"`
 	}](),
 	"CronOperation":  templateFile,
 	"WatchOperation": templateFile,
 }
+
+// operationStatus is an Operation's status as Crossplane's Go type has it.
+type operationStatus struct {
+	Conditions []struct {
+		Type               string      `json:"type"`
+		Status             string      `json:"status"`
+		LastTransitionTime metav1.Time `json:"lastTransitionTime"`
+		Reason             string      `json:"reason"`
+		Message            string      `json:"message"`
+		ObservedGeneration int64       `json:"observedGeneration"`
+	} `json:"conditions"`
+	Failures int64 `json:"failures"`
+	Pipeline []struct {
+		Step   string         `json:"step"`
+		Output map[string]any `json:"output"`
+	} `json:"pipeline"`
+	AppliedResourceRefs []struct {
+		APIVersion string  `json:"apiVersion"`
+		Kind       string  `json:"kind"`
+		Namespace  *string `json:"namespace"`
+		Name       string  `json:"name"`
+	} `json:"appliedResourceRefs"`
+}
+
+// operationKeys are the keys of an Operation the crossplane CLI keeps
+// (its Go type has fields for) outside metadata, which is ObjectMeta's,
+// and spec, whose other keys render refuses (checkOperationSpec).
+var operationKeys = reflect.TypeFor[struct {
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Metadata   any             `json:"metadata"`
+	Spec       any             `json:"spec"`
+	Status     operationStatus `json:"status"`
+}]()
 
 var templateFile = reflect.TypeFor[struct {
 	Metadata metav1.ObjectMeta `json:"metadata"`
@@ -68,7 +103,8 @@ var templateFile = reflect.TypeFor[struct {
 // ReadObject does, and an Operation, CronOperation or WatchOperation in it
 // as crossplane operation render reads one, into Crossplane's Go types:
 // its metadata and its template's are Kubernetes' ObjectMeta, without the
-// keys ObjectMeta does not have, and a number or a YAML 1.1 boolean (y,
+// keys ObjectMeta does not have, an Operation has no other keys than its
+// type's outside its spec (at the top, in its status), and a number or a YAML 1.1 boolean (y,
 // off) written for a field of type string (a label, a step's name, a
 // required resource's name) is a string ("true", "false").
 func ReadOperation(path string) (Object, error) {
@@ -83,6 +119,9 @@ func ReadOperation(path string) (Object, error) {
 	o, err := parseObjectAs(d.yaml, t)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", d.Source, err)
+	}
+	if d.Object.Kind() == "Operation" {
+		dropUnknownKeys(map[string]any(o), operationKeys)
 	}
 	if err := typeMetadata(o, "metadata"); err != nil {
 		return nil, fmt.Errorf("%s: %w", d.Source, err)

@@ -127,9 +127,17 @@ func target(t reflect.Type, addressable bool) reflect.Type {
 }
 
 // fieldType is the type of the field of struct t that encoding/json fills
-// from key: the one its name or json tag names, else the first whose name
-// differs in case only; nil when t has none.
+// from key, nil when t has none.
 func fieldType(t reflect.Type, key string) reflect.Type {
+	_, ft := field(t, key)
+	return ft
+}
+
+// field is the JSON name and type of the field of struct t that
+// encoding/json fills from key: the one its name or json tag names, else
+// the first whose name differs in case only; a nil type when t has none.
+func field(t reflect.Type, key string) (string, reflect.Type) {
+	var foldName string
 	var fold reflect.Type
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -143,12 +151,12 @@ func fieldType(t reflect.Type, key string) reflect.Type {
 		}
 		switch {
 		case name == key:
-			return f.Type
+			return name, f.Type
 		case fold == nil && strings.EqualFold(name, key):
-			fold = f.Type
+			foldName, fold = name, f.Type
 		}
 	}
-	return fold
+	return foldName, fold
 }
 
 // keyString is a YAML key as JSON's string key, as sigs.k8s.io/yaml makes it.
@@ -175,4 +183,42 @@ func keyString(k, v any) (string, error) {
 		return strconv.FormatBool(k), nil
 	}
 	return "", fmt.Errorf("unsupported map key of type: %s, key: %+#v, value: %+#v", reflect.TypeOf(k), k, v)
+}
+
+// dropUnknownKeys deletes the keys of v that struct type t has no field
+// for, as decoding into t and encoding again drops them, there and in the
+// structs t holds; a key that names a field in another case is moved to
+// the field's name, unless that is there too, as encoding/json reads it.
+func dropUnknownKeys(v any, t reflect.Type) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return
+		}
+		for k, e := range m {
+			name, ft := field(t, k)
+			switch {
+			case ft == nil:
+				delete(m, k)
+				continue
+			case name != k:
+				delete(m, k)
+				if _, ok := m[name]; ok {
+					continue
+				}
+				m[name] = e
+			}
+			dropUnknownKeys(e, ft)
+		}
+	case reflect.Slice:
+		if items, ok := v.([]any); ok {
+			for _, e := range items {
+				dropUnknownKeys(e, t.Elem())
+			}
+		}
+	}
 }

@@ -85,3 +85,15 @@ func TestParseObjectAsReadsAsSigsYAML(t *testing.T) {
 }
 
 var typedFieldNames = map[string]bool{"name": true, "NAME": true, "ref": true, "labels": true, "Labels": true, "names": true, "count": true, "nested": true, "free": true, "time": true, "untagged": true}
+
+// TestDropUnknownKeys: the keys a type has no field for are dropped, in the
+// structs it holds too, and one in another case takes the field's name, as
+// decoding into the type and encoding again does; a map's keys stay.
+func TestDropUnknownKeys(t *testing.T) {
+	o := mustObject(t, "name: a\nother: 1\nNested: {name: b, junk: 2, nested: {junk: 3}}\nfree: {junk: 4}\nlabels: {junk: 5}\n")
+	dropUnknownKeys(map[string]any(o), reflect.TypeFor[typedTarget]())
+	want := mustObject(t, "name: a\nnested: {name: b, nested: {}}\nfree: {junk: 4}\nlabels: {junk: 5}\n")
+	if d := cmp.Diff(want, o); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}
