@@ -8,7 +8,6 @@ import (
 	"maps"
 	"reflect"
 	"sort"
-	"strings"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -30,15 +29,20 @@ type Operation struct {
 	Steps  []Step
 }
 
-// IsOperation reports whether an object is an ops.crossplane.io Operation.
+// opsAPIVersion is the one version of Crossplane's Operation kinds, the
+// only one the crossplane CLI (v2.5.0) and Crossplane's CRDs (v2.3.4) take.
+const opsAPIVersion = "ops.crossplane.io/v1alpha1"
+
+// IsOperation reports whether an object is an ops.crossplane.io/v1alpha1
+// Operation.
 func IsOperation(o Object) bool {
-	return o.Kind() == "Operation" && strings.HasPrefix(o.APIVersion(), "ops.crossplane.io/")
+	return o.Kind() == "Operation" && o.APIVersion() == opsAPIVersion
 }
 
-// IsOperationTemplate reports whether an object is an ops.crossplane.io
+// IsOperationTemplate reports whether an object is an ops.crossplane.io/v1alpha1
 // CronOperation or WatchOperation, which make Operations from a template.
 func IsOperationTemplate(o Object) bool {
-	return (o.Kind() == "CronOperation" || o.Kind() == "WatchOperation") && strings.HasPrefix(o.APIVersion(), "ops.crossplane.io/")
+	return (o.Kind() == "CronOperation" || o.Kind() == "WatchOperation") && o.APIVersion() == opsAPIVersion
 }
 
 // operationFiles are the Go types the crossplane CLI reads an Operation,
@@ -113,7 +117,7 @@ func ReadOperation(path string) (Object, error) {
 		return nil, err
 	}
 	t, ok := operationFiles[d.Object.Kind()]
-	if !ok || !strings.HasPrefix(d.Object.APIVersion(), "ops.crossplane.io/") {
+	if !ok || d.Object.APIVersion() != opsAPIVersion {
 		return d.Object, nil
 	}
 	o, err := parseObjectAs(d.yaml, t)

@@ -173,7 +173,7 @@ func loadPipeline(firstPath, compPath, fnsPath string) (*renderInputs, error) {
 	}
 	switch {
 	case compPath == "" && !pipeline.IsOperation(first) && !pipeline.IsOperationTemplate(first):
-		return nil, fmt.Errorf("%s holds %s: with two arguments render runs an Operation, a CronOperation or a WatchOperation (ops.crossplane.io/v1alpha1); a composite resource needs XR COMPOSITION FUNCTIONS", firstPath, first.Describe())
+		return nil, fmt.Errorf("%s holds %s (apiVersion %q): with two arguments render runs an Operation, a CronOperation or a WatchOperation (ops.crossplane.io/v1alpha1); a composite resource needs XR COMPOSITION FUNCTIONS", firstPath, first.Describe(), first.APIVersion())
 	case compPath != "" && (pipeline.IsOperation(first) || pipeline.IsOperationTemplate(first)):
 		return nil, fmt.Errorf("%s holds %s: render it as OPERATION FUNCTIONS, without a Composition", firstPath, first.Describe())
 	case compPath == "":
