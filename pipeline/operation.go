@@ -12,7 +12,6 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/ocifn/ocifn/internal/unknownfield"
@@ -51,9 +50,9 @@ func IsOperationTemplate(o Object) bool {
 // template.
 var operationFiles = map[string]reflect.Type{
 	"Operation": reflect.TypeFor[struct {
-		Metadata metav1.ObjectMeta `json:"metadata"`
-		Spec     operationSpec     `json:"spec"`
-		Status   operationStatus   `json:"status"`
+		Metadata objectMeta      `json:"metadata"`
+		Spec     operationSpec   `json:"spec"`
+		Status   operationStatus `json:"status"`
 	}](),
 	"CronOperation":  templateFile,
 	"WatchOperation": templateFile,
@@ -62,12 +61,12 @@ var operationFiles = map[string]reflect.Type{
 // operationStatus is an Operation's status as Crossplane's Go type has it.
 type operationStatus struct {
 	Conditions []struct {
-		Type               string      `json:"type"`
-		Status             string      `json:"status"`
-		LastTransitionTime metav1.Time `json:"lastTransitionTime"`
-		Reason             string      `json:"reason"`
-		Message            string      `json:"message"`
-		ObservedGeneration int64       `json:"observedGeneration"`
+		Type               string   `json:"type"`
+		Status             string   `json:"status"`
+		LastTransitionTime metaTime `json:"lastTransitionTime"`
+		Reason             string   `json:"reason"`
+		Message            string   `json:"message"`
+		ObservedGeneration int64    `json:"observedGeneration"`
 	} `json:"conditions"`
 	Failures int64 `json:"failures"`
 	Pipeline []struct {
@@ -94,11 +93,11 @@ var operationKeys = reflect.TypeFor[struct {
 }]()
 
 var templateFile = reflect.TypeFor[struct {
-	Metadata metav1.ObjectMeta `json:"metadata"`
+	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
 		OperationTemplate struct {
-			Metadata metav1.ObjectMeta `json:"metadata"`
-			Spec     operationSpec     `json:"spec"`
+			Metadata objectMeta    `json:"metadata"`
+			Spec     operationSpec `json:"spec"`
 		} `json:"operationTemplate"`
 	} `json:"spec"`
 }]()
@@ -148,7 +147,7 @@ func typeMetadata(o map[string]any, where string) error {
 	if err != nil {
 		return err
 	}
-	var meta metav1.ObjectMeta
+	var meta objectMeta
 	if err := json.Unmarshal(b, &meta); err != nil {
 		return fmt.Errorf("%s is not Kubernetes' ObjectMeta: %w", where, err)
 	}
