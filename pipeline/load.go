@@ -2,8 +2,10 @@ package pipeline
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"strings"
 )
 
@@ -260,5 +262,38 @@ func remarshal(o Object, into any) error {
 	if err != nil {
 		return err
 	}
-	return json.Unmarshal(b, into)
+	return typeError(json.Unmarshal(b, into))
+}
+
+// typeError says a field's value is of the wrong type by the field's path
+// and the two types, in the words of the YAML the author wrote, rather
+// than encoding/json's, which name ocifn's Go types ("cannot unmarshal
+// string into Go struct field operationSpec.spec.retryLimit of type
+// int64"). Other errors are returned as they are.
+func typeError(err error) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Field == "" || te.Type == nil {
+		return err
+	}
+	var want string
+	switch te.Type.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		want = "an integer"
+	case reflect.Float32, reflect.Float64:
+		want = "a number"
+	case reflect.String:
+		want = "a string"
+	case reflect.Bool:
+		want = "true or false"
+	case reflect.Slice, reflect.Array:
+		want = "a list"
+	default:
+		want = "an object"
+	}
+	got := map[string]string{"string": "a string", "bool": "a boolean", "array": "a list", "object": "an object"}[te.Value]
+	if got == "" {
+		got = "the " + te.Value // "number 2.5"
+	}
+	return fmt.Errorf("%s must be %s, not %s", te.Field, want, got)
 }

@@ -103,8 +103,8 @@ func TestParseOperation(t *testing.T) {
 		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\nspec:\n  pipeline: [{step: s, functionRef: {name: f}, requirements: {requiredResources: [{requirementName: r, apiVersion: v1, kind: Secret, nmae: x}]}}]\n", `unknown field "nmae" at spec.pipeline[0].requirements.requiredResources[0]; did you mean "name"?`},
 		// Not integers: the API server and crossplane operation render
 		// refuse them, where a default would be taken for them.
-		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\nspec:\n  retryLimit: \"2\"\n  pipeline: [{step: s, functionRef: {name: f}}]\n", "cannot unmarshal string into Go struct field operationSpec.spec.retryLimit of type int64"},
-		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\nspec:\n  pipeline: [{step: s, functionRef: {name: f}}]\nstatus: {failures: 1.5}\n", "cannot unmarshal number 1.5 into Go struct field .status.failures of type int64"},
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\nspec:\n  retryLimit: \"2\"\n  pipeline: [{step: s, functionRef: {name: f}}]\n", `Operation "a": spec.retryLimit must be an integer, not a string`},
+		{"apiVersion: ops.crossplane.io/v1alpha1\nkind: Operation\nmetadata: {name: a}\nspec:\n  pipeline: [{step: s, functionRef: {name: f}}]\nstatus: {failures: 1.5}\n", `Operation "a": status.failures must be an integer, not the number 1.5`},
 	} {
 		_, err := ParseOperation(mustObject(t, tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
