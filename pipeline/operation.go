@@ -149,7 +149,7 @@ func typeMetadata(o map[string]any, where string) error {
 	}
 	var meta objectMeta
 	if err := json.Unmarshal(b, &meta); err != nil {
-		return fmt.Errorf("%s is not Kubernetes' ObjectMeta: %w", where, err)
+		return fmt.Errorf("%s is not Kubernetes' ObjectMeta: %w", where, typeError(err))
 	}
 	if b, err = json.Marshal(meta); err != nil {
 		return err
