@@ -35,6 +35,10 @@ type Budget struct {
 	// it has ended.
 	spared      uint64
 	sparedUntil time.Time
+	// yielders give up, by the age of their call, what calls that have
+	// not started hold (Yielding), for running calls that need it
+	// (ReserveRunning); made when one is first registered.
+	yielders map[uint64]func() bool
 	// ages numbers calls, oldest first (Age).
 	ages atomic.Uint64
 }
@@ -85,6 +89,58 @@ func (b *Budget) Age() uint64 { return b.ages.Add(1) }
 // oldest of the calls waiting waits on while others wait too, for what
 // their refusals free, so that at least one goes on.
 func (b *Budget) ReserveAs(ctx context.Context, age uint64, n int64, what string, why func() string) error {
+	return b.reserve(ctx, age, n, what, why, false)
+}
+
+// ReserveRunning is ReserveAs for a call whose function runs already,
+// such as for its output: what does not fit is taken first from the
+// calls that have not started (Yielding), the youngest first, as much as
+// it needs. A function stopped half way may have acted; a call that has
+// not started has not, and may be sent again. Only when they free too
+// little does it wait, and is refused, as ReserveAs.
+func (b *Budget) ReserveRunning(ctx context.Context, age uint64, n int64, what string, why func() string) error {
+	return b.reserve(ctx, age, n, what, why, true)
+}
+
+// Yielding registers the bytes held by a call of age that has not
+// started (an asynchronous invocation's body while it waits for a slot)
+// as bytes a running call that finds no room may take (ReserveRunning).
+// yield gives them up, and the call with them, unless the call has
+// started meanwhile; it says whether it did, and frees them before it
+// returns. Withdraw the call (Withdraw) once it starts or ends.
+func (b *Budget) Yielding(age uint64, yield func() bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.yielders == nil {
+		b.yielders = map[uint64]func() bool{}
+	}
+	b.yielders[age] = yield
+}
+
+// Withdraw undoes Yielding for the call of age, if it is registered.
+func (b *Budget) Withdraw(age uint64) {
+	b.mu.Lock()
+	delete(b.yielders, age)
+	b.mu.Unlock()
+}
+
+// youngestYielderLocked takes the yield of the youngest call registered
+// by Yielding out of them, or returns nil; b.mu is held.
+func (b *Budget) youngestYielderLocked() func() bool {
+	var youngest uint64
+	var yield func() bool
+	for a, y := range b.yielders {
+		if yield == nil || a > youngest {
+			youngest, yield = a, y
+		}
+	}
+	if yield != nil {
+		delete(b.yielders, youngest)
+	}
+	return yield
+}
+
+func (b *Budget) reserve(ctx context.Context, age uint64, n int64, what string, why func() string, running bool) error {
 	var timer *time.Timer // made only when the budget is full
 	waiting, expired := false, false
 	defer func() {
@@ -100,6 +156,14 @@ func (b *Budget) ReserveAs(ctx context.Context, age uint64, n int64, what string
 			b.used += n
 			b.mu.Unlock()
 			return nil
+		}
+		if running && len(b.yielders) > 0 {
+			// Freed by the yield before it returns, or not at all
+			// (the call started): either way, looked at again.
+			yield := b.youngestYielderLocked()
+			b.mu.Unlock()
+			yield()
+			continue
 		}
 		used := b.used
 		if expired {

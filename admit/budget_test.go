@@ -3,6 +3,7 @@ package admit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -78,5 +79,68 @@ func TestOldestWaiterGoesOn(t *testing.T) {
 	var full *MemoryFullError
 	if !errors.As(err, &full) || time.Since(start) < ReserveWait {
 		t.Errorf("a call alone waiting for more than is free: %v after %s, want refused after %s", err, time.Since(start), ReserveWait)
+	}
+}
+
+// TestRunningCallTakesFromCallsNotStarted: a charge of a call that runs
+// already (ReserveRunning) that does not fit takes the bytes of calls that
+// have not started (Yielding), the youngest first and only as many as it
+// needs, at once; one that started meanwhile keeps its own. What fits
+// takes nothing and allocates nothing; ReserveAs takes nothing from them.
+func TestRunningCallTakesFromCallsNotStarted(t *testing.T) {
+	ctx := context.Background()
+	why := func() string { return "for the test" }
+	b := NewBudget(1000)
+	running := b.Age()
+	if err := b.ReserveAs(ctx, running, 100, "the running call", why); err != nil {
+		t.Fatal(err)
+	}
+	var yielded []int
+	var ages []uint64
+	for i, started := range []bool{false, false, true, false} {
+		age := b.Age()
+		ages = append(ages, age)
+		if err := b.ReserveAs(ctx, age, 200, "a call waiting", why); err != nil {
+			t.Fatal(err)
+		}
+		b.Yielding(age, func() bool {
+			if started {
+				return false
+			}
+			yielded = append(yielded, i)
+			b.Resize(200, 0)
+			return true
+		})
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if err := b.ReserveRunning(ctx, running, 100, "the running call", why); err != nil {
+			t.Fatal(err)
+		}
+		b.Resize(100, 0)
+	}); n != 0 || len(yielded) != 0 {
+		t.Errorf("a charge that fits: %.0f allocations, %v yielded; want none", n, yielded)
+	}
+	start := time.Now()
+	if err := b.ReserveAs(ctx, running, 400, "the running call", why); err == nil || len(yielded) != 0 {
+		t.Errorf("ReserveAs past the limit: %v, %v yielded; want refused, none yielded", err, yielded)
+	}
+	if took := time.Since(start); took < ReserveWait {
+		t.Errorf("ReserveAs refused after %s, want after %s", took, ReserveWait)
+	}
+	start = time.Now()
+	if err := b.ReserveRunning(ctx, running, 400, "the running call", why); err != nil {
+		t.Fatal(err)
+	}
+	// 900 held: the youngest (3) gives 200, the next (2) has started,
+	// and 1 gives 200 more, enough.
+	if fmt.Sprint(yielded) != "[3 1]" || b.Used() != 900 {
+		t.Errorf("yielded %v, %d bytes charged; want [3 1] and 900", yielded, b.Used())
+	}
+	if took := time.Since(start); took >= ReserveWait/2 {
+		t.Errorf("took %s, want at once", took)
+	}
+	b.Withdraw(ages[0])
+	if err := b.ReserveRunning(ctx, running, 200, "the running call", why); err == nil || len(yielded) != 2 {
+		t.Errorf("with the rest withdrawn: %v, %v yielded; want refused, none more", err, yielded)
 	}
 }

@@ -253,3 +253,70 @@ func TestFloodOfLargeBodiesOnTheHTTPFronts(t *testing.T) {
 		})
 	}
 }
+
+// TestQueuedInvocationsYieldToTheRunningCall: asynchronous invocations
+// of bodies of 12 MB, four at once, to a CGI function that prints its
+// body back, with --max-inflight-bytes 64Mi --max-concurrency 1
+// --max-queue 4: all are accepted, and the bodies of those waiting in
+// the queue hold the budget the running call's output needs. The
+// youngest of them give it up: their results say they did not run and
+// may be sent again (503 without Retry-After), and they are logged as
+// rejected; no function is stopped half way. Before, two of the four ran
+// and were stopped ("the function ran and was stopped").
+func TestQueuedInvocationsYieldToTheRunningCall(t *testing.T) {
+	const size = 12_000_000
+	f := startFront(t, "http", []string{"--tarball", image("cgi.tar"), "--max-inflight-bytes", "64Mi", "--max-concurrency", "1", "--max-queue", "4",
+		"--timeout", patient(60 * time.Second).String()})
+	body := bytes.Repeat([]byte("b"), size)
+	locations := make([]string, 4)
+	var wg sync.WaitGroup
+	for i := range locations {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := http.NewRequest(http.MethodPost, f.url+"/env", bytes.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			req.Header.Set("Prefer", "respond-async")
+			rsp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			msg, _ := io.ReadAll(rsp.Body)
+			rsp.Body.Close()
+			if rsp.StatusCode != http.StatusAccepted {
+				t.Errorf("invocation %d: %d %s, want 202", i, rsp.StatusCode, msg)
+			}
+			locations[i] = rsp.Header.Get("Location")
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	ok, yielded := 0, 0
+	for i, loc := range locations {
+		f.asyncResult(t, loc)
+		code, h, got := f.do(t, http.MethodGet, loc, nil, nil)
+		switch {
+		case code == http.StatusOK && bytes.Count(got, []byte("b")) >= size:
+			ok++
+		case code == http.StatusServiceUnavailable && h.Get("Retry-After") == "" &&
+			bytes.Contains(got, []byte("did not run")) && bytes.Contains(got, []byte("safe to send it again")):
+			yielded++
+		default:
+			t.Errorf("invocation %d: %d Retry-After %q: %.300s", i, code, h.Get("Retry-After"), got)
+		}
+	}
+	t.Logf("%d ran, %d yielded", ok, yielded)
+	if ok == 0 {
+		t.Errorf("none of the invocations ran")
+	}
+	if n := strings.Count(f.stderr.String(), "outcome=rejected async=true"); n != yielded {
+		t.Errorf("%d invocations logged as rejected, want the %d that yielded:\n%s", n, yielded, f.stderr)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -358,8 +359,12 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 	// its body, and its wait for the image, are part of what it took.
 	// Its front takes the body read here, with its charge, rather than
 	// read a copy of it (Admit).
-	ctx := context.WithValue(admit.WithReservation(iv.ctx, place), invocationKey{}, id)
-	ctx = context.WithValue(ctx, pendingKey{}, &pending{body: body, mem: mem})
+	// Its own context: a running call that needs the memory its body
+	// holds while it waits for a slot ends its wait (pending.yield).
+	ctx, cancel := context.WithCancelCause(iv.ctx)
+	ctx = context.WithValue(admit.WithReservation(ctx, place), invocationKey{}, id)
+	pend := &pending{body: body, mem: mem, cancel: cancel}
+	ctx = context.WithValue(ctx, pendingKey{}, pend)
 	r2 := r.Clone(context.WithValue(ctx, receivedKey{}, received))
 	r2.Body = io.NopCloser(bytes.NewReader(body))
 	r2.ContentLength = int64(len(body))
@@ -367,8 +372,11 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 	iv.wg.Add(1)
 	go func() {
 		defer iv.wg.Done()
+		defer cancel(nil)
 		// In case the call never entered the gate.
 		defer place.Release()
+		// In case it never reached its wait (Admit).
+		defer pend.start()
 		// The body, the call's copies and output, and the answer kept
 		// below until it is stored.
 		defer mem.Release()
@@ -652,6 +660,55 @@ type pendingKey struct{}
 type pending struct {
 	body []byte
 	mem  *Memory
+	// cancel ends the invocation's wait for a slot when it yields.
+	cancel context.CancelCauseFunc
+	// state is pendingWaiting, then pendingStarted or pendingYielded.
+	state atomic.Int32
+}
+
+const (
+	pendingWaiting int32 = iota
+	pendingStarted
+	pendingYielded
+)
+
+// wait offers the invocation's memory, while it waits for a slot, to the
+// running calls that need it (admit.Budget.Yielding).
+func (p *pending) wait() {
+	if b := p.mem.b; b != nil {
+		b.Yielding(p.mem.age, p.yield)
+	}
+}
+
+// start says the invocation's call starts, or that its wait ended
+// otherwise; it returns false when the invocation yielded first, so
+// that its call must not run.
+func (p *pending) start() bool {
+	if b := p.mem.b; b != nil {
+		b.Withdraw(p.mem.age)
+	}
+	return p.state.CompareAndSwap(pendingWaiting, pendingStarted) || p.state.Load() == pendingStarted
+}
+
+// yield gives up the invocation, unless its call has started: its body's
+// memory at once, and its place in the gate as its wait ends (Admit). It
+// has not run, so nothing of it has acted.
+func (p *pending) yield() bool {
+	if !p.state.CompareAndSwap(pendingWaiting, pendingYielded) {
+		return false
+	}
+	p.mem.Release()
+	p.cancel(errYielded)
+	return true
+}
+
+// errYielded ends the wait of an invocation that yielded.
+var errYielded = errors.New("the invocation yielded its memory to running calls")
+
+// yieldedError is the answer stored for an invocation that yielded.
+func (p *pending) yieldedError() error {
+	return fmt.Errorf("the invocation did not run: calls running needed the memory its body of %d bytes held while it waited in the queue (--max-inflight-bytes %d); it is safe to send it again",
+		len(p.body), p.mem.b.Limit())
 }
 
 // recorder keeps a response in memory, charged to mem as its buffer grows.

@@ -158,10 +158,25 @@ func (a Admitted) Leave() {
 // MaxRequestBytes, all of it within Timeout, charged to Budget): a request
 // waiting for a slot holds no body in memory, and a stalled one cannot
 // hold a slot. An asynchronous invocation's body, read before it took its
-// place, is taken as it is, with what it is charged. The caller calls
+// place, is taken as it is, with what it is charged; while it waits for a
+// slot, running calls whose output needs its memory may take it, and it
+// is refused then (503), not run. The caller calls
 // Leave once the call has run; on a refusal nothing is held.
 func (c *Config) Admit(ctx context.Context, w http.ResponseWriter, r *http.Request) (Admitted, *Refused) {
+	p, async := ctx.Value(pendingKey{}).(*pending)
+	if async {
+		p.wait()
+	}
 	leave, err := c.Gate.Enter(ctx)
+	if async && !p.start() {
+		// Its body's memory went to running calls while it waited:
+		// it did not run, and is refused as a call the server had no
+		// room for.
+		if err == nil {
+			leave()
+		}
+		return Admitted{}, &Refused{hook.Rejected, http.StatusServiceUnavailable, p.yieldedError()}
+	}
 	if errors.Is(err, context.Canceled) && !errors.Is(context.Cause(ctx), ErrShutdown) {
 		// Gone while its call waited for a slot: logged as one gone
 		// mid-call is, not as a refusal of ocifn's.
@@ -171,7 +186,7 @@ func (c *Config) Admit(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		outcome, status := refusal(w, err)
 		return Admitted{}, &Refused{outcome, status, err}
 	}
-	if p, ok := ctx.Value(pendingKey{}).(*pending); ok {
+	if async {
 		return Admitted{Body: p.body, Mem: p.mem, leave: leave}, nil
 	}
 	mem := NewMemory(c.Budget)

@@ -117,6 +117,7 @@ func (c *Config) Exec(ctx context.Context, call *hook.Call, bc bundle.Call, stdi
 	stdout, stderr := &s.stdout, &s.stderr
 	bc.Stdin, bc.Stdout, bc.Stderr = &s.stdin, stdout, stderr
 	call.Ran = time.Now()
+	mem.run()
 	exit, runErr := c.Runner.Call(callCtx, bc)
 	call.Exit = hook.Exit{Code: exit.Code, Start: exit.Start, Duration: exit.Duration}
 	call.StdinBytes, call.StdoutBytes = len(stdin), len(stdout.Bytes())

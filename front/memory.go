@@ -29,6 +29,12 @@ type Memory struct {
 	// for room the others hold, and a call that could not have its
 	// copies is refused before its body is read.
 	credit atomic.Int64
+	// running says the call's function has started (Exec): what it
+	// charges from then on is taken first from the asynchronous
+	// invocations that wait in the queue (admit.Budget.ReserveRunning),
+	// which have not acted yet, rather than refused, which would stop a
+	// function that may have.
+	running atomic.Bool
 }
 
 // NewMemory returns the share of a call in b, which may be nil (no bound).
@@ -72,7 +78,13 @@ func (m *Memory) Take(ctx context.Context, n int64, why func() string) error {
 	if total := m.held.Load() + n; total > limit {
 		return &MemoryError{Msg: fmt.Sprintf("this call needs %d bytes of memory, %s, past --max-inflight-bytes %d; raise it, or send or have the function print less", total, why(), limit)}
 	}
-	if err := m.b.ReserveAs(ctx, m.age, n, "this call", why); err != nil {
+	var err error
+	if m.running.Load() {
+		err = m.b.ReserveRunning(ctx, m.age, n, "this call", why)
+	} else {
+		err = m.b.ReserveAs(ctx, m.age, n, "this call", why)
+	}
+	if err != nil {
 		var full *admit.MemoryFullError
 		if errors.As(err, &full) {
 			return &MemoryError{Full: true, Msg: full.Error(), full: full}
@@ -81,6 +93,13 @@ func (m *Memory) Take(ctx context.Context, n int64, why func() string) error {
 	}
 	m.held.Add(n)
 	return nil
+}
+
+// run says the call's function starts now.
+func (m *Memory) run() {
+	if m != nil {
+		m.running.Store(true)
+	}
 }
 
 // Force charges n more bytes at once, past the limit if need be: for

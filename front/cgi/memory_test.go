@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,3 +160,117 @@ func (u unreadBody) Read([]byte) (int, error) {
 }
 
 func (unreadBody) Close() error { return nil }
+
+// heldEcho prints its stdin back once release is closed.
+type heldEcho struct{ release chan struct{} }
+
+func (r heldEcho) Call(ctx context.Context, c bundle.Call) (bundle.Exit, error) {
+	<-r.release
+	_, err := io.Copy(c.Stdout, c.Stdin)
+	return bundle.Exit{}, err
+}
+
+func (heldEcho) Args() []string { return []string{"/fn"} }
+
+// TestQueuedInvocationsYieldToARunningCall: the bodies of asynchronous
+// invocations waiting in the queue hold the budget that the call running
+// needs for its output. Rather than stop that call (its function may have
+// acted), the youngest of those waiting give up their place and body:
+// their results say they did not run and may be sent again, 503 without
+// Retry-After (a poll for them is not to be retried), and they are
+// counted as rejected. Before, the running call was stopped, and the next
+// too: "the function ran and was stopped".
+func TestQueuedInvocationsYieldToARunningCall(t *testing.T) {
+	const (
+		limit = 1 << 20
+		size  = 240 << 10 // four fit, but not a fifth: the output
+	)
+	log := slog.New(slog.DiscardHandler)
+	outcomes := &seenOutcomes{}
+	budget := admit.NewBudget(limit)
+	var queued atomic.Int64
+	gate := admit.New(1, 4, func(_, q int64) { queued.Store(q) })
+	run := heldEcho{release: make(chan struct{})}
+	hooks := hook.NewChain(log, outcomes)
+	cfg := &front.Config{Runner: run, Hooks: hooks, Gate: gate, Budget: budget, Log: log,
+		Timeout: 5 * time.Second, MaxOutputBytes: 8 << 20, MaxRequestBytes: 8 << 20}
+	iv, err := front.OpenInvocations(t.TempDir(), time.Hour, 1<<30, 8<<20, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(iv.Close)
+	iv.RefuseWhenFull(gate)
+	iv.ChargeTo(budget, nil)
+	iv.CountRefusals(hooks, "http")
+	h := iv.Wrap(New(cfg))
+
+	var locations []string
+	for i := range 4 {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(strings.Repeat(string(rune('a'+i)), size)))
+		r.Header.Set("Prefer", "respond-async")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusAccepted {
+			t.Fatalf("invocation %d: %d %s, want 202", i, w.Code, w.Body)
+		}
+		locations = append(locations, w.Header().Get("Location"))
+	}
+	// One runs, held; three wait in the queue.
+	deadline := time.Now().Add(5 * time.Second)
+	for queued.Load() != 3 || budget.Used() != 4*size {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d queued, %d bytes charged; want 3 queued and the 4 bodies", queued.Load(), budget.Used())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // for the three to wait on their slot
+	close(run.release)
+
+	var ran, yielded []int
+	for i, loc := range locations {
+		for {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, loc, nil))
+			if w.Code == http.StatusAccepted {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			switch {
+			case w.Code == http.StatusOK && w.Body.Len() == size:
+				ran = append(ran, i)
+			case w.Code == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" &&
+				strings.Contains(w.Body.String(), "did not run") && strings.Contains(w.Body.String(), "safe to send it again"):
+				yielded = append(yielded, i)
+				fronttest.Says(t, "the result of an invocation that yielded", w.Body.String(), "--max-inflight-bytes 1048576")
+			default:
+				t.Errorf("invocation %d: %d Retry-After %q: %.300s", i, w.Code, w.Header().Get("Retry-After"), w.Body)
+			}
+			break
+		}
+	}
+	// The running call ran, and the youngest waiting yielded to it. Of
+	// the two others, whichever took the slot next ran; the other may
+	// have yielded to it, the first's answer, kept until it is stored,
+	// holding what its output needed.
+	if len(ran) < 2 || ran[0] != 0 || len(yielded) == 0 || yielded[len(yielded)-1] != 3 {
+		t.Errorf("invocations that ran %v, that yielded %v; want the first and one other to run, and the youngest to yield", ran, yielded)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for budget.Used() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if used := budget.Used(); used != 0 {
+		t.Errorf("%d bytes still charged once the results are stored", used)
+	}
+	outcomes.mu.Lock()
+	defer outcomes.mu.Unlock()
+	rejected := 0
+	for _, o := range outcomes.seen {
+		if o == hook.Rejected {
+			rejected++
+		}
+	}
+	if rejected != len(yielded) || len(outcomes.seen) != 4 {
+		t.Errorf("outcomes %v, want %d rejected, those that yielded, among 4", outcomes.seen, len(yielded))
+	}
+}
