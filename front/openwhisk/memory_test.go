@@ -43,6 +43,14 @@ func repeated(item string, n int) string {
 // answers of the shapes that cost most per byte: one long string, many
 // small keys, nulls, nesting, headers, base64.
 func TestParseMemoryBounds(t *testing.T) {
+	// The race detector's build allocates what others do not, up to
+	// twice as much here: under it the steps run, but what they
+	// allocate is not held to the bounds, which are for the build
+	// served.
+	past := func(got, bound int64) bool { return !raceEnabled && got > bound }
+	if raceEnabled {
+		t.Log("under the race detector, what the steps allocate is not counted")
+	}
 	long := strings.Repeat("x", 1<<20)
 	keys := func(n int, v string) string {
 		var b strings.Builder
@@ -70,12 +78,12 @@ func TestParseMemoryBounds(t *testing.T) {
 	for name, body := range bodies {
 		b := []byte(body)
 		var msg map[string]json.RawMessage
-		if got, bound := allocated(func() { msg, _ = parseMessage("/run", b) }), mapCost(b); got > bound {
+		if got, bound := allocated(func() { msg, _ = parseMessage("/run", b) }), mapCost(b); past(got, bound) {
 			t.Errorf("%s: reading the body of %d bytes allocated %d, past its bound %d", name, len(b), got, bound)
 		}
 		if raw := msg["activation"]; raw != nil {
 			var activation map[string]json.RawMessage
-			if got, bound := allocated(func() { _ = json.Unmarshal(raw, &activation) }), mapCost(raw); got > bound {
+			if got, bound := allocated(func() { _ = json.Unmarshal(raw, &activation) }), mapCost(raw); past(got, bound) {
 				t.Errorf("%s: reading its activation of %d bytes allocated %d, past its bound %d", name, len(raw), got, bound)
 			}
 		}
@@ -90,7 +98,7 @@ func TestParseMemoryBounds(t *testing.T) {
 			bc := append(append([]string(nil), "A=b"), env...)
 			_ = Args([]string{"/fn"}, compact.Bytes())
 			_ = bc
-		}), runCost(value, msg); got > bound {
+		}), runCost(value, msg); past(got, bound) {
 			t.Errorf("%s: making the activation's arguments and environment allocated %d, past its bound %d", name, got, bound)
 		}
 	}
@@ -115,7 +123,7 @@ func TestParseMemoryBounds(t *testing.T) {
 			msg, _ := parseMessage("/init", b)
 			_, _ = p.init(msg["value"], false)
 		})
-		if bound := initCost(b); got > bound {
+		if bound := initCost(b); past(got, bound) {
 			t.Errorf("%s: an init of %d bytes allocated %d, past its bound %d", name, len(b), got, bound)
 		}
 		_ = p.Close()
@@ -145,7 +153,7 @@ func TestParseMemoryBounds(t *testing.T) {
 	}
 	for name, answer := range answers {
 		b := []byte(answer)
-		if got, bound := allocated(func() { _, _ = ParseWebResponse(b) }), webCost(b); got > bound {
+		if got, bound := allocated(func() { _, _ = ParseWebResponse(b) }), webCost(b); past(got, bound) {
 			t.Errorf("%s: reading a web answer of %d bytes allocated %d, past its bound %d", name, len(b), got, bound)
 		}
 	}
