@@ -42,9 +42,9 @@ type Proxy struct {
 	cfg     *front.Config
 	apiHost string
 	// stdout and stderr are ocifn's own: the activation's logs go there,
-	// framed by the sentinel, for OpenWhisk's invoker to collect.
+	// framed by the sentinel, for OpenWhisk's invoker to collect, under
+	// streamsMu.
 	stdout, stderr io.Writer
-	outMu          sync.Mutex
 
 	mu     sync.Mutex
 	action *action
@@ -53,6 +53,15 @@ type Proxy struct {
 	// bytes of arguments and environment (ExecLimit).
 	execLimit int
 }
+
+// streamsMu orders the blocks written on ocifn's stdout and stderr: an
+// activation's logs with their sentinels (Proxy), and the sentinels of
+// the activations the server refuses before the front sees them
+// (EndRefused), which it sets up before there is a Proxy. A sentinel
+// written inside another's block would end that activation's logs early,
+// or join a last line the action left unended, and the invoker, which
+// looks for the sentinel's line, would miss it.
+var streamsMu sync.Mutex
 
 // action is what /init fixed for every activation.
 type action struct {
@@ -417,21 +426,27 @@ func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	// The activation's logs, then ocifn's line about the call, then the
 	// sentinels: OpenWhisk gives everything before a sentinel to the
 	// activation it ends, so nothing of this call may come after it.
-	// The logs are written as they are, and what ends them after: a
-	// copy of them joined to it would take as much memory again, up to
-	// --max-output-bytes. Nothing else writes on these streams meanwhile.
-	p.outMu.Lock()
+	// The logs are written as they are, and what ends them after, under
+	// the streams' lock, which every sentinel is written under: a copy
+	// of them joined to it would take as much memory again, up to
+	// --max-output-bytes.
+	streamsMu.Lock()
 	_, _ = p.stdout.Write(outLogs)
 	_, _ = p.stdout.Write(Frame(unended(outLogs)))
 	if len(errLogs) > 0 {
+		// Ended as a line, as Frame ends stdout's, in the same write:
+		// ocifn's own lines, which other calls write without the lock,
+		// must not be glued to the action's last one. The newline goes
+		// in the buffer's spare room, where it has some, rather than in
+		// a copy.
+		if nl := unended(errLogs); nl != nil {
+			errLogs = append(errLogs, nl...)
+		}
 		_, _ = p.stderr.Write(errLogs)
-		// Ended as a line, as Frame ends stdout's: ocifn's own line,
-		// written next, must not be glued to the action's last one.
-		_, _ = p.stderr.Write(unended(errLogs))
 	}
 	p.cfg.Hooks.After(ctx, call)
 	_, _ = p.stderr.Write(Frame(nil))
-	p.outMu.Unlock()
+	streamsMu.Unlock()
 	writeRaw(w, status, body)
 }
 
@@ -615,6 +630,8 @@ func EndRefused(stdout, stderr io.Writer) func(*http.Request) {
 		if r.URL.Path != "/run" && r.URL.Path != "/" {
 			return
 		}
+		streamsMu.Lock()
+		defer streamsMu.Unlock()
 		_, _ = stdout.Write(Frame(nil))
 		_, _ = stderr.Write(Frame(nil))
 	}
@@ -624,8 +641,8 @@ func EndRefused(stdout, stderr io.Writer) func(*http.Request) {
 // block in one write so that activations running at once do not mix their
 // lines, with the sentinel after them when framed.
 func (p *Proxy) writeLogs(stdout, stderr []byte, framed bool) {
-	p.outMu.Lock()
-	defer p.outMu.Unlock()
+	streamsMu.Lock()
+	defer streamsMu.Unlock()
 	if framed {
 		_, _ = p.stdout.Write(Frame(stdout))
 		_, _ = p.stderr.Write(Frame(stderr))

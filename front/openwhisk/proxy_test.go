@@ -365,3 +365,89 @@ func TestInitAnswerSaysWhatItIs(t *testing.T) {
 		_ = p.Close()
 	}
 }
+
+// logsRunner leaves logs on stdout and a last line of stderr with no
+// newline, then answers.
+type logsRunner struct{}
+
+func (logsRunner) Call(_ context.Context, c bundle.Call) (bundle.Exit, error) {
+	_, _ = io.WriteString(c.Stderr, "a line\nthe last one, unended")
+	_, err := io.WriteString(c.Stdout, "a log line\n{}\n")
+	return bundle.Exit{}, err
+}
+
+func (logsRunner) Args() []string { return []string{"/fn"} }
+
+// pausingWriter is one of ocifn's streams that lets other goroutines run
+// after each write, as a write to a pipe that blocks would.
+type pausingWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (w *pausingWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	n, err := w.buf.Write(p)
+	w.mu.Unlock()
+	time.Sleep(100 * time.Microsecond)
+	return n, err
+}
+
+// TestSentinelsOnTheirOwnLines: activations whose stderr ends without a
+// newline, and activations the server refuses before the front sees them
+// (EndRefused), at once: every sentinel is a line of its own on both
+// streams, one per activation, and no log is glued to another line. An
+// activation's logs and what ends them are written as one block that no
+// refusal's sentinel can split: a sentinel written between the action's
+// unended last line and its newline joined it, and the invoker, which
+// looks for the sentinel's line, missed it.
+func TestSentinelsOnTheirOwnLines(t *testing.T) {
+	const activations, refusals = 40, 200
+	log := slog.New(slog.DiscardHandler)
+	stdout, stderr := &pausingWriter{}, &pausingWriter{}
+	p := New(&front.Config{Runner: logsRunner{}, Hooks: hook.NewChain(log), Gate: admit.New(activations, 0, nil), Log: log,
+		Timeout: 5 * time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 10}, "", stdout, stderr)
+	end := EndRefused(stdout, stderr)
+	var wg sync.WaitGroup
+	for range activations {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := httptest.NewRecorder()
+			p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(`{"value": {}}`)))
+			if w.Code != http.StatusOK {
+				t.Errorf("an activation: %d %s", w.Code, w.Body)
+			}
+		}()
+	}
+	for range refusals {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			end(httptest.NewRequest(http.MethodPost, "/run", nil))
+		}()
+	}
+	wg.Wait()
+	for _, s := range []struct {
+		name string
+		w    *pausingWriter
+		line string
+	}{{"stdout", stdout, "a log line"}, {"stderr", stderr, "the last one, unended"}} {
+		sentinels, logs := 0, 0
+		for _, l := range strings.Split(s.w.buf.String(), "\n") {
+			switch {
+			case l == Sentinel:
+				sentinels++
+			case strings.Contains(l, Sentinel):
+				t.Errorf("%s: a sentinel not on its own line: %q", s.name, l)
+			case l == s.line:
+				logs++
+			case strings.Contains(l, s.line):
+				t.Errorf("%s: a log line joined to another: %q", s.name, l)
+			}
+		}
+		if sentinels != activations+refusals || logs != activations {
+			t.Errorf("%s: %d sentinel lines and %d log lines, want %d and %d", s.name, sentinels, logs, activations+refusals, activations)
+		}
+	}
+}
