@@ -733,3 +733,57 @@ func TestAsyncBodiesAreCharged(t *testing.T) {
 		t.Errorf("%d bytes still charged once the results are stored", used)
 	}
 }
+
+// TestUnnamedServerLocksAreRemoved: a server killed between creating its
+// lock file and naming it (openServer) leaves a .new-* file that no record
+// names, which no server adopts. A server removes those that nobody holds
+// locked and that are older than a live server takes to name its own, at
+// its start and as it sweeps; one locked, or made a moment ago, stays.
+func TestUnnamedServerLocksAreRemoved(t *testing.T) {
+	dir := t.TempDir()
+	servers := filepath.Join(dir, serversDir)
+	if err := os.MkdirAll(servers, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * newLockGrace)
+	leave := func(name string, at time.Time) string {
+		path := filepath.Join(servers, name)
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, at, at); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	killed := leave(newPrefix+"1234", old)
+	fresh := leave(newPrefix+"5678", time.Now())
+	locked := leave(newPrefix+"9abc", old)
+	f, err := os.Open(locked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	iv, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iv.Close()
+	exists := func(path string) bool { _, err := os.Stat(path); return err == nil }
+	if exists(killed) || !exists(fresh) || !exists(locked) {
+		t.Errorf("at startup: the killed server's file there %v, a fresh one %v, a locked one %v; want only the killed server's removed", exists(killed), exists(fresh), exists(locked))
+	}
+
+	// Left while the server runs: removed at its next sweep.
+	killed = leave(newPrefix+"def0", old)
+	iv.serversMu.Lock()
+	iv.swept = time.Now().Add(-sweepEvery)
+	iv.serversMu.Unlock()
+	iv.bound()
+	if exists(killed) || !exists(fresh) || !exists(locked) {
+		t.Errorf("at a sweep: the killed server's file there %v, a fresh one %v, a locked one %v; want only the killed server's removed", exists(killed), exists(fresh), exists(locked))
+	}
+}

@@ -39,6 +39,15 @@ const earlierLock = "earlier.lock"
 // that are gone, not those of a write in progress elsewhere.
 const tmpPrefix = ".tmp-"
 
+// newPrefix starts the name of a server's lock file from its creation to
+// its lock (openServer), when it takes its server's name.
+const newPrefix = ".new-"
+
+// newLockGrace is how old an unlocked lock file still under newPrefix
+// must be to be taken for one a server killed before it named it left: a
+// live server locks its own a moment after it creates it.
+const newLockGrace = time.Minute
+
 // sweepEvery is how often a server looks for servers that went, after a
 // call: an idle server has nothing to bound.
 const sweepEvery = 10 * time.Second
@@ -93,7 +102,7 @@ func openServer(dir string) (string, *os.File, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	f, err := os.CreateTemp(filepath.Join(dir, serversDir), ".new-")
+	f, err := os.CreateTemp(filepath.Join(dir, serversDir), newPrefix)
 	if err != nil {
 		return "", nil, fmt.Errorf("cannot create this server's lock in the invocations directory: %w", err)
 	}
@@ -245,6 +254,7 @@ func (iv *Invocations) recordedServers() map[string]bool {
 // The caller lets go of the servers left without records (letGo), once
 // bound has removed what it removes.
 func (iv *Invocations) adopt(startup bool) (cut int) {
+	iv.removeUnnamed()
 	var named map[string]bool
 	if startup {
 		named = iv.recordedServers()
@@ -255,6 +265,37 @@ func (iv *Invocations) adopt(startup bool) (cut int) {
 		cut = iv.indexRecordsOf(taken)
 	}
 	return cut
+}
+
+// removeUnnamed removes the lock files that servers killed between
+// their creation and their naming (openServer) left: no record names
+// them, so no server adopts them, and they would stay for good.
+func (iv *Invocations) removeUnnamed() {
+	dir := filepath.Join(iv.dir, serversDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return // takeGone, next, says so
+	}
+	iv.serversMu.Lock()
+	defer iv.serversMu.Unlock()
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), newPrefix) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) < newLockGrace {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		f, err := take(path, false, unix.LOCK_EX)
+		if err != nil {
+			continue // locked by its server, which lives, or gone
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			iv.log.Warn("cannot remove the lock file a server killed as it started left in the invocations directory", "file", path, "error", err)
+		}
+		f.Close()
+	}
 }
 
 // indexRecordsOf indexes the records of servers, whose locks this server
