@@ -46,6 +46,11 @@ func marshalYAML(v any) ([]byte, error) {
 	return out, nil
 }
 
+// MarshalYAML writes v as YAML as the YAML modes write what they send
+// the function (keys sorted, as sigs.k8s.io/yaml's Marshal writes them),
+// for YAML that every reader reads back as v.
+func MarshalYAML(v any) ([]byte, error) { return marshalYAML(v) }
+
 // quoteMergeKeys returns out, YAML that go.yaml.in/yaml/v2 wrote, with
 // each key "<<" double-quoted. The writer leaves that key plain, and the
 // YAML readers a function may use (go-yaml v2 and v3, so kyaml, and yq)

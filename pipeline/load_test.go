@@ -8,6 +8,8 @@ import (
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 func writeFile(t *testing.T, dir, name, content string) string {
@@ -333,5 +335,34 @@ func TestMessageYAMLIsStable(t *testing.T) {
 	want := "meta:\n  tag: t\nresults:\n- message: m\n  severity: SEVERITY_NORMAL\n"
 	if string(b) != want {
 		t.Errorf("got:\n%s\nwant:\n%s", b, want)
+	}
+}
+
+// TestMessageYAMLReadsBack: what ocifn test prints, and --update records,
+// reads back as the same response, --expected's reading of it, whatever
+// its values: a key "<<" is no merge key, a NEL no line break.
+func TestMessageYAMLReadsBack(t *testing.T) {
+	data, err := structpb.NewStruct(map[string]any{
+		"<<":     map[string]any{"a": "1"},
+		"string": map[string]any{"<<": "merged"},
+		"nel":    "a\u0085b",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsp := &fnv1.RunFunctionResponse{
+		Meta:    &fnv1.ResponseMeta{Tag: "t"},
+		Desired: &fnv1.State{Resources: map[string]*fnv1.Resource{"r": {Resource: data}}},
+	}
+	b, err := MessageYAML(rsp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseResponse(b)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	if !proto.Equal(got, rsp) {
+		t.Errorf("read back as another response:\n%s", b)
 	}
 }

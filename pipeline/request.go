@@ -268,7 +268,10 @@ func MessageYAML(m proto.Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return yaml.JSONToYAML(j)
+	// Not sigs.k8s.io/yaml's JSONToYAML: it writes a key "<<" plain, which
+	// YAML readers take for a merge key, and a NEL that they read as a
+	// line break; what ocifn test --update records would not read back.
+	return codec.MarshalYAML(json.RawMessage(j))
 }
 
 func sortedKeys[V any](m map[string]V) []string {
