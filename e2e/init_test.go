@@ -229,6 +229,9 @@ func TestInitExpectedKeepsOutputsOnFailure(t *testing.T) {
 		t.Fatalf("make expected with a broken function should fail:\n%s", out)
 	}
 	mustContain(t, "make output", string(out), "broken on purpose")
+	// ocifn names the copy in .build it was given; removing that would
+	// change nothing, the next make expected copies it again.
+	mustContain(t, "make output", string(out), "if the function must now refuse example/request.yaml, remove example/expected.yaml")
 	for _, g := range goldens {
 		if b, err := os.ReadFile(filepath.Join(dir, g)); err != nil || string(b) != want[g] {
 			t.Errorf("a failed make expected changed %s (%v):\n%s", g, err, b)
