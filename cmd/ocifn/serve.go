@@ -234,7 +234,7 @@ another I/O mode.`,
 	f.Var(&o.maxRequestBytes, "max-request-bytes", "largest request body the HTTP fronts accept, in bytes (e.g. 64Mi)")
 	f.DurationVar(&o.resultTTL, "result-ttl", time.Hour, "HTTP fronts: how long the result of an asynchronous invocation (Prefer: respond-async) is kept")
 	o.resultsMaxBytes = 256 << 20
-	f.Var(&o.resultsMaxBytes, "results-max-bytes", "HTTP fronts: the most the results of asynchronous invocations this server stored take on disk (e.g. 256Mi); the oldest go first")
+	f.Var(&o.resultsMaxBytes, "results-max-bytes", "HTTP fronts: the most the results of asynchronous invocations this server stored, or took over from a server gone from a shared invocations directory, take on disk (e.g. 256Mi); the oldest go first")
 	o.functionFlags.register(f)
 	f.Lookup("io").Usage += " (env " + oci.EnvIO + ")"
 	f.Lookup("timeout").Usage += "; with --api http, FUNC_TIMEOUT (seconds) when not given, as Kubeless sets it; with --api openwhisk, 5m when not given, the longest limit of an OpenWhisk action, whose deadline ends it sooner"
