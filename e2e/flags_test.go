@@ -216,7 +216,7 @@ func TestTwoHTTPServersOnOneCacheDir(t *testing.T) {
 	if code != http.StatusInternalServerError {
 		t.Errorf("the killed server's invocation on the other: %d %q, want 500", code, body)
 	}
-	mustContain(t, "the cut-off call's result", body, "cut off by a restart")
+	mustContain(t, "the cut-off call's result", body, "the ocifn server running it stopped")
 	if code, body := second.asyncResult(t, alive); code != http.StatusOK || body != "slept 3\n" {
 		t.Errorf("the surviving server's own invocation: %d %q, want 200", code, body)
 	}

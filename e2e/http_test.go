@@ -286,7 +286,7 @@ func TestAsyncInvocations(t *testing.T) {
 	if code != http.StatusInternalServerError {
 		t.Errorf("a call cut off by a restart: %d %q, want 500", code, body)
 	}
-	mustContain(t, "the cut-off call's result", body, "cut off by a restart")
+	mustContain(t, "the cut-off call's result", body, "the ocifn server running it stopped")
 }
 
 // TestAsyncInvocationTimedFromArrival: an asynchronous invocation's call

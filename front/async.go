@@ -30,7 +30,10 @@ import (
 const invocationsPath = "/invocations/"
 
 // msgCutOff is the answer of a call that a restart of ocifn cut off.
-const msgCutOff = "the call was cut off by a restart of ocifn before it ended; run it again"
+// The server may have restarted, or, where servers share the directory,
+// been another replica, killed or replaced with its pod: "a restart"
+// alone told the caller of a killed replica what did not happen.
+const msgCutOff = "the call was cut off before it ended: the ocifn server running it stopped (restarted, killed, or its pod replaced); run it again"
 
 // msgNoSuchInvocation is the answer of a poll for an id that is not stored.
 // A replica polled for another's id answers it too: it says so, as the
@@ -146,7 +149,7 @@ func OpenInvocations(dir string, ttl time.Duration, maxBytes, maxBody int64, log
 	iv := &Invocations{dir: dir, ttl: ttl, maxBytes: maxBytes, maxBody: maxBody, log: log, now: time.Now, ctx: ctx, cancel: cancel,
 		index: map[string]stored{}, lock: lock, server: server, held: map[string]*os.File{server: own}, swept: time.Now()}
 	if failed := iv.adopt(true); failed > 0 {
-		log.Warn("asynchronous invocations cut off by a restart are reported failed", "invocations", failed)
+		log.Warn("asynchronous invocations cut off by the stop of the server running them are reported failed", "invocations", failed)
 	}
 	iv.bound()
 	iv.letGo()

@@ -463,7 +463,7 @@ func TestGoneServersInvocations(t *testing.T) {
 		live.serveResult(g, id)
 		return g
 	}
-	if g := poll(earlier); g.Code != http.StatusInternalServerError || !strings.Contains(g.Body.String(), "cut off by a restart") {
+	if g := poll(earlier); g.Code != http.StatusInternalServerError || !strings.Contains(g.Body.String(), "the ocifn server running it stopped") {
 		t.Errorf("an earlier version's running record: %d %q, want 500 cut off", g.Code, g.Body.String())
 	}
 	if g := poll(running); g.Code != http.StatusAccepted {
@@ -479,7 +479,7 @@ func TestGoneServersInvocations(t *testing.T) {
 
 	// The server dies: its process's locks go with it.
 	dead.held[dead.server].Close()
-	if g := poll(running); g.Code != http.StatusInternalServerError || !strings.Contains(g.Body.String(), "cut off by a restart") {
+	if g := poll(running); g.Code != http.StatusInternalServerError || !strings.Contains(g.Body.String(), "the ocifn server running it stopped") {
 		t.Errorf("a running invocation of a gone server: %d %q, want 500 cut off", g.Code, g.Body.String())
 	}
 	live.swept = time.Time{}
