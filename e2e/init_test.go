@@ -124,6 +124,17 @@ func refuses(t *testing.T, dir string, env []string) {
 		t.Fatal(err)
 	}
 
+	// A request with no expected response yet: make test says how to
+	// record one, not ocifn test's --update, which the Makefile gives.
+	cmd := exec.Command("make", "--no-print-directory", "test")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err == nil {
+		t.Errorf("make test passed with example/refused.request.yaml and no example/refused.expected.yaml:\n%s", b)
+	} else {
+		mustContain(t, "make test", string(b), "example/refused.request.yaml has no example/refused.expected.yaml yet: run make expected")
+	}
+
 	out := runMake(t, dir, env, "expected")
 	mustContain(t, "make expected", out, "recorded the function's Fatal result in .build/example/refused.expected.yaml: spec.to must be a string")
 	if b, err := os.ReadFile(filepath.Join(dir, "example", "expected.yaml")); err != nil || string(b) != string(expected) {
@@ -139,7 +150,7 @@ func refuses(t *testing.T, dir string, env []string) {
 
 	// Refused with another message: the case fails, with a diff.
 	write("function.jq", refusing("spec.to must not be a list"))
-	cmd := exec.Command("make", "--no-print-directory", "test")
+	cmd = exec.Command("make", "--no-print-directory", "test")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	b, err := cmd.CombinedOutput()
