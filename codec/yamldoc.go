@@ -80,15 +80,24 @@ func quoteMergeKeys(out []byte) []byte {
 	if len(at) == 0 {
 		return out
 	}
+	return quoteAt(out, at, func([]byte) int { return len("<<") })
+}
+
+// quoteAt returns doc with the word at each offset in at double-quoted,
+// wordLen saying how long the word that begins a slice is.
+func quoteAt(doc []byte, at []int, wordLen func([]byte) int) []byte {
 	sort.Ints(at)
-	quoted := make([]byte, 0, len(out)+2*len(at))
+	out := make([]byte, 0, len(doc)+2*len(at))
 	prev := 0
 	for _, off := range at {
-		quoted = append(quoted, out[prev:off]...)
-		quoted = append(quoted, `"<<"`...)
-		prev = off + len("<<")
+		end := off + wordLen(doc[off:])
+		out = append(out, doc[prev:off]...)
+		out = append(out, '"')
+		out = append(out, doc[off:end]...)
+		out = append(out, '"')
+		prev = end
 	}
-	return append(quoted, out[prev:]...)
+	return append(out, doc[prev:]...)
 }
 
 // yamlNumbers replaces, in place, each json.Number in v with the int64,
@@ -301,18 +310,7 @@ func quoteYAML11Bools(doc []byte) []byte {
 	if len(at) == 0 {
 		return doc
 	}
-	sort.Ints(at)
-	out := make([]byte, 0, len(doc)+2*len(at))
-	prev := 0
-	for _, off := range at {
-		end := off + plainWordLen(doc[off:])
-		out = append(out, doc[prev:off]...)
-		out = append(out, '"')
-		out = append(out, doc[off:end]...)
-		out = append(out, '"')
-		prev = end
-	}
-	return append(out, doc[prev:]...)
+	return quoteAt(doc, at, plainWordLen)
 }
 
 // lineStarts is where each line of doc begins, counting the line breaks
