@@ -787,3 +787,49 @@ func TestUnnamedServerLocksAreRemoved(t *testing.T) {
 		t.Errorf("at a sweep: the killed server's file there %v, a fresh one %v, a locked one %v; want only the killed server's removed", exists(killed), exists(fresh), exists(locked))
 	}
 }
+
+// TestStartupAdoptsServersWithoutLockFiles: records that name a server
+// whose lock file is gone (a directory copied without its .servers, say)
+// are adopted by the first server to start, in its one pass over the
+// directory: the running one cut off, the finished one indexed, and the
+// server's temporary file removed, though its name sorts before every
+// record's.
+func TestStartupAdoptsServersWithoutLockFiles(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	const gone = "0123456789abcdef"
+	now := time.Now().Format(time.RFC3339Nano)
+	running, finished := strings.Repeat("d4", 32), strings.Repeat("e5", 32)
+	files := map[string]string{
+		running + ".json":         `{"running":true,"server":"` + gone + `","created":"` + now + `"}` + "\n",
+		finished + ".json":        `{"server":"` + gone + `","created":"` + now + `","status":200}` + "\nkept",
+		tmpPrefix + gone + "-123": "half a record",
+	}
+	if err := os.MkdirAll(filepath.Join(dir, serversDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	iv, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iv.Close()
+	if _, ok := iv.held[gone]; !ok {
+		t.Errorf("the server the records name is not held: %v", iv.held)
+	}
+	if len(iv.index) != 2 || iv.index[finished].server != gone {
+		t.Errorf("the index at startup: %v, want the gone server's two records", iv.index)
+	}
+	g := httptest.NewRecorder()
+	iv.serveResult(g, running)
+	if g.Code != http.StatusInternalServerError || !strings.Contains(g.Body.String(), "the ocifn server running it stopped") {
+		t.Errorf("the gone server's running record: %d %q, want 500 cut off", g.Code, g.Body.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, tmpPrefix+gone+"-123")); !os.IsNotExist(err) {
+		t.Errorf("the gone server's temporary file: %v, want it removed", err)
+	}
+}

@@ -189,22 +189,10 @@ func (iv *Invocations) takeGone(named map[string]bool) map[string]bool {
 	iv.serversMu.Lock()
 	defer iv.serversMu.Unlock()
 	taken := map[string]bool{}
-	try := func(server string, create bool) {
-		if _, ok := iv.held[server]; ok {
-			return
-		}
-		f, err := take(iv.lockPath(server), create, unix.LOCK_EX)
-		if err != nil {
-			if !errors.Is(err, errHeld) && !errors.Is(err, os.ErrNotExist) {
-				iv.log.Warn("cannot tell whether a server sharing the invocations directory is gone", "server", server, "error", err)
-			}
-			return
-		}
-		iv.held[server] = f
-		taken[server] = true
-	}
 	for s := range named {
-		try(s, true)
+		if iv.takeLocked(s, true) {
+			taken[s] = true
+		}
 	}
 	entries, err := os.ReadDir(filepath.Join(iv.dir, serversDir))
 	if err != nil {
@@ -219,50 +207,47 @@ func (iv *Invocations) takeGone(named map[string]bool) map[string]bool {
 		case !ok || !validServer(s):
 			continue // an NFS client's .nfs file of a removed lock, say
 		}
-		try(s, false)
+		if iv.takeLocked(s, false) {
+			taken[s] = true
+		}
 	}
 	return taken
 }
 
-// recordedServers returns the servers but this one that the records in the
-// directory name.
-func (iv *Invocations) recordedServers() map[string]bool {
-	named := map[string]bool{}
-	entries, _ := os.ReadDir(iv.dir)
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || !validID(id) {
-			continue
-		}
-		rec, _, f, err := iv.open(id)
-		if err != nil {
-			continue
-		}
-		f.Close()
-		if rec.Server != iv.server && (rec.Server == "" || validServer(rec.Server)) {
-			named[rec.Server] = true
-		}
+// takeLocked takes the lock of server, made first when create is set, if
+// it is gone and not held here yet, and reports whether it did. The caller
+// holds serversMu.
+func (iv *Invocations) takeLocked(server string, create bool) bool {
+	if _, ok := iv.held[server]; ok {
+		return false
 	}
-	return named
+	f, err := take(iv.lockPath(server), create, unix.LOCK_EX)
+	if err != nil {
+		if !errors.Is(err, errHeld) && !errors.Is(err, os.ErrNotExist) {
+			iv.log.Warn("cannot tell whether a server sharing the invocations directory is gone", "server", server, "error", err)
+		}
+		return false
+	}
+	iv.held[server] = f
+	return true
 }
 
 // adopt takes the records of the servers that are gone: it indexes their
 // finished results, so that this server bounds them, marks their running
 // invocations cut off, and removes their temporary files. At startup it
-// also looks at the servers the records name, and removes the temporary
-// files of earlier versions. It returns how many invocations it cut off.
-// The caller lets go of the servers left without records (letGo), once
-// bound has removed what it removes.
+// also adopts the servers the records name that have no lock file, and
+// removes the temporary files of earlier versions. It returns how many
+// invocations it cut off. The caller lets go of the servers left without
+// records (letGo), once bound has removed what it removes.
 func (iv *Invocations) adopt(startup bool) (cut int) {
 	iv.removeUnnamed()
 	var named map[string]bool
 	if startup {
-		named = iv.recordedServers()
-		named[""] = true
+		named = map[string]bool{"": true}
 	}
 	taken := iv.takeGone(named)
-	if len(taken) > 0 {
-		cut = iv.indexRecordsOf(taken)
+	if len(taken) > 0 || startup {
+		cut = iv.indexRecordsOf(taken, startup)
 	}
 	return cut
 }
@@ -299,38 +284,56 @@ func (iv *Invocations) removeUnnamed() {
 }
 
 // indexRecordsOf indexes the records of servers, whose locks this server
-// holds, and returns how many running ones it marked cut off.
-func (iv *Invocations) indexRecordsOf(servers map[string]bool) (cut int) {
+// holds, and returns how many running ones it marked cut off. With
+// discover, it also takes the lock of each other server a record names,
+// if that server is gone, and adopts its records too: one pass over the
+// directory, which a restart with many results waits for.
+func (iv *Invocations) indexRecordsOf(servers map[string]bool, discover bool) (cut int) {
 	entries, err := os.ReadDir(iv.dir)
 	if err != nil {
 		iv.log.Warn("cannot read the invocations directory", "error", err)
 		return 0
 	}
+	// Temporary files are removed at the end, once every server gone is
+	// known: one may come before its server's first record.
+	var temps []string
+	tried := map[string]bool{}
 	for _, e := range entries {
-		if s, ok := tempServer(e.Name()); ok {
-			if servers[s] {
-				_ = os.Remove(filepath.Join(iv.dir, e.Name())) // a write cut off
-			}
+		if _, ok := tempServer(e.Name()); ok {
+			temps = append(temps, e.Name())
 			continue
 		}
 		id, ok := strings.CutSuffix(e.Name(), ".json")
 		if !ok || !validID(id) {
 			continue
 		}
-		rec, _, f, err := iv.open(id)
+		rec, size, err := iv.head(id)
 		if err != nil {
 			// Unreadable, or not a record of ours: left alone, and not
 			// counted.
 			continue
 		}
-		info, err := f.Stat()
-		f.Close()
-		if err != nil || !servers[rec.Server] {
-			continue
+		if !servers[rec.Server] {
+			if !discover || tried[rec.Server] || !iv.adoptable(rec.Server) {
+				continue
+			}
+			tried[rec.Server] = true
+			iv.serversMu.Lock()
+			took := iv.takeLocked(rec.Server, true)
+			iv.serversMu.Unlock()
+			if !took {
+				continue
+			}
+			servers[rec.Server] = true
+			// Read again under the lock: the server that held it may have
+			// removed or rewritten the record since.
+			if rec, size, err = iv.head(id); err != nil || !servers[rec.Server] {
+				continue
+			}
 		}
 		if !rec.Running {
 			iv.mu.Lock()
-			iv.indexLocked(id, stored{size: info.Size(), created: rec.Created, server: rec.Server})
+			iv.indexLocked(id, stored{size: size, created: rec.Created, server: rec.Server})
 			iv.mu.Unlock()
 			continue
 		}
@@ -338,7 +341,32 @@ func (iv *Invocations) indexRecordsOf(servers map[string]bool) (cut int) {
 			cut++
 		}
 	}
+	for _, name := range temps {
+		if s, _ := tempServer(name); servers[s] {
+			_ = os.Remove(filepath.Join(iv.dir, name)) // a write cut off
+		}
+	}
 	return cut
+}
+
+// adoptable reports whether a record naming server may be another server's
+// to adopt: not this one's, and a server's id or an earlier version's "".
+func (iv *Invocations) adoptable(server string) bool {
+	return server != iv.server && (server == "" || validServer(server))
+}
+
+// head reads a record's fields but Body, and its size on disk.
+func (iv *Invocations) head(id string) (record, int64, error) {
+	rec, _, f, err := iv.open(id)
+	if err != nil {
+		return record{}, 0, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return record{}, 0, err
+	}
+	return rec, info.Size(), nil
 }
 
 // cutOff is the record of an invocation whose server went before it
