@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	kyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -268,9 +269,14 @@ func ParsePackageMeta(data []byte) (*PackageMeta, error) {
 					return nil, fmt.Errorf("%s: spec.dependsOn[%d] names no package (provider, configuration, function or package)", what, i)
 				}
 				// Crossplane refuses a package whose constraints do not
-				// parse; refuse it here, before it is pushed.
+				// parse; refuse it here, before it is pushed. A digest
+				// pins the dependency instead, which Crossplane's
+				// resolver takes before it parses a constraint.
+				if _, err := v1.NewHash(d.Version); err == nil {
+					continue
+				}
 				if _, err := semver.NewConstraint(d.Version); err != nil {
-					return nil, fmt.Errorf("%s: spec.dependsOn[%d].version %q is not a semantic version constraint: %v", what, i, d.Version, err)
+					return nil, fmt.Errorf("%s: spec.dependsOn[%d].version %q is neither a semantic version constraint nor a digest (sha256:<64 hex digits>): %v", what, i, d.Version, err)
 				}
 			}
 			if fs.Spec.Crossplane != nil {

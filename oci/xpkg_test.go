@@ -115,7 +115,17 @@ func TestParsePackageMeta(t *testing.T) {
 		},
 		"dependency_version_not_a_constraint": {
 			yaml:    strings.Replace(testFunction, `version: ">=v1.0.0"`, `version: "latest"`, 1),
-			wantErr: []string{`spec.dependsOn[0].version "latest" is not a semantic version constraint`},
+			wantErr: []string{`spec.dependsOn[0].version "latest" is neither a semantic version constraint nor a digest`},
+		},
+		// Crossplane's resolver installs a dependency pinned to a digest
+		// as it is, and crossplane xpkg build packages it.
+		"dependency_pinned_to_a_digest": {
+			yaml:     strings.Replace(testFunction, `version: ">=v1.0.0"`, `version: "sha256:ab6ca7003810ce0d4e079302e9af32987c888b5ccf3927f63d80df78097b0733"`, 1),
+			wantName: "function-labels",
+		},
+		"dependency_digest_cut_short": {
+			yaml:    strings.Replace(testFunction, `version: ">=v1.0.0"`, `version: "sha256:ab6ca700"`, 1),
+			wantErr: []string{`spec.dependsOn[0].version "sha256:ab6ca700" is neither a semantic version constraint nor a digest (sha256:<64 hex digits>)`},
 		},
 	}
 	for name, tc := range cases {
