@@ -1019,6 +1019,47 @@ func TestPackageDigestIsThePushedOne(t *testing.T) {
 	}
 }
 
+// TestPushToATagAndItsDigest: a reference that names a tag and the
+// package's digest (REPOSITORY:TAG@sha256:…) pushes the package under the
+// tag, the digest checked; go-containerregistry reads it as the digest
+// alone, and the tag was not written, exit status 0 and all.
+func TestPushToATagAndItsDigest(t *testing.T) {
+	reg := startRegistry(t)
+	pkg := image("labelizer.tar") // push takes any image
+	out, err := runOcifn(t, "push", pkg, reg.addr+"/functions/first:v1")
+	if err != nil {
+		t.Fatalf("ocifn push: %v\n%s", err, out)
+	}
+	p := pushedRef.FindStringSubmatch(out)
+	if p == nil {
+		t.Fatalf("ocifn push did not print the reference by digest:\n%s", out)
+	}
+	digest := p[1][strings.LastIndex(p[1], "@")+1:]
+	out, err = runOcifn(t, "push", pkg, reg.addr+"/functions/pinned:v0.1.0@"+digest)
+	if err != nil {
+		t.Fatalf("ocifn push to a tag and its digest: %v\n%s", err, out)
+	}
+	mustContain(t, "ocifn push's output", out, reg.addr+"/functions/pinned@"+digest)
+	ref, err := name.ParseReference(reg.addr+"/functions/pinned:v0.1.0", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := remote.Head(ref)
+	if err != nil {
+		t.Fatalf("the tag named with the digest was not pushed: %v", err)
+	}
+	if desc.Digest.String() != digest {
+		t.Errorf("the tag names %s, want %s", desc.Digest, digest)
+	}
+	// Another digest is still refused, before anything is uploaded.
+	wrong := "sha256:" + strings.Repeat("0", 64)
+	out, err = runOcifn(t, "push", pkg, reg.addr+"/functions/wrong:v0.1.0@"+wrong)
+	if err == nil {
+		t.Fatalf("ocifn push to a tag and another digest succeeded:\n%s", out)
+	}
+	mustContain(t, "ocifn push's error", out, wrong, digest)
+}
+
 // TestCrossplaneCLIReadsPackageYAML checks packages ocifn builds with the
 // real crossplane CLI's reader of package.yaml (xpkg get-crds, as resource
 // validate reads a Function extension): it takes the metadata layer as a

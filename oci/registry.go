@@ -229,17 +229,42 @@ func Push(ctx context.Context, path, ref string, opts ...RegistryOption) (name.D
 	// A reference by digest names the manifest it must be. Some
 	// registries take a manifest under another digest's name without a
 	// check; the others refuse it only once every layer is uploaded.
-	if d, ok := r.(name.Digest); ok && d.DigestStr() != digest.String() {
-		return name.Digest{}, fmt.Errorf("cannot push %s to %s: its manifest is %s, not the digest the reference names (push to a tag, or to %s)",
-			filepath.Base(path), r, digest, r.Context().Digest(digest.String()))
+	target := r
+	if d, ok := r.(name.Digest); ok {
+		if d.DigestStr() != digest.String() {
+			return name.Digest{}, fmt.Errorf("cannot push %s to %s: its manifest is %s, not the digest the reference names (push to a tag, or to %s)",
+				filepath.Base(path), r, digest, r.Context().Digest(digest.String()))
+		}
+		// REPOSITORY:TAG@sha256:… parses as the digest alone: written
+		// by digest, the tag would not be, and nothing would say so.
+		// The digest checked, the tag is what is pushed to.
+		if t, ok := digestRefTag(ref, opts); ok {
+			target = t
+		}
 	}
 	updates, wait := o.watch()
-	err = remote.Write(r, img, o.remote(ctx, updates)...)
+	err = remote.Write(target, img, o.remote(ctx, updates)...)
 	wait()
 	if err != nil {
 		return name.Digest{}, fmt.Errorf("cannot push %s to %s: %w", filepath.Base(path), r, err)
 	}
 	return r.Context().Digest(digest.String()), nil
+}
+
+// digestRefTag returns the tag of a reference that names both a tag and a
+// digest (REPOSITORY:TAG@sha256:…), which go-containerregistry parses as
+// the digest alone.
+func digestRefTag(ref string, opts []RegistryOption) (name.Tag, bool) {
+	repo, _, ok := strings.Cut(ref, "@")
+	if !ok || !strings.Contains(repo[strings.LastIndex(repo, "/")+1:], ":") {
+		return name.Tag{}, false
+	}
+	r, err := ParseReference(repo, opts...)
+	if err != nil {
+		return name.Tag{}, false
+	}
+	t, ok := r.(name.Tag)
+	return t, ok
 }
 
 // AnnotateLayers returns img with the annotations its config labels give

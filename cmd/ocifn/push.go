@@ -21,7 +21,11 @@ Credentials come from the docker configuration (~/.docker/config.json or
 $DOCKER_CONFIG/config.json, "docker login", credential helpers). As
 "crossplane xpkg push" does, the layer holding package.yaml is annotated
 io.crossplane.xpkg: base in the pushed manifest. Prints the pushed
-reference by digest.`,
+reference by digest.
+
+A reference by digest (REPOSITORY@sha256:...) must name the package's own
+manifest; with a tag too (REPOSITORY:TAG@sha256:...), the package is
+pushed under the tag once its digest is checked.`,
 		Example: `  ocifn push function.xpkg registry.example.com/acme/function-labels:v0.1.0
 
   # A local registry without TLS, or with a self-signed certificate:
