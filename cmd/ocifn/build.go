@@ -307,6 +307,11 @@ func displayName(n string) string {
 func (o *buildOptions) runtime(ctx context.Context) (v1.Image, func(), error) {
 	if o.runtimeTarball != "" {
 		img, err := oci.Open(o.runtimeTarball)
+		if errors.Is(err, oci.ErrSeveralImages) {
+			// Open's advice, to choose one by name, has no flag here:
+			// --image chooses the function image.
+			return nil, nil, fmt.Errorf("cannot read the runtime image: %w; there is no choosing the runtime image out of several (--image chooses the function image): give --runtime-image-tarball a tarball of the runtime image alone, as make image writes it", err)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("cannot read the runtime image: %w", err)
 		}

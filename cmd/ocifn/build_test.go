@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/ocifn/ocifn/oci"
 )
@@ -33,5 +38,33 @@ func TestIsRuntimeRefusesPackages(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "function.xpkg is a Function package") {
 			t.Errorf("labels %v: %v, want refused as a package", cf.Config.Labels, err)
 		}
+	}
+}
+
+// TestRuntimeTarballOfSeveralImages: a runtime image tarball that holds
+// several images is refused saying to give the runtime image alone, not
+// to choose one by name, which no flag of build does for the runtime
+// (--image chooses the function image).
+func TestRuntimeTarballOfSeveralImages(t *testing.T) {
+	refs := map[name.Reference]v1.Image{}
+	for _, n := range []string{"ocifn-runtime:dev", "labelizer:latest"} {
+		img, err := random.Image(256, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := name.NewTag(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs[ref] = img
+	}
+	tar := filepath.Join(t.TempDir(), "images.tar")
+	if err := tarball.MultiRefWriteToFile(tar, refs); err != nil {
+		t.Fatal(err)
+	}
+	o := &buildOptions{runtimeTarball: tar}
+	_, _, err := o.runtime(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "give --runtime-image-tarball a tarball of the runtime image alone") {
+		t.Errorf("a runtime tarball of two images: %v, want it refused saying to give the runtime image alone", err)
 	}
 }
