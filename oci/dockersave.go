@@ -72,6 +72,10 @@ func dockerCandidates(idx *tarIndex) ([]dockerEntry, []candidate, error) {
 	cs := make([]candidate, len(entries))
 	for i, e := range entries {
 		cs[i] = candidate{names: e.RepoTags, label: fmt.Sprintf("<unnamed image with config %s>", e.Config)}
+		if d, ok := digestFromName(e.Config, configRE); ok {
+			cs[i].digest = d.String()
+			cs[i].label = "<unnamed " + cs[i].digest + ">"
+		}
 	}
 	return entries, cs, nil
 }

@@ -53,7 +53,7 @@ func ociCandidates(idx *tarIndex) (*v1.IndexManifest, []candidate, error) {
 	}
 	cs := make([]candidate, len(im.Manifests))
 	for i, d := range im.Manifests {
-		cs[i] = candidate{names: descriptorNames(d), label: "<unnamed " + d.Digest.String() + ">"}
+		cs[i] = candidate{names: descriptorNames(d), label: "<unnamed " + d.Digest.String() + ">", digest: d.Digest.String()}
 	}
 	return im, cs, nil
 }

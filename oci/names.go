@@ -65,6 +65,9 @@ func nameMatches(want, have string) bool {
 type candidate struct {
 	names []string // docker RepoTags or OCI ref names, as stored
 	label string   // how to show an unnamed candidate
+	// digest also selects the candidate, named or not: its manifest's
+	// (an OCI index entry) or its config's, the image ID (docker save).
+	digest string
 }
 
 // matchedName returns the first stored name that matches want.

@@ -12,7 +12,7 @@ import (
 const (
 	errFmtRead        = "cannot read image tarball %q: %w"
 	errUnknownFormat  = "the archive has neither manifest.json (docker save) nor index.json (OCI image layout)"
-	errNeedName       = "the archive holds %d images, choose one by name: %s"
+	errNeedName       = "the archive holds %d images, choose one by name (an unnamed one by its digest, sha256:…): %s"
 	errNameNotFound   = "no image named %q in the archive; it holds: %s"
 	errSeveralMatches = "several images are named %q: %s"
 )
@@ -68,7 +68,9 @@ func (o openOptions) limit() int64 {
 
 // WithImageName selects the image of that name (docker RepoTags or OCI
 // ref name; "foo", "foo:latest", "docker.io/library/foo:latest" and
-// "localhost/foo:latest" are the same name) in a tarball of several images.
+// "localhost/foo:latest" are the same name) in a tarball of several images,
+// or the one of that digest (sha256:…, an OCI index entry's manifest or a
+// docker save image's config, its ID), which unnamed images have alone.
 func WithImageName(name string) OpenOption {
 	return func(o *openOptions) { o.name = name }
 }
@@ -225,7 +227,10 @@ func chooseCandidates(cs []candidate, want string) ([]int, error) {
 	}
 	var chosen []int
 	for i, c := range cs {
-		if _, ok := c.matchedName(want); ok {
+		// The digest the list of candidates shows is the only way to
+		// choose an unnamed one (skopeo copy into one OCI layout without
+		// a tag, docker save by image ID).
+		if _, ok := c.matchedName(want); ok || (c.digest != "" && c.digest == want) {
 			chosen = append(chosen, i)
 		}
 	}

@@ -259,6 +259,49 @@ func TestOpenSelectsByName(t *testing.T) {
 	}
 }
 
+// TestOpenSelectsAnUnnamedImageByDigest: of several unnamed images (skopeo
+// copy into one OCI layout without a tag, docker save by image ID), the
+// error lists each by a digest, and that digest chooses it: no name can.
+func TestOpenSelectsAnUnnamedImageByDigest(t *testing.T) {
+	one := newImage(t, gzipLayer, makeTar(t, entFile("which", "foo")))
+	two := newImage(t, gzipLayer, makeTar(t, entFile("which", "bar")))
+	digestOf := func(f func() (v1.Hash, error)) string {
+		h, err := f()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.String()
+	}
+	for _, tc := range []struct {
+		name   string
+		files  []afile
+		digest string // selects two
+	}{
+		{"oci_archive", ociFiles(t, ociIndex(tagged{nil, one}, tagged{nil, two})), digestOf(two.Digest)},
+		{"docker_save", dockerLegacyFiles(t, tagged{nil, one}, tagged{nil, two}), digestOf(two.ConfigName)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeArchive(t, t.TempDir(), tc.files, false)
+			_, err := Open(p)
+			if err == nil || !strings.Contains(err.Error(), tc.digest) || !strings.Contains(err.Error(), "an unnamed one by its digest") {
+				t.Fatalf("Open without a name: %v, want the images listed by digest and how to choose one", err)
+			}
+			img, err := Open(p, WithImageName(tc.digest))
+			if err != nil {
+				t.Fatalf("Open with the digest the error lists: %v", err)
+			}
+			defer img.Close()
+			root := filepath.Join(t.TempDir(), "rootfs")
+			if err := Unpack(context.Background(), img.Image(), root); err != nil {
+				t.Fatal(err)
+			}
+			if got := readFileT(t, filepath.Join(root, "which")); got != "bar" {
+				t.Errorf("selected image %q, want %q", got, "bar")
+			}
+		})
+	}
+}
+
 func TestOpenSingleImageName(t *testing.T) {
 	img := newImage(t, gzipLayer, makeTar(t, entFile("x", "x")))
 	p := writeArchive(t, t.TempDir(), dockerLegacyFiles(t, tagged{[]string{"localhost/foo:latest"}, img}), false)

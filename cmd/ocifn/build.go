@@ -75,7 +75,7 @@ what "crossplane xpkg build" writes; push it with "ocifn push".`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.from, "from-oci-tarball", "", "the function image: docker save output (optionally gzipped) or an OCI archive")
-	f.StringVar(&o.image, "image", "", "image to package when the tarball holds several")
+	f.StringVar(&o.image, "image", "", "image to package when the tarball holds several: its name, or the digest (sha256:...) an unnamed one is listed by")
 	f.StringVarP(&o.output, "output", "o", "", "where to write the package (default: NAME.xpkg, after the Function's name)")
 	f.StringVar(&o.packageFile, "package-file", "", "package metadata: a YAML stream with one Function (meta.pkg.crossplane.io) and any CustomResourceDefinitions")
 	f.StringVar(&o.name, "name", "", "generate minimal package metadata for a Function of this name")

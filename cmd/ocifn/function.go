@@ -60,7 +60,7 @@ type functionFlags struct {
 }
 
 func (o *functionFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&o.image, "image", "", "image to run when the tarball holds several")
+	f.StringVar(&o.image, "image", "", "image to run when the tarball holds several: its name, or the digest (sha256:...) an unnamed one is listed by")
 	f.StringVar(&o.cacheDir, "cache-dir", defaultCacheDir(), "directory for the unpacked image")
 	f.StringVar(&o.stateDir, "state-dir", bundle.DefaultStateDir, "directory, best a tmpfs, where crun keeps each container's state while it lives (empty or unusable: in --cache-dir)")
 	f.StringVar(&o.runtime, "runtime", "crun", "OCI runtime binary: a path, or a name looked up on PATH")
