@@ -1060,6 +1060,54 @@ func TestPushToATagAndItsDigest(t *testing.T) {
 	mustContain(t, "ocifn push's error", out, wrong, digest)
 }
 
+// TestPackageOfAPackageIsRefused: crossplane xpkg build with an ocifn
+// package as its runtime image makes a package with two layers marked
+// io.crossplane.xpkg: base (the ocifn package's and its own), which
+// Crossplane refuses to install ("multiple annotated base layers"). ocifn
+// inspect described it from the first, as a good package, and ocifn push
+// pushed it; both refuse it, naming the two layers.
+func TestPackageOfAPackageIsRefused(t *testing.T) {
+	cli, _ := crossplaneOracle(t)
+	rt := runtimeImage(t)
+	work := t.TempDir()
+	pkg := filepath.Join(work, "labelizer.xpkg")
+	if out, err := runOcifn(t, "build", "--from-oci-tarball", image("labelizer.tar"), "--name", "function-labelizer",
+		"--runtime-image-tarball", rt, "-o", pkg); err != nil {
+		t.Fatalf("ocifn build: %v\n%s", err, out)
+	}
+	root := filepath.Join(work, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	meta := "apiVersion: meta.pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: function-wrapped\n"
+	if err := os.WriteFile(filepath.Join(root, "crossplane.yaml"), []byte(meta), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wrapped := filepath.Join(work, "wrapped.xpkg")
+	if out, err := exec.Command(cli, "xpkg", "build", "--package-root", root, "--embed-runtime-image-tarball", pkg, "-o", wrapped).CombinedOutput(); err != nil {
+		t.Fatalf("crossplane xpkg build: %v\n%s", err, out)
+	}
+	out, err := runOcifn(t, "inspect", wrapped)
+	if err == nil {
+		t.Fatalf("ocifn inspect of a package with two base layers succeeded:\n%s", out)
+	}
+	mustContain(t, "ocifn inspect's error", out, "layers 3 and 4 are both marked io.crossplane.xpkg: base", "multiple annotated base layers")
+	reg := startRegistry(t)
+	out, err = runOcifn(t, "push", wrapped, reg.addr+"/functions/wrapped:v1")
+	if err == nil {
+		t.Fatalf("ocifn push of a package with two base layers succeeded:\n%s", out)
+	}
+	mustContain(t, "ocifn push's error", out, "layers 3 and 4 are both marked io.crossplane.xpkg: base")
+	rsp, err := http.Get("http://" + reg.addr + "/v2/functions/wrapped/tags/list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsp.Body.Close()
+	if rsp.StatusCode != http.StatusNotFound {
+		t.Errorf("the registry has the refused package: tags/list %s", rsp.Status)
+	}
+}
+
 // TestCrossplaneCLIReadsPackageYAML checks packages ocifn builds with the
 // real crossplane CLI's reader of package.yaml (xpkg get-crds, as resource
 // validate reads a Function extension): it takes the metadata layer as a

@@ -20,6 +20,10 @@ const (
 	errNoFunctionFile = "the package has no %s in any layer"
 	errNoPackageFile  = "the image has no " + PackageFile + " (neither in a layer annotated " + AnnotationKey + ": " + PackageAnnotation + " nor at the root of any layer)"
 	maxPackageYAML    = 64 << 20
+	// A package made of another (crossplane xpkg build
+	// --embed-runtime-image-tarball of an ocifn package, say) keeps the
+	// other's mark.
+	errSeveralBaseLayers = "layers %d and %d are both marked " + AnnotationKey + ": " + PackageAnnotation + " %s: Crossplane refuses a package with more than one (\"multiple annotated base layers\"), and which one holds its " + PackageFile + " is not said (was the package built on another package?)"
 )
 
 // OpenFunction opens the function image in a tarball: the image itself, as
@@ -352,24 +356,39 @@ func PackageYAML(img v1.Image) (data []byte, layer int, annotated bool, err erro
 
 // PackageLayerIndex returns the index of the layer that the manifest
 // annotates io.crossplane.xpkg: base, or else the one the config labels so
-// (see LayerLabel); -1 if neither does.
+// (see LayerLabel); -1 if neither does. Two layers marked so are an error:
+// Crossplane refuses such a package ("multiple annotated base layers"),
+// and which one holds its package.yaml is not said.
 func PackageLayerIndex(img v1.Image) (int, error) {
 	m, err := img.Manifest()
 	if err != nil {
 		return -1, fmt.Errorf("cannot read the manifest: %w", err)
 	}
-	for i, l := range m.Layers {
-		if l.Annotations[AnnotationKey] == PackageAnnotation {
-			return i, nil
-		}
-	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return -1, fmt.Errorf("cannot read the image config: %w", err)
 	}
-	for i, l := range m.Layers {
-		if cf.Config.Labels[LayerLabel(l.Digest.String())] == PackageAnnotation {
-			return i, nil
+	for _, by := range []struct {
+		where string
+		marks func(v1.Descriptor) bool
+	}{
+		{"in the manifest", func(l v1.Descriptor) bool { return l.Annotations[AnnotationKey] == PackageAnnotation }},
+		{"by the config's layer labels", func(l v1.Descriptor) bool {
+			return cf.Config.Labels[LayerLabel(l.Digest.String())] == PackageAnnotation
+		}},
+	} {
+		found := -1
+		for i, l := range m.Layers {
+			if !by.marks(l) {
+				continue
+			}
+			if found >= 0 {
+				return -1, fmt.Errorf(errSeveralBaseLayers, found+1, i+1, by.where)
+			}
+			found = i
+		}
+		if found >= 0 {
+			return found, nil
 		}
 	}
 	return -1, nil

@@ -222,6 +222,10 @@ func Push(ctx context.Context, path, ref string, opts ...RegistryOption) (name.D
 	if err != nil {
 		return name.Digest{}, err
 	}
+	// Crossplane would refuse to install it.
+	if _, err := PackageLayerIndex(img); err != nil {
+		return name.Digest{}, fmt.Errorf("cannot push %s: %w", filepath.Base(path), err)
+	}
 	digest, err := img.Digest()
 	if err != nil {
 		return name.Digest{}, err
