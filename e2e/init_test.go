@@ -249,3 +249,31 @@ func TestInitExpectedKeepsOutputsOnFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestInitStagesWhatEveryCopyNames builds scaffolds whose Dockerfiles copy
+// the staged pieces in the other forms a Dockerfile allows (flags, several
+// sources on one line, a continued line, lower case, ADD, the JSON form):
+// build.sh stages each piece so named, and the function answers as before.
+func TestInitStagesWhatEveryCopyNames(t *testing.T) {
+	for _, c := range []struct{ name, copies string }{
+		{"flags_and_several_sources", "COPY --chown=0:0 --chmod=755 stage/base/ stage/jq/ /\n"},
+		{"continued_line_in_lower_case", "copy stage/base/ \\\n  ./stage/jq/ /\n"},
+		{"add_and_json_form", "  ADD stage/base/ /\nCOPY [\"stage/jq/\", \"/\"]\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			parent := t.TempDir()
+			if out, err := runOcifnIn(parent, "init", "function-greeting"); err != nil {
+				t.Fatalf("ocifn init: %v\n%s", err, out)
+			}
+			dir := filepath.Join(parent, "function-greeting")
+			dockerfile := "FROM scratch\n" + c.copies + "COPY function.jq /fn/\n" +
+				"ENTRYPOINT [\"/bin/jq\", \"--compact-output\", \"--from-file\", \"/fn/function.jq\"]\n"
+			if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := runMake(t, dir, []string{"BUILDER=buildah"}, "OCIFN="+ocifnBin, "test")
+			mustContain(t, "make test", out, "test: the responses match example/*expected.yaml")
+		})
+	}
+}

@@ -13,7 +13,7 @@
 #   stage/jq       jq and the libraries it links to  (Debian/Ubuntu: apt-get install jq)
 #   stage/yq       yq v4 (github.com/mikefarah/yq), a static binary: $YQ, or built with `go install`
 #
-# Only the pieces the Dockerfile copies (COPY stage/<piece>/ /) are staged.
+# Only the pieces the Dockerfile copies (COPY or ADD stage/<piece>/) are staged.
 # Environment: BUILDER; IMAGE, the image name (default localhost/__NAME__:latest);
 # OUT, the output file (default function.tar); YQ, a static yq v4 binary.
 # Staging needs a Linux machine (jq's libraries are the host's); on another
@@ -90,7 +90,13 @@ fi
 
 rm -rf stage
 mkdir -p stage "$work"
-for piece in $(grep -oE '^COPY[[:space:]]+stage/[a-z0-9-]+' Dockerfile | sed 's|.*stage/||' | sort -u); do
+# The pieces named by COPY and ADD in every form a Dockerfile allows: lower
+# case, flags (--chown), several sources, the JSON form, continued lines.
+# A piece not staged would fail the build with a bare "no such file".
+pieces=$(sed -e ':a' -e '/\\$/{N;s/\\\n/ /;ba' -e '}' Dockerfile |
+	grep -iE '^[[:space:]]*(copy|add)[[:space:]]' |
+	grep -oE '(^|[[:space:]"])(\./)?stage/[a-z0-9-]+' | sed 's|.*stage/||' | sort -u || true)
+for piece in $pieces; do
 	declare -F "stage_$piece" >/dev/null || die "the Dockerfile copies stage/$piece/, which this script does not stage"
 	"stage_$piece"
 done
