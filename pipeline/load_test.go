@@ -161,6 +161,34 @@ func TestParseRequestIsOneDocument(t *testing.T) {
 	}
 }
 
+// TestRequestKeyGivenTwice: a key written twice in one mapping of a
+// request or an expected response (a second "observed:" further down) is
+// refused, naming the key, its path and both lines: a YAML decoder keeps
+// the last value alone, and the first would be dropped unsent, or an
+// expected field never compared.
+func TestRequestKeyGivenTwice(t *testing.T) {
+	req := "# the request\nmeta: {tag: t}\nobserved:\n  composite:\n    resource: {kind: X}\ninput: {a: 1}\nobserved:\n  resources: {}\n"
+	if _, err := ParseRequest([]byte(req)); err == nil || !strings.Contains(err.Error(), `key "observed" at $ is given twice, at lines 3 and 7`) {
+		t.Errorf("request with observed twice: err = %v", err)
+	}
+	nested := "desired:\n  resources:\n    a:\n      resource: {kind: X}\n      ready: READY_TRUE\n      ready: READY_FALSE\n"
+	if _, err := ParseRequest([]byte(nested)); err == nil || !strings.Contains(err.Error(), `key "ready" at $.desired.resources.a is given twice, at lines 5 and 6`) {
+		t.Errorf("request with a nested key twice: err = %v", err)
+	}
+	rsp := "results:\n- {severity: SEVERITY_NORMAL, message: a, message: b}\n"
+	if _, err := ParseResponse([]byte(rsp)); err == nil || !strings.Contains(err.Error(), `key "message" at $.results[0] is given twice, at lines 2 and 2`) {
+		t.Errorf("response with a key twice: err = %v", err)
+	}
+	// In a second document, lines are the file's.
+	if _, err := ParseRequest([]byte("# nothing\n---\nmeta: {tag: a}\nmeta: {tag: b}\n")); err == nil || !strings.Contains(err.Error(), "at lines 3 and 4") {
+		t.Errorf("key twice after a comment document: err = %v", err)
+	}
+	// The same key in different mappings is no mistake.
+	if _, err := ParseRequest([]byte("observed: {composite: {resource: {metadata: {name: a}}}}\ndesired: {composite: {resource: {metadata: {name: a}}}}\n")); err != nil {
+		t.Errorf("same keys in different mappings: %v", err)
+	}
+}
+
 func TestParseContext(t *testing.T) {
 	dir := t.TempDir()
 	file := writeFile(t, dir, "c.json", `{"a": [1, 2]}`)

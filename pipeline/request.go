@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	yamlv3 "go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -152,6 +153,9 @@ func ParseRequest(data []byte) (*fnv1.RunFunctionRequest, error) {
 // would never be sent, and an empty first one (comments before "---") would
 // be reported as null.
 func oneDocument(data []byte, what string) ([]byte, error) {
+	if err := keyGivenTwice(data); err != nil {
+		return nil, err
+	}
 	r := kyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var (
 		doc []byte
@@ -186,6 +190,58 @@ func oneDocument(data []byte, what string) ([]byte, error) {
 		return nil, fmt.Errorf("holds %d YAML documents; want one %s", n, what)
 	}
 	return nil, fmt.Errorf("holds %d YAML documents; want one RunFunctionRequest: one call is made, with one request", n)
+}
+
+// keyGivenTwice names a key written twice in one mapping of the YAML
+// stream data. The decoder keeps the last value without a word: a request
+// with a second "observed:" further down would reach the function without
+// the first, and an expected response would not compare what the first
+// holds. A stream that does not parse is left to the decoder to explain.
+func keyGivenTwice(data []byte) error {
+	dec := yamlv3.NewDecoder(bytes.NewReader(data))
+	for {
+		var n yamlv3.Node
+		if err := dec.Decode(&n); err != nil {
+			return nil
+		}
+		if err := duplicateKey(&n, "$"); err != nil {
+			return err
+		}
+	}
+}
+
+func duplicateKey(n *yamlv3.Node, path string) error {
+	switch n.Kind {
+	case yamlv3.DocumentNode:
+		for _, c := range n.Content {
+			if err := duplicateKey(c, path); err != nil {
+				return err
+			}
+		}
+	case yamlv3.SequenceNode:
+		for i, c := range n.Content {
+			if err := duplicateKey(c, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case yamlv3.MappingNode:
+		seen := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			// "<<" merges another mapping in; several are the decoder's
+			// business, not a key given twice.
+			if k.Kind == yamlv3.ScalarNode && k.Value != "<<" {
+				if line, ok := seen[k.Value]; ok {
+					return fmt.Errorf("key %q at %s is given twice, at lines %d and %d: a YAML decoder would keep the second alone; write it once", k.Value, path, line, k.Line)
+				}
+				seen[k.Value] = k.Line
+			}
+			if err := duplicateKey(v, path+"."+k.Value); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func readStruct(path string) (*structpb.Struct, error) {

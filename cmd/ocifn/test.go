@@ -50,7 +50,8 @@ archive), a Function package built by "ocifn build", or a registry reference
 to either (pulled first; --insecure-registry allows plain HTTP).
 
 REQUEST is a RunFunctionRequest in YAML or JSON ("-" reads standard input),
-one document: a file of several is refused, as one call is made.
+one document: a file of several is refused, as one call is made, and so is
+a key given twice in one mapping, whose first value would not be sent.
 Instead of writing the whole request, or to change parts of it, give the
 pieces as files:
 
