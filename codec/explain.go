@@ -226,14 +226,14 @@ func walkSingular(v any, fd protoreflect.FieldDescriptor, path string) string {
 
 func checkEnum(v any, ed protoreflect.EnumDescriptor, path string) string {
 	vals := ed.Values()
+	names := make([]string, 0, vals.Len())
+	for i := 0; i < vals.Len(); i++ {
+		names = append(names, string(vals.Get(i).Name()))
+	}
 	switch x := v.(type) {
 	case string:
 		if vals.ByName(protoreflect.Name(x)) != nil {
 			return ""
-		}
-		names := make([]string, 0, vals.Len())
-		for i := 0; i < vals.Len(); i++ {
-			names = append(names, string(vals.Get(i).Name()))
 		}
 		msg := fmt.Sprintf("%s is %q, which is not a %s; want one of %s", path, x, ed.Name(), strings.Join(names, ", "))
 		if s := unknownfield.Closest(x, names); s != "" {
@@ -245,7 +245,19 @@ func checkEnum(v any, ed protoreflect.EnumDescriptor, path string) string {
 			return ""
 		}
 	}
-	return fmt.Sprintf("%s is %s; want the name of a %s value as a string", path, describe(v), ed.Name())
+	// The names, so that an author who wrote ready: true (or YAML's True,
+	// yes, on) learns what to write instead without the protos at hand.
+	msg := fmt.Sprintf("%s is %s; want the name of a %s value as a string, one of %s", path, describe(v), ed.Name(), strings.Join(names, ", "))
+	if b, ok := v.(bool); ok {
+		suffix := map[bool]string{true: "_TRUE", false: "_FALSE"}[b]
+		for _, n := range names {
+			if strings.HasSuffix(n, suffix) {
+				msg += fmt.Sprintf("; did you mean %q?", n)
+				break
+			}
+		}
+	}
+	return msg
 }
 
 // unknownField explains a key the message does not have.

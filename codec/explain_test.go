@@ -31,7 +31,12 @@ func TestExplainResponse(t *testing.T) {
 		{"enum_without_prefix", `{"results": [{"severity": "Normal", "message": "x"}]}`,
 			[]string{`$.results[0].severity is "Normal", which is not a Severity`, `SEVERITY_FATAL`, `did you mean "SEVERITY_NORMAL"?`}},
 		{"ready_as_boolean", `{"desired": {"resources": {"a": {"resource": {}, "ready": true}}}}`,
-			[]string{`$.desired.resources.a.ready is the boolean true`, `want the name of a Ready value`}},
+			[]string{`$.desired.resources.a.ready is the boolean true`, `want the name of a Ready value as a string`, `READY_UNSPECIFIED, READY_TRUE, READY_FALSE`, `did you mean "READY_TRUE"?`}},
+		// What YAML's False, no or off are, written where a person means READY_FALSE.
+		{"ready_as_boolean_false", `{"desired": {"resources": {"a": {"resource": {}, "ready": false}}}}`,
+			[]string{`$.desired.resources.a.ready is the boolean false`, `READY_UNSPECIFIED, READY_TRUE, READY_FALSE`, `did you mean "READY_FALSE"?`}},
+		{"severity_as_a_number_no_value_has", `{"results": [{"severity": 1.5, "message": "x"}]}`,
+			[]string{`$.results[0].severity is the number 1.5`, `SEVERITY_UNSPECIFIED, SEVERITY_FATAL, SEVERITY_WARNING, SEVERITY_NORMAL`}},
 		{"resource_not_an_object", `{"desired": {"composite": {"resource": "x"}}}`,
 			[]string{`$.desired.composite.resource is the string "x"; want a JSON object`}},
 		{"top_level_array", `[{"desired": {}}]`,
