@@ -21,6 +21,9 @@ func ParseResponse(data []byte) (*fnv1.RunFunctionResponse, error) {
 	}
 	rsp := &fnv1.RunFunctionResponse{}
 	if err := protojson.Unmarshal(j, rsp); err != nil {
+		if why := otherKind(j, "RunFunctionResponse"); why != "" {
+			return nil, fmt.Errorf("not a RunFunctionResponse: %s", why)
+		}
 		if why := codec.ExplainMessage(j, rsp.ProtoReflect().Descriptor()); why != "" {
 			return nil, fmt.Errorf("not a RunFunctionResponse: %s", why)
 		}

@@ -189,6 +189,32 @@ func TestRequestKeyGivenTwice(t *testing.T) {
 	}
 }
 
+// TestParseRequestNamesTheFileMeant: a file of another kind given as
+// REQUEST or --expected (an XR, a request as the expected response) says
+// what it looks like and where it goes, not only that its first key is
+// unknown.
+func TestParseRequestNamesTheFileMeant(t *testing.T) {
+	xr := "apiVersion: example.org/v1alpha1\nkind: XGreeting\nmetadata: {name: hello}\nspec: {to: World}\n"
+	if _, err := ParseRequest([]byte(xr)); err == nil || !strings.Contains(err.Error(), `not a RunFunctionRequest: it looks like a Kubernetes object (apiVersion example.org/v1alpha1, kind XGreeting); give a composite resource with --xr FILE`) {
+		t.Errorf("an XR as the request: err = %v", err)
+	}
+	if _, err := ParseResponse([]byte(xr)); err == nil || !strings.Contains(err.Error(), `not a RunFunctionResponse: it looks like a Kubernetes object (apiVersion example.org/v1alpha1, kind XGreeting)`) {
+		t.Errorf("an XR as the expected response: err = %v", err)
+	}
+	req := "meta: {tag: t}\nobserved: {composite: {resource: {kind: X}}}\ninput: {a: 1}\n"
+	if _, err := ParseResponse([]byte(req)); err == nil || !strings.Contains(err.Error(), `not a RunFunctionResponse: it looks like a RunFunctionRequest (it has "observed")`) {
+		t.Errorf("a request as the expected response: err = %v", err)
+	}
+	rsp := "meta: {tag: t}\nresults: [{severity: SEVERITY_NORMAL, message: m}]\n"
+	if _, err := ParseRequest([]byte(rsp)); err == nil || !strings.Contains(err.Error(), `not a RunFunctionRequest: it looks like a RunFunctionResponse (it has "results")`) {
+		t.Errorf("a response as the request: err = %v", err)
+	}
+	// A request with a stray key of the response's is a request still.
+	if _, err := ParseRequest([]byte("observed: {}\nresults: []\n")); err == nil || !strings.Contains(err.Error(), `unknown field "results" at $.results`) {
+		t.Errorf("a request with results: err = %v", err)
+	}
+}
+
 func TestParseContext(t *testing.T) {
 	dir := t.TempDir()
 	file := writeFile(t, dir, "c.json", `{"a": [1, 2]}`)

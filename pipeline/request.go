@@ -139,12 +139,55 @@ func ParseRequest(data []byte) (*fnv1.RunFunctionRequest, error) {
 	}
 	req := &fnv1.RunFunctionRequest{}
 	if err := protojson.Unmarshal(j, req); err != nil {
+		if why := otherKind(j, "RunFunctionRequest"); why != "" {
+			return nil, fmt.Errorf("not a RunFunctionRequest: %s", why)
+		}
 		if why := codec.ExplainMessage(j, req.ProtoReflect().Descriptor()); why != "" {
 			return nil, fmt.Errorf("not a RunFunctionRequest: %s", why)
 		}
 		return nil, fmt.Errorf("not a RunFunctionRequest: %v (want fields such as meta, observed, desired, input, context)", err)
 	}
 	return req, nil
+}
+
+// otherKind says what the JSON document j, which is not the message want,
+// looks like instead when it is another file an author has at hand: a
+// Kubernetes object (the XR), or a response where the request was meant or
+// the other way round; "" otherwise. Unknown field "apiVersion" alone would
+// not say which flag takes the file.
+func otherKind(j []byte, want string) string {
+	var top map[string]any
+	if json.Unmarshal(j, &top) != nil {
+		return ""
+	}
+	api, _ := top["apiVersion"].(string)
+	kind, _ := top["kind"].(string)
+	if api != "" && kind != "" {
+		s := fmt.Sprintf("it looks like a Kubernetes object (apiVersion %s, kind %s)", api, kind)
+		if want == "RunFunctionRequest" {
+			return s + "; give a composite resource with --xr FILE, a step's input with --input FILE, composed resources with --observed FILE or --desired FILE"
+		}
+		return s + "; the expected response is a RunFunctionResponse as ocifn test prints it"
+	}
+	// Keys only the other message has, and none of want's own: a request
+	// with a stray "results" is a request with a mistake in it.
+	own, keys := []string{"observed", "input", "extraResources", "requiredResources", "credentials"}, []string{"results", "requirements", "conditions", "output"}
+	other, advice := "RunFunctionResponse", "REQUEST is what the function is sent; the response it must give goes in the file --expected names"
+	if want == "RunFunctionResponse" {
+		own, keys = keys, own
+		other, advice = "RunFunctionRequest", "the file --expected names holds the response the function must give, as ocifn test prints it"
+	}
+	for _, k := range own {
+		if _, ok := top[k]; ok {
+			return ""
+		}
+	}
+	for _, k := range keys {
+		if _, ok := top[k]; ok {
+			return fmt.Sprintf("it looks like a %s (it has %q); %s", other, k, advice)
+		}
+	}
+	return ""
 }
 
 // oneDocument returns, as JSON, the one document of a YAML stream that
