@@ -277,3 +277,31 @@ func TestInitStagesWhatEveryCopyNames(t *testing.T) {
 		})
 	}
 }
+
+// TestInitBuildsFromAnImageOfARegistry changes a scaffold's Dockerfile to
+// start FROM an image of a registry (one with busybox and jq, on a local
+// registry that the registries configuration marks plain HTTP), as a
+// platform team's base image: build.sh pulls it with buildah, as docker
+// and podman would, and the function answers as before.
+func TestInitBuildsFromAnImageOfARegistry(t *testing.T) {
+	reg := startRegistry(t)
+	base := reg.addr + "/acme/base:v1"
+	if r := runIn(t, t.TempDir(), nil, "push", "--insecure-registry", image("sh-function.tar"), base); r.exit != 0 {
+		t.Fatalf("ocifn push: exit %d\n%s", r.exit, r.stderr)
+	}
+	conf := filepath.Join(t.TempDir(), "registries.conf")
+	if err := os.WriteFile(conf, []byte("[[registry]]\nlocation = \""+reg.addr+"\"\ninsecure = true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parent := t.TempDir()
+	if out, err := runOcifnIn(parent, "init", "function-greeting", "--template", "sh"); err != nil {
+		t.Fatalf("ocifn init: %v\n%s", err, out)
+	}
+	dir := filepath.Join(parent, "function-greeting")
+	dockerfile := "FROM " + base + "\nCOPY function.sh /fn/\nENV PATH=/bin\nWORKDIR /fn\nENTRYPOINT [\"/bin/sh\", \"/fn/function.sh\"]\n"
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := runMake(t, dir, []string{"BUILDER=buildah", "CONTAINERS_REGISTRIES_CONF=" + conf}, "OCIFN="+ocifnBin, "test")
+	mustContain(t, "make test", out, "test: the responses match example/*expected.yaml")
+}

@@ -6,7 +6,8 @@
 #
 # The Dockerfile starts FROM scratch and copies pieces that this script stages
 # in stage/ from the build machine, so nothing is pulled from a registry and
-# the image holds only what the function needs:
+# the image holds only what the function needs (a Dockerfile changed to
+# start FROM an image has it pulled, by buildah as by docker and podman):
 #
 #   stage/base     /etc/passwd, /etc/group, /tmp and the usual empty directories
 #   stage/busybox  a shell and the usual tools       (Debian/Ubuntu: apt-get install busybox-static)
@@ -108,10 +109,16 @@ buildah)
 	# emptied again: the tarball is the result.
 	store=(--root "$PWD/$work/storage" --runroot "$PWD/$work/run" --storage-driver vfs)
 	printf '{"default": [{"type": "insecureAcceptAnything"}]}\n' >"$work/policy.json"
+	# A FROM image is pulled into the private store (it starts empty), under
+	# the machine's signature policy when it has one, as podman pulls.
+	pull_policy=(--signature-policy "$work/policy.json")
+	if [ -e "${XDG_CONFIG_HOME:-${HOME:-}/.config}/containers/policy.json" ] || [ -e /etc/containers/policy.json ]; then
+		pull_policy=()
+	fi
 	mkdir -p "$work/tmp"
 	export TMPDIR=$PWD/$work/tmp
-	buildah "${store[@]}" bud --isolation chroot --timestamp 0 --pull-never \
-		--signature-policy "$work/policy.json" -t "$image" . >"$work/build.log" 2>&1 ||
+	buildah "${store[@]}" bud --isolation chroot --timestamp 0 \
+		${pull_policy[@]+"${pull_policy[@]}"} -t "$image" . >"$work/build.log" 2>&1 ||
 		{ cat "$work/build.log" >&2; die "buildah bud failed"; }
 	buildah "${store[@]}" push --signature-policy "$work/policy.json" "$image" "docker-archive:$out.new:$image" >>"$work/build.log" 2>&1 ||
 		{ cat "$work/build.log" >&2; die "buildah push failed"; }
