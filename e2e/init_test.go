@@ -305,3 +305,48 @@ func TestInitBuildsFromAnImageOfARegistry(t *testing.T) {
 	out := runMake(t, dir, []string{"BUILDER=buildah", "CONTAINERS_REGISTRIES_CONF=" + conf}, "OCIFN="+ocifnBin, "test")
 	mustContain(t, "make test", out, "test: the responses match example/*expected.yaml")
 }
+
+// TestInitTestRunsEveryCase changes the function so that two cases of
+// make test fail: both are run and named, not only the first, so that one
+// run shows everything a change broke; a case with no expected response
+// yet is named with them.
+func TestInitTestRunsEveryCase(t *testing.T) {
+	parent := t.TempDir()
+	if out, err := runOcifnIn(parent, "init", "function-greeting"); err != nil {
+		t.Fatalf("ocifn init: %v\n%s", err, out)
+	}
+	dir := filepath.Join(parent, "function-greeting")
+	copyFile := func(from, to string) {
+		b, err := os.ReadFile(filepath.Join(dir, from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile("example/request.yaml", "example/a.request.yaml")
+	copyFile("example/expected.yaml", "example/a.expected.yaml")
+	copyFile("example/request.yaml", "example/b.request.yaml")
+	copyFile("example/expected.yaml", "example/b.expected.yaml")
+	copyFile("example/request.yaml", "example/c.request.yaml")
+	fn, err := os.ReadFile(filepath.Join(dir, "function.jq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "function.jq"), []byte(strings.Replace(string(fn), "composed a greeting for", "greeted", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("make", "--no-print-directory", "OCIFN="+ocifnBin, "BUILDER=buildah", "test")
+	cmd.Dir = dir
+	b, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("make test passed with a changed function:\n%s", b)
+	}
+	out := string(b)
+	for _, e := range []string{"example/a.expected.yaml", "example/b.expected.yaml", "example/expected.yaml"} {
+		mustContain(t, "make test", out, "the response differs from "+e)
+	}
+	mustContain(t, "make test", out, "example/c.request.yaml has no example/c.expected.yaml yet: run make expected",
+		"make test: 4 of 4 cases failed: example/a.request.yaml example/b.request.yaml example/c.request.yaml example/request.yaml")
+}

@@ -23,15 +23,16 @@ run=${1:-.}
 # make, which only the host has (the crossplane render oracle is built with
 # go, so TestRenderMatchesCrossplane stays there too, and make run's client
 # is run with go run, so TestMakeRunCallsItsOwnServer does; so do
-# TestInitExpectedKeepsOutputsOnFailure, TestInitStagesWhatEveryCopyNames and
-# TestInitBuildsFromAnImageOfARegistry, which run a scaffold's make with
-# buildah, and TestBuildPackagesTheOtherABIsFunction, which builds its
-# function for linux/386 with go); those whose --timeout (1-10 s) calls under
+# TestInitExpectedKeepsOutputsOnFailure, TestInitStagesWhatEveryCopyNames,
+# TestInitBuildsFromAnImageOfARegistry and TestInitTestRunsEveryCase, which
+# run a scaffold's make with buildah, and
+# TestBuildPackagesTheOtherABIsFunction, which builds its function for
+# linux/386 with go); those whose --timeout (1-10 s) calls under
 # TCG do not meet once several run at a time (TestFaultyFunctions,
 # TestTimeout, TestMetrics, TestMisbehavingFunctionsNeverTakeTheServerDown,
 # TestSoak); and TestHostNetworkOnlyWhenAsked, since the guest has no
 # network interface but lo. OCIFN_GUEST_SKIP replaces the list.
-skip=${OCIFN_GUEST_SKIP-'^(TestInit|TestInitExpectedKeepsOutputsOnFailure|TestInitStagesWhatEveryCopyNames|TestInitBuildsFromAnImageOfARegistry|TestBuildAsUnprivilegedUser|TestBuildRefuses|TestBuildPackagesTheOtherABIsFunction|TestBuildWithRuntimeImageFromRegistry|TestGrpcurlReflection|TestRenderMatchesCrossplane|TestMakeRunCallsItsOwnServer|TestFaultyFunctions|TestTimeout|TestMetrics|TestMisbehavingFunctionsNeverTakeTheServerDown|TestSoak|TestHostNetworkOnlyWhenAsked)$'}
+skip=${OCIFN_GUEST_SKIP-'^(TestInit|TestInitExpectedKeepsOutputsOnFailure|TestInitStagesWhatEveryCopyNames|TestInitBuildsFromAnImageOfARegistry|TestInitTestRunsEveryCase|TestBuildAsUnprivilegedUser|TestBuildRefuses|TestBuildPackagesTheOtherABIsFunction|TestBuildWithRuntimeImageFromRegistry|TestGrpcurlReflection|TestRenderMatchesCrossplane|TestMakeRunCallsItsOwnServer|TestFaultyFunctions|TestTimeout|TestMetrics|TestMisbehavingFunctionsNeverTakeTheServerDown|TestSoak|TestHostNetworkOnlyWhenAsked)$'}
 timeout=${OCIFN_GUEST_TIMEOUT:-7200}
 accel=${OCIFN_GUEST_ACCEL:-tcg}
 out=build/cgroupv2
