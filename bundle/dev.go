@@ -88,7 +88,7 @@ func (d *devDir) fill(ownMounts bool) (bool, error) {
 			if err := os.WriteFile(p, nil, 0o644); err != nil {
 				return false, fmt.Errorf("cannot create the mount point %s: %w", p, err)
 			}
-			err = unix.Mount("/dev/"+n.name, p, "", unix.MS_BIND, "")
+			err = bindReadOnly("/dev/"+n.name, p)
 		} else if err == nil {
 			err = os.Chmod(p, 0o666)
 		}
@@ -121,6 +121,47 @@ func (d *devDir) fill(ownMounts bool) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// lockedFlags are the flags of a mount that statfs reports (ST_*) and the
+// mount flags (MS_*) that keep each.
+var lockedFlags = []struct {
+	st int64
+	ms uintptr
+}{
+	{unix.ST_NOSUID, unix.MS_NOSUID}, {unix.ST_NODEV, unix.MS_NODEV}, {unix.ST_NOEXEC, unix.MS_NOEXEC},
+	{unix.ST_NOATIME, unix.MS_NOATIME}, {unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+}
+
+// bindReadOnly bind mounts the host's device src on the file dst, read-only.
+//
+// Why: a container gets these mounts carried along by the "rbind" of its
+// /dev, whose "ro" covers only the top mount, not the device mounts below
+// it; a writable one let a function's `touch /dev/null` set the times of
+// the host's /dev/null (its owner and mode it cannot change: it does not
+// own the node). A device node still reads and writes on a read-only mount.
+// The flags the host mounted /dev with are kept: in this user namespace
+// they are locked, and a remount that dropped one would fail.
+func bindReadOnly(src, dst string) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dst, &st); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY)
+	for _, f := range lockedFlags {
+		if st.Flags&f.st != 0 {
+			flags |= f.ms
+		}
+	}
+	// Neither noatime nor relatime: strictatime, which a remount without
+	// an atime flag would replace with relatime.
+	if st.Flags&(unix.ST_NOATIME|unix.ST_RELATIME) == 0 {
+		flags |= unix.MS_STRICTATIME
+	}
+	return unix.Mount("", dst, "", flags, "")
 }
 
 // unmount undoes the bind mounts of d's devices, if it has them. The mounts

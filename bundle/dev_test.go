@@ -106,6 +106,13 @@ func TestMakeDevBindsTheHostsDevices(t *testing.T) {
 			if err := unix.Stat(filepath.Join(d.path, n.name), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != unix.Mkdev(n.major, n.minor) {
 				t.Errorf("%s: %v; want the host's device %d:%d", n.name, err, n.major, n.minor)
 			}
+			// The rbind of a container's /dev carries these mounts along
+			// as they are: read-only, or a touch sets the host's node's
+			// times.
+			var fs unix.Statfs_t
+			if err := unix.Statfs(filepath.Join(d.path, n.name), &fs); err != nil || fs.Flags&unix.ST_RDONLY == 0 {
+				t.Errorf("%s: mount flags %#x, %v; want a read-only mount", n.name, fs.Flags, err)
+			}
 		}
 		if err := d.remove(); err != nil {
 			t.Errorf("remove: %v", err)

@@ -224,7 +224,9 @@ func userHome(t *testing.T, files map[string]string) (*user.User, string, server
 
 // devProcScript reports, as the response's context, what a function finds
 // in its /dev: the entries, whether each device behaves as it should, and
-// whether /dev itself takes a new file; who owns /dev/mqueue and the
+// whether /dev itself takes a new file; which of its devices take new
+// times (touch) rather than being refused as read-only (unprivileged, they
+// are the host's own nodes); who owns /dev/mqueue and the
 // loopback device's sysfs entries; and whether /proc reads, and
 // takes a write to the process's own oom_score_adj (which any process may
 // make where /proc is writable, raising it). A refused write reports the
@@ -237,15 +239,16 @@ full=$(sh -c 'echo x >/dev/full' 2>&1 | grep -q 'No space left' && echo ENOSPC |
 links=$(ok sh -c '[ -d /dev/fd/ ] && [ -L /dev/stdin ] && [ -L /dev/stdout ] && [ -L /dev/stderr ]')
 echo to-stderr >/dev/stderr
 dev_write=$( (: >/dev/ocifn-probe) 2>&1 && echo allowed)
+dev_touch=$(for d in null zero full random urandom tty; do touch /dev/$d 2>&1 | grep -q 'Read-only file system' || printf '%s ' $d; done)
 entries=$(ls /dev | tr '\n' ' ')
 proc_write=$( (echo 1000 >/proc/self/oom_score_adj) 2>&1 && echo allowed)
 status=$(ok grep -q '^NoNewPrivs:.*1' /proc/self/status)
 owners=$(stat -c '%u:%g' /dev/mqueue /sys/class/net/lo/address 2>&1 | tr '\n' ' ')
 jq -c --arg null "$null" --arg zero "$zero" --arg random "$random" --arg full "$full" \
-	--arg links "$links" --arg dev_write "$dev_write" --arg entries "$entries" \
+	--arg links "$links" --arg dev_write "$dev_write" --arg dev_touch "$dev_touch" --arg entries "$entries" \
 	--arg proc_write "$proc_write" --arg status "$status" --arg owners "$owners" \
 	'{desired: .desired, context: {null: $null, zero: $zero, random: $random, full: $full, links: $links,
-	  dev_write: $dev_write, entries: $entries, proc_write: $proc_write, status: $status, owners: $owners}}'`
+	  dev_write: $dev_write, dev_touch: $dev_touch, entries: $entries, proc_write: $proc_write, status: $status, owners: $owners}}'`
 
 // TestDevAndProc checks, from inside a function, that its /dev has the
 // devices and links every container has, that they work and that /dev is
@@ -275,7 +278,9 @@ func TestDevAndProc(t *testing.T) {
 			// The message queue file system and the loopback device's
 			// sysfs entries belong to the container's root: the
 			// namespaces that hold them are made once its ids are mapped.
-			for k, v := range map[string]string{"null": "ok", "zero": "ok", "random": "ok", "full": "ENOSPC", "links": "ok", "status": "ok", "owners": "0:0 0:0 "} {
+			// The devices are read-only too: bind mounted, they are the
+			// host's nodes, whose times a touch would set.
+			for k, v := range map[string]string{"null": "ok", "zero": "ok", "random": "ok", "full": "ENOSPC", "links": "ok", "status": "ok", "owners": "0:0 0:0 ", "dev_touch": ""} {
 				if got[k] != v {
 					t.Errorf("%s: got %q, want %q (context %v)", k, got[k], v, got)
 				}
