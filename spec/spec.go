@@ -175,12 +175,13 @@ func Generate(img imgspec.ImageConfig, user User, o Options) (*rspec.Spec, error
 		},
 		Mounts: mounts(network, tmpSize, o.Dev),
 		Linux: &rspec.Linux{
-			UIDMappings: o.UIDMappings,
-			GIDMappings: o.GIDMappings,
-			Namespaces:  namespaces(network),
-			MaskedPaths: maskedPaths,
-			Seccomp:     Seccomp(),
-			Resources:   o.Limits.resources(),
+			UIDMappings:   o.UIDMappings,
+			GIDMappings:   o.GIDMappings,
+			Namespaces:    namespaces(network),
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths(o.Dev),
+			Seccomp:       Seccomp(),
+			Resources:     o.Limits.resources(),
 		},
 	}
 	return s, nil
@@ -303,4 +304,18 @@ func mappedGids(gids []uint32, m []rspec.LinuxIDMapping) []uint32 {
 		}
 	}
 	return out
+}
+
+// readonlyPaths are the paths made read-only after every mount: with no
+// prepared /dev (devDir empty), the devices crun binds from the host into
+// its tmpfs /dev. crun makes those bind mounts writable, and through one a
+// function's `touch /dev/null` set the times of the host's /dev/null (its
+// owner and mode it cannot change, not owning the node); a device still
+// reads and writes on a read-only mount. A prepared /dev is read-only with
+// its devices (bundle's makeDev).
+func readonlyPaths(devDir string) []string {
+	if devDir != "" {
+		return nil
+	}
+	return []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 }

@@ -74,12 +74,34 @@ func TestGenerate(t *testing.T) {
 		}
 	}
 	// Read-only as a whole: that covers /proc/sys and the other knobs
-	// engines make read-only one by one.
-	if proc == nil || !slices.Contains(proc.Options, "ro") || len(s.Linux.ReadonlyPaths) != 0 {
+	// engines make read-only one by one (the read-only paths are the tmpfs
+	// /dev's devices, TestGenerateDevicesReadOnly).
+	if proc == nil || !slices.Contains(proc.Options, "ro") || slices.ContainsFunc(s.Linux.ReadonlyPaths, func(p string) bool { return strings.HasPrefix(p, "/proc") }) {
 		t.Errorf("/proc: got %+v and read-only paths %q, want /proc read-only as a whole", proc, s.Linux.ReadonlyPaths)
 	}
 	if tmp == nil || tmp.Type != "tmpfs" || !slices.Contains(tmp.Options, "size="+DefaultTmpSize) {
 		t.Errorf("/tmp: got %+v, want a bounded tmpfs", tmp)
+	}
+}
+
+// TestGenerateDevicesReadOnly: crun binds the host's devices into its tmpfs
+// /dev writable, where a touch would set the host's nodes' times; they are
+// made read-only. A prepared /dev is read-only already, devices and all.
+func TestGenerateDevicesReadOnly(t *testing.T) {
+	devices := []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
+	for _, c := range []struct {
+		dev  string
+		want []string
+	}{{"", devices}, {"/cache/dev", nil}} {
+		o := baseOptions()
+		o.Dev = c.dev
+		s, err := Generate(imgspec.ImageConfig{Cmd: []string{"cat"}}, User{}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(s.Linux.ReadonlyPaths, c.want) {
+			t.Errorf("dev %q: read-only paths %q, want %q", c.dev, s.Linux.ReadonlyPaths, c.want)
+		}
 	}
 }
 
