@@ -122,6 +122,14 @@ func TestHTTPFunction(t *testing.T) {
 			t.Errorf("%d %.300s, want 414 naming QUERY_STRING", code, body)
 		}
 	})
+	// The program's environment would cut PATH_INFO at the NUL: /env%00x
+	// would run as /env.
+	t.Run("nul_in_the_path_gives_400", func(t *testing.T) {
+		code, _, body := f.do(t, http.MethodGet, "/env%00x", nil, nil)
+		if code != http.StatusBadRequest || !strings.Contains(string(body), "PATH_INFO holds a NUL byte") {
+			t.Errorf("%d %.300s, want 400 naming PATH_INFO", code, body)
+		}
+	})
 	t.Run("body_over_max_request_bytes_gives_413", func(t *testing.T) {
 		code, _, body := f.do(t, http.MethodPost, "/env", bytes.Repeat([]byte("x"), 5000), nil)
 		if code != http.StatusRequestEntityTooLarge {

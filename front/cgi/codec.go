@@ -152,6 +152,21 @@ func TooLong(env []string) (name string, n int) {
 	return "", 0
 }
 
+// WithNUL returns the first variable of env whose value holds a NUL byte,
+// or "". A program's environment is made of C strings: the function would
+// see the value cut at the NUL, a path /admin%00/x as /admin, while the
+// log says the request was for the whole of it. Only the path can carry
+// one (decoded from %00): net/http refuses control bytes in the query
+// string and in header values, and Env drops a header that holds one.
+func WithNUL(env []string) string {
+	for _, kv := range env {
+		if name, v, _ := strings.Cut(kv, "="); strings.IndexByte(v, 0) >= 0 {
+			return name
+		}
+	}
+	return ""
+}
+
 // MaxHeaderFields is the most header fields a request may pass to the
 // function, each a variable of its program's environment (Apache's
 // LimitRequestFields is 100). net/http lets the 1 MB of a request's

@@ -69,6 +69,11 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		return fail(hook.Error, status, fmt.Sprintf("%s is too long for the function's environment: %s would be %d bytes, and a program's environment variable holds at most %d", what, name, n, front.MaxArgBytes))
 	}
+	if name := WithNUL(env); name != "" {
+		// Refused, as nginx refuses a %00 in a path, rather than run the
+		// function on a request it would see cut short.
+		return fail(hook.Error, http.StatusBadRequest, fmt.Sprintf("the request's %s holds a NUL byte (%%00), which a program's environment variable cannot carry: the function would see it cut short there", name))
+	}
 	if n := HeaderFields(env); n > MaxHeaderFields {
 		return fail(hook.Error, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("the request's headers make %d HTTP_* variables of the program's environment (one per name), more than the %d a function takes", n, MaxHeaderFields))
 	}

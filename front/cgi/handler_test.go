@@ -264,3 +264,24 @@ func TestTooManyHeaderFields(t *testing.T) {
 		t.Errorf("Host and %d header fields: %d %q, want 200 from the function", MaxHeaderFields-1, w.Code, w.Body)
 	}
 }
+
+// TestNULInThePathIsRefused: a path with %00 is answered 400, naming
+// PATH_INFO, without a container: the program's environment would cut
+// the path at the NUL, and the function answer for another path.
+func TestNULInThePathIsRefused(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	runner := &countingRunner{}
+	h := New(&front.Config{Runner: runner, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/admin%00/public", nil))
+	if w.Code != http.StatusBadRequest || runner.calls != 0 {
+		t.Errorf("a path with %%00: %d %q after %d containers, want 400 and none", w.Code, w.Body, runner.calls)
+	}
+	fronttest.Says(t, "the answer", w.Body.String(), "PATH_INFO holds a NUL byte (%00)")
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/admin%01/public", nil))
+	if w.Code != http.StatusOK || runner.calls != 1 {
+		t.Errorf("a path with %%01: %d %q, want 200 from the function", w.Code, w.Body)
+	}
+}
