@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -202,6 +203,47 @@ func TestHTTPFunctionMakesItsCacheDir(t *testing.T) {
 	}
 	mustContain(t, "the server log", f.stderr.String(), "--warm does not apply to the HTTP fronts", "applies to the gRPC front only",
 		"flags of the gRPC front are ignored", "--cache-ttl --max-recv-msg-size")
+}
+
+// TestHTTPAnswerNotTakenLetsItsSlotGo: a caller that stops reading a
+// large answer holds its call's slot no longer than the call's timeout, as
+// one whose body stalls does: the next call runs, and the stalled one is
+// logged as an error saying why.
+func TestHTTPAnswerNotTakenLetsItsSlotGo(t *testing.T) {
+	f := startCGI(t, []string{"--timeout", "2s", "--max-concurrency", "1"})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A small window, so that the answer, /env's echo of the body, is
+	// far more than the connection holds unread.
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.Repeat([]byte("x"), 16<<20)
+	if _, err := fmt.Fprintf(conn, "POST /env HTTP/1.1\r\nHost: fn\r\nContent-Length: %d\r\n\r\n", len(body)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	f.awaitMetric(t, "ocifn_calls_in_flight 1")
+	next := f.getLater(t, "/plain")
+	select {
+	case a := <-next:
+		if a.code != http.StatusOK {
+			t.Errorf("the next call: %d %q, want 200", a.code, a.body)
+		}
+	case <-time.After(patient(15 * time.Second)):
+		t.Fatalf("the next call did not run within 15s of a caller that does not read its answer:\n%s", f.stderr)
+	}
+	// Its line comes as its slot is let go, with the next call's.
+	eventually(t, 5*time.Second, "the stalled call's log line", func() bool {
+		return strings.Contains(f.stderr.String(), "the caller did not take the function's answer")
+	})
+	mustContain(t, "the server log", f.stderr.String(), "outcome=error", "path=/env status=200",
+		"the caller did not take the function's answer (16777", "within the call's timeout of 2s")
 }
 
 // TestHTTPFuncTimeout: Kubeless' FUNC_TIMEOUT sets the timeout when
