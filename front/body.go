@@ -106,6 +106,9 @@ func ReadCharged(w http.ResponseWriter, r *http.Request, max int64, timeout time
 		return nil, &BodyError{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf("the request body is larger than the limit of %d bytes (--max-request-bytes)", tooBig.Limit)}
 	case timeout > 0 && errors.Is(err, os.ErrDeadlineExceeded):
 		return nil, &BodyError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("the request body did not arrive within the call's timeout of %s", timeout)}
+	case errors.Is(err, io.ErrUnexpectedEOF) && r.ContentLength < 0:
+		// Sent in chunks, without a Content-Length to name.
+		return nil, &BodyError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("cannot read the request body: it ended after %d bytes, before its last chunk (Transfer-Encoding: chunked)", len(body))}
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return nil, &BodyError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("cannot read the request body: it ended before its Content-Length of %d bytes", r.ContentLength)}
 	default:

@@ -2,6 +2,8 @@ package front
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -39,5 +41,37 @@ func TestReadBodyChargedToNoBudget(t *testing.T) {
 	body, bad := ReadBody(httptest.NewRecorder(), r, 1000, 0)
 	if bad != nil || string(body) != "hello" {
 		t.Errorf("ReadBody: %q, %v, want the body", body, bad)
+	}
+}
+
+// TestReadBodyCutShort: a body that ends before it is whole is refused
+// with 400 saying how it was sent: before its Content-Length, or, sent in
+// chunks, before its last chunk. A chunked one was said to end "before its
+// Content-Length of -1 bytes".
+func TestReadBodyCutShort(t *testing.T) {
+	said := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, bad := ReadBody(w, r, 1000, 0)
+		if bad == nil {
+			said <- "no error"
+			return
+		}
+		said <- fmt.Sprintf("%d %s", bad.Status, bad.Msg)
+	}))
+	defer srv.Close()
+	for _, tc := range []struct{ head, body, want string }{
+		{"Content-Length: 100", "0123456789", "400 cannot read the request body: it ended before its Content-Length of 100 bytes"},
+		{"Transfer-Encoding: chunked", "5\r\nabcde\r\n", "400 cannot read the request body: it ended after 5 bytes, before its last chunk (Transfer-Encoding: chunked)"},
+	} {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: fn\r\n%s\r\n\r\n%s", tc.head, tc.body)
+		conn.(*net.TCPConn).CloseWrite()
+		if got := <-said; got != tc.want {
+			t.Errorf("%s, the connection closed after %q: %q, want %q", tc.head, tc.body, got, tc.want)
+		}
+		conn.Close()
 	}
 }
