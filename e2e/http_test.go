@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 func startCGI(t *testing.T, args []string, env ...string) *httpFront {
@@ -244,6 +246,50 @@ func TestHTTPAnswerNotTakenLetsItsSlotGo(t *testing.T) {
 	})
 	mustContain(t, "the server log", f.stderr.String(), "outcome=error", "path=/env status=200",
 		"the caller did not take the function's answer (16777", "within the call's timeout of 2s")
+}
+
+// TestHTTPServerNameWithoutHost: a request of HTTP/1.0, which may name no
+// host, still gives the program SERVER_NAME and SERVER_PORT, as RFC 3875
+// asks: the address it came to. So does an asynchronous one.
+func TestHTTPServerNameWithoutHost(t *testing.T) {
+	img := configuredImage(t, "cgi.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/sh", "-c", `printf 'Content-Type: text/plain\n\n[%s] [%s]' "$SERVER_NAME" "$SERVER_PORT"`}
+		c.Cmd = nil
+	})
+	f := startFront(t, "http", []string{"--tarball", img})
+	addr := strings.TrimPrefix(f.url, "http://")
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("[%s] [%s]", host, port)
+	ask := func(head string) string {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := fmt.Fprintf(conn, "GET /fn HTTP/1.0\r\n%s\r\n", head); err != nil {
+			t.Fatal(err)
+		}
+		rsp, err := io.ReadAll(conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(rsp)
+	}
+	if rsp := ask(""); !strings.HasSuffix(rsp, "\r\n\r\n"+want) {
+		t.Errorf("HTTP/1.0 without a Host: %q, want the body %q", rsp, want)
+	}
+	accepted := ask("Prefer: respond-async\r\n")
+	_, loc, ok := strings.Cut(accepted, "Location: ")
+	loc, _, _ = strings.Cut(loc, "\r\n")
+	if !ok || !strings.HasPrefix(accepted, "HTTP/1.0 202") {
+		t.Fatalf("asynchronous, HTTP/1.0 without a Host: %q, want 202 with a Location", accepted)
+	}
+	if code, body := f.asyncResult(t, loc); code != http.StatusOK || body != want {
+		t.Errorf("asynchronous, HTTP/1.0 without a Host: %d %q, want 200 and %q", code, body, want)
+	}
 }
 
 // TestHTTPFuncTimeout: Kubeless' FUNC_TIMEOUT sets the timeout when

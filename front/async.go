@@ -368,6 +368,11 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 	ctx = context.WithValue(admit.WithReservation(ctx, place), invocationKey{}, id)
 	pend := &pending{body: body, mem: mem, cancel: cancel}
 	ctx = context.WithValue(ctx, pendingKey{}, pend)
+	if a := r.Context().Value(http.LocalAddrContextKey); a != nil {
+		// The address the request came to, which its front may tell
+		// its function (a CGI program's SERVER_NAME).
+		ctx = context.WithValue(ctx, http.LocalAddrContextKey, a)
+	}
 	r2 := r.Clone(context.WithValue(ctx, receivedKey{}, received))
 	r2.Body = io.NopCloser(bytes.NewReader(body))
 	r2.ContentLength = int64(len(body))

@@ -36,6 +36,9 @@ type Request struct {
 	// RemoteAddr and Host are the client's address and the request's
 	// host (host:port).
 	RemoteAddr, Host string
+	// LocalAddr is the server's address the request came to (host:port),
+	// SERVER_NAME and SERVER_PORT when the request names no host.
+	LocalAddr string
 	// Now is when the request arrived (for a generated EVENT_TIME).
 	Now time.Time
 	// EventID is EVENT_ID when the request sends no Event-Id; empty, a
@@ -77,6 +80,10 @@ func Env(r Request) []string {
 		env["SERVER_NAME"], env["SERVER_PORT"] = host, port
 	} else if r.Host != "" {
 		env["SERVER_NAME"], env["SERVER_PORT"] = r.Host, "80"
+	} else if host, port, err := net.SplitHostPort(r.LocalAddr); err == nil {
+		// RFC 3875 asks for both, and a request of HTTP/1.0 may name no
+		// host: the address it came to is the server's.
+		env["SERVER_NAME"], env["SERVER_PORT"] = host, port
 	}
 	if host, port, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		env["REMOTE_ADDR"], env["REMOTE_PORT"] = host, port

@@ -62,6 +62,20 @@ func TestEnv(t *testing.T) {
 	if _, ok := bare["CONTENT_LENGTH"]; ok {
 		t.Error("CONTENT_LENGTH set without a body")
 	}
+
+	// HTTP/1.0 needs no Host: the server is named by the address the
+	// request came to, as RFC 3875 asks for SERVER_NAME and SERVER_PORT.
+	hostless := map[string]string{}
+	for _, kv := range Env(Request{Method: "GET", Path: "/", Protocol: "HTTP/1.0", Header: http.Header{}, LocalAddr: "10.0.0.2:8080", Now: r.Now}) {
+		k, v, _ := strings.Cut(kv, "=")
+		hostless[k] = v
+	}
+	if hostless["SERVER_NAME"] != "10.0.0.2" || hostless["SERVER_PORT"] != "8080" {
+		t.Errorf("without a Host: SERVER_NAME %q, SERVER_PORT %q; want the server's address, 10.0.0.2 and 8080", hostless["SERVER_NAME"], hostless["SERVER_PORT"])
+	}
+	if _, ok := hostless["HTTP_HOST"]; ok {
+		t.Error("HTTP_HOST set without a Host")
+	}
 }
 
 func TestParseOutput(t *testing.T) {

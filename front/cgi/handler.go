@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -39,6 +40,14 @@ func Tag(r *http.Request) string {
 	return newID()
 }
 
+// localAddr is the server's address r came to, or "".
+func localAddr(r *http.Request) string {
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		return a.String()
+	}
+	return ""
+}
+
 // serve answers the request and returns the status it answered with.
 func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Request, call *hook.Call) int {
 	fail := func(o hook.Outcome, status int, msg string) int {
@@ -59,7 +68,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	body := adm.Body
 	env := Env(Request{
 		Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Protocol: r.Proto, Header: r.Header,
-		ContentLength: len(body), RemoteAddr: r.RemoteAddr, Host: r.Host, Now: call.Received, EventID: call.Tag,
+		ContentLength: len(body), RemoteAddr: r.RemoteAddr, Host: r.Host, LocalAddr: localAddr(r), Now: call.Received, EventID: call.Tag,
 	})
 	if name, n := TooLong(env); name != "" {
 		// The request's, not the function's: its execve would fail.
