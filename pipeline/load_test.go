@@ -215,6 +215,51 @@ func TestParseRequestNamesTheFileMeant(t *testing.T) {
 	}
 }
 
+// TestBuildRequestNamesTheFileMeant: a request or a response given to a
+// flag that takes a Kubernetes object (--xr example/request.yaml) is
+// refused, saying where it goes, rather than sent whole as the XR; a
+// partial object, with its apiVersion and kind or with none of the
+// messages' keys, is still taken.
+func TestBuildRequestNamesTheFileMeant(t *testing.T) {
+	dir := t.TempDir()
+	req := writeFile(t, dir, "request.yaml", "meta: {tag: example}\nobserved:\n  composite:\n    resource: {apiVersion: example.org/v1alpha1, kind: XGreeting, metadata: {name: hello}}\ninput: {a: 1}\n")
+	rsp := writeFile(t, dir, "expected.yaml", "desired: {}\nmeta: {tag: example}\nresults: [{severity: SEVERITY_NORMAL, message: m}]\n")
+	passthrough := writeFile(t, dir, "passthrough.yaml", "desired: {}\nmeta: {tag: example}\n")
+	for _, c := range []struct {
+		flag string
+		set  func(*RequestFiles, string)
+	}{
+		{"--xr", func(f *RequestFiles, p string) { f.XR = p }},
+		{"--desired-xr", func(f *RequestFiles, p string) { f.DesiredXR = p }},
+		{"--input", func(f *RequestFiles, p string) { f.Input = p }},
+		{"--observed", func(f *RequestFiles, p string) { f.Observed = p }},
+		{"--desired", func(f *RequestFiles, p string) { f.Desired = p }},
+	} {
+		for file, want := range map[string]string{
+			req:         `looks like a RunFunctionRequest (it has "observed"), not a Kubernetes object (it has no apiVersion or kind): a whole request goes as REQUEST`,
+			rsp:         `looks like a RunFunctionResponse (it has "results"), not a Kubernetes object (it has no apiVersion or kind): the response a function must give goes in the file --expected names`,
+			passthrough: `looks like a RunFunctionRequest or RunFunctionResponse (it has "meta")`,
+		} {
+			var f RequestFiles
+			c.set(&f, file)
+			_, err := BuildRequest(f, nil)
+			if err == nil || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "; "+c.flag+" FILE takes ") {
+				t.Errorf("%s %s: err = %v, want it to name the file, say %q and what %s takes", c.flag, filepath.Base(file), err, want, c.flag)
+			}
+		}
+	}
+	// Partial objects are objects still.
+	f := RequestFiles{
+		XR:        writeFile(t, dir, "xr.yaml", "apiVersion: example.org/v1alpha1\nkind: XGreeting\nstatus: {observed: 1}\n"),
+		DesiredXR: writeFile(t, dir, "dxr.yaml", "status: {results: []}\n"),
+		Input:     writeFile(t, dir, "in.yaml", "meta: {owner: me}\nfilter: .\n"),
+		Observed:  writeFile(t, dir, "obs.yaml", "kind: A\nmetadata: {name: a}\nresults: []\n"),
+	}
+	if _, err := BuildRequest(f, nil); err != nil {
+		t.Errorf("partial objects: %v", err)
+	}
+}
+
 func TestParseContext(t *testing.T) {
 	dir := t.TempDir()
 	file := writeFile(t, dir, "c.json", `{"a": [1, 2]}`)

@@ -64,7 +64,7 @@ func BuildRequest(f RequestFiles, stdin io.Reader) (*fnv1.RunFunctionRequest, er
 		}
 	}
 	if f.Input != "" {
-		in, err := readStruct(f.Input)
+		in, err := readStruct(f.Input, "--input")
 		if err != nil {
 			return nil, fmt.Errorf("cannot read the step input: %w", err)
 		}
@@ -77,14 +77,14 @@ func BuildRequest(f RequestFiles, stdin io.Reader) (*fnv1.RunFunctionRequest, er
 		req.Desired = &fnv1.State{}
 	}
 	if f.XR != "" {
-		s, err := readStruct(f.XR)
+		s, err := readStruct(f.XR, "--xr")
 		if err != nil {
 			return nil, fmt.Errorf("cannot read the composite resource: %w", err)
 		}
 		req.Observed.Composite = &fnv1.Resource{Resource: s}
 	}
 	if f.DesiredXR != "" {
-		s, err := readStruct(f.DesiredXR)
+		s, err := readStruct(f.DesiredXR, "--desired-xr")
 		if err != nil {
 			return nil, fmt.Errorf("cannot read the desired composite resource: %w", err)
 		}
@@ -101,6 +101,11 @@ func BuildRequest(f RequestFiles, stdin io.Reader) (*fnv1.RunFunctionRequest, er
 		docs, err := ReadDocuments(st.path)
 		if err != nil {
 			return nil, fmt.Errorf("cannot read the %s composed resources: %w", st.what, err)
+		}
+		for _, d := range docs {
+			if err := notAMessage(d.Object, d.Source, "--"+st.what); err != nil {
+				return nil, fmt.Errorf("cannot read the %s composed resources: %w", st.what, err)
+			}
 		}
 		rs, err := ComposedResources(docs, false)
 		if err != nil {
@@ -287,12 +292,76 @@ func duplicateKey(n *yamlv3.Node, path string) error {
 	return nil
 }
 
-func readStruct(path string) (*structpb.Struct, error) {
+func readStruct(path, flag string) (*structpb.Struct, error) {
 	o, err := ReadObject(path)
 	if err != nil {
 		return nil, err
 	}
+	if err := notAMessage(o, path, flag); err != nil {
+		return nil, err
+	}
 	return o.Struct()
+}
+
+// notAMessage refuses an object given to flag (--xr, --input, ...) that is
+// a RunFunctionRequest or RunFunctionResponse, a file an author has next to
+// the XR: taken as it is, the whole request would be sent as the XR, and the
+// function would answer something that makes no sense. An object with an
+// apiVersion or a kind is a Kubernetes object, however partial, and so is
+// one with none of the messages' own keys (a desired XR of status alone).
+func notAMessage(o Object, source, flag string) error {
+	if _, ok := o["apiVersion"]; ok {
+		return nil
+	}
+	if _, ok := o["kind"]; ok {
+		return nil
+	}
+	msg, key := "", ""
+	for _, k := range []string{"observed", "extraResources", "extra_resources", "requiredResources", "required_resources", "credentials"} {
+		if _, ok := o[k]; ok {
+			msg, key = "RunFunctionRequest", k
+			break
+		}
+	}
+	if msg == "" {
+		for _, k := range []string{"results", "requirements", "conditions"} {
+			if _, ok := o[k]; ok {
+				msg, key = "RunFunctionResponse", k
+				break
+			}
+		}
+	}
+	if meta, ok := o["meta"].(map[string]any); ok && msg == "" {
+		// A request's or a response's meta holds nothing but these.
+		only := true
+		for k := range meta {
+			only = only && (k == "tag" || k == "ttl" || k == "capabilities")
+		}
+		if only {
+			msg, key = "RunFunctionRequest or RunFunctionResponse", "meta"
+		}
+	}
+	if msg == "" {
+		return nil
+	}
+	s := fmt.Sprintf("%s looks like a %s (it has %q), not a Kubernetes object (it has no apiVersion or kind)", source, msg, key)
+	where := "a whole request goes as REQUEST (ocifn test IMAGE REQUEST)"
+	switch msg {
+	case "RunFunctionResponse":
+		where = "the response a function must give goes in the file --expected names"
+	case "RunFunctionRequest or RunFunctionResponse":
+		where += ", the response a function must give in the file --expected names"
+	}
+	return fmt.Errorf("%s: %s; %s FILE takes %s", s, where, flag, flagTakes[flag])
+}
+
+// flagTakes is what each flag of a piece of the request takes.
+var flagTakes = map[string]string{
+	"--xr":         "the composite resource alone (observed.composite.resource of a request)",
+	"--desired-xr": "the desired composite resource alone (desired.composite.resource of a request)",
+	"--input":      "the step's input alone (input of a request)",
+	"--observed":   "composed resources (the resources under observed.resources of a request)",
+	"--desired":    "composed resources (the resources under desired.resources of a request)",
 }
 
 // ComposedResources keys composed resources by their

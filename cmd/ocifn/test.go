@@ -64,6 +64,9 @@ pieces as files:
 --observed and --desired take YAML streams (documents separated by "---") or
 directories of YAML files. Each resource is named in the state by its
 crossplane.io/composition-resource-name annotation, or else by metadata.name.
+A request or a response given to one of these flags (no apiVersion or kind,
+and a key of theirs: observed, results, meta) is refused, saying where it
+goes, rather than sent whole as the piece.
 
 The response is printed on stdout (YAML, or JSON with -o json); what the
 function writes on stderr is shown on stderr, each line starting with "  | ".
