@@ -41,7 +41,7 @@ directory is ./NAME unless --dir says otherwise.`,
   cd function-greeting
   make image test render   # build function.tar, run the examples
   make package             # function.xpkg, ready for "ocifn push"`,
-		Args: cobra.ExactArgs(1),
+		Args: initArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(args[0], cmd.OutOrStdout())
 		},
@@ -53,6 +53,20 @@ directory is ./NAME unless --dir says otherwise.`,
 		return scaffold.TemplateNames(), cobra.ShellCompDirectiveNoFileComp
 	})
 	return cmd
+}
+
+// initArgs says what NAME is when it is missing or given with more:
+// cobra's "accepts 1 arg(s), received 0" names neither NAME nor a way to
+// give it.
+func initArgs(cmd *cobra.Command, args []string) error {
+	const name = "NAME, the new Function's name (a DNS label, such as function-greeting; the directory is ./NAME unless --dir says otherwise): ocifn init function-greeting --template jq"
+	switch len(args) {
+	case 0:
+		return fmt.Errorf("%s needs %s", cmd.CommandPath(), name)
+	case 1:
+		return nil
+	}
+	return fmt.Errorf("%s takes one argument, got %d (%s): give %s", cmd.CommandPath(), len(args), strings.Join(args, " "), name)
 }
 
 func (o *initOptions) run(name string, stdout io.Writer) error {
