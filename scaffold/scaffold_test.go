@@ -16,7 +16,7 @@ func TestWrite(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := []string{".gitignore", "Dockerfile", "Makefile", "README.md", "build.sh", "crossplane.yaml",
+			want := []string{".gitignore", ".dockerignore", "Dockerfile", "Makefile", "README.md", "build.sh", "crossplane.yaml",
 				"example/composition.yaml", "example/expected.yaml", "example/functions.yaml", "example/rendered.yaml",
 				"example/request.yaml", "example/xr.yaml", Templates[tmpl].FunctionFile}
 			for _, w := range want {
@@ -54,6 +54,17 @@ func TestWrite(t *testing.T) {
 				if copied != strings.Contains(needs, need) {
 					t.Errorf("the Dockerfile copies stage/%s: %v, but the README says %q", piece, copied, needs)
 				}
+			}
+			// Its table of files names each file written (the dot files
+			// too, which ls does not show), and the git it speaks of is
+			// one the author makes: ocifn init makes no repository.
+			for _, f := range files {
+				if !strings.Contains(string(readme), "| `"+f+"` |") && !strings.HasPrefix(f, "example/") {
+					t.Errorf("the README's table of files does not name %s", f)
+				}
+			}
+			if strings.Contains(string(readme), "git diff") && !strings.Contains(string(readme), "git init") {
+				t.Errorf("the README says to review with git diff, in a directory ocifn init makes no git repository of, and not to run git init")
 			}
 		})
 	}

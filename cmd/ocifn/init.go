@@ -29,14 +29,20 @@ test and package:
   build.sh             builds function.tar with buildah, docker or podman
   crossplane.yaml      the package metadata, for "ocifn build"
   Makefile             make image, test, render, package, push
+  README.md            how to build, test and package it
   example/             a request and its expected response, an XR, a
                        Composition, Functions and the expected render output;
                        "make test" checks every example/NAME.request.yaml you
                        add against its NAME.expected.yaml, a Fatal result too
+  .gitignore           leaves out what make builds (function.tar, stage/, ...)
+  .dockerignore        keeps function.tar, function.xpkg, .build/ and
+                       example/ out of the image's build context
 
 Templates: jq (the image holds only jq), yq (only yq), sh (busybox sh and jq).
 NAME is the Function's name (a DNS label, such as function-greeting); the
-directory is ./NAME unless --dir says otherwise.`,
+directory is ./NAME unless --dir says otherwise. It is not made a git
+repository: run "git init" in it to review what "make expected" changes
+with "git diff".`,
 		Example: `  ocifn init function-greeting --template jq
   cd function-greeting
   make image test render   # build function.tar, run the examples
