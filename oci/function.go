@@ -103,7 +103,7 @@ func FunctionFromPackage(pkg v1.Image, scratchDir string, limit int64) (*Image, 
 	budget := scanBudget(limit)
 	for i := range layers {
 		w.layer = i
-		if _, err := scanLayer(layers[i], cf.RootFS.DiffIDs[i], budget, w.visit); err != nil {
+		if _, err := scanLayer(context.Background(), layers[i], cf.RootFS.DiffIDs[i], budget, w.visit); err != nil {
 			w.close()
 			return nil, fmt.Errorf("layer %d/%d: %w", i+1, len(layers), err)
 		}
@@ -226,7 +226,7 @@ func copyToScratch(name string, r io.Reader, size int64, dir string, limit int64
 // if it has it (at most limit bytes).
 func readFromLayer(l v1.Layer, diffID v1.Hash, budget *byteBudget, name string, limit int64) ([]byte, bool, error) {
 	var data []byte
-	found, err := scanLayer(l, diffID, budget, func(hdr *tar.Header, r io.Reader) (bool, error) {
+	found, err := scanLayer(context.Background(), l, diffID, budget, func(hdr *tar.Header, r io.Reader) (bool, error) {
 		if cleanName(hdr.Name) != name || hdr.Typeflag != tar.TypeReg {
 			return false, nil
 		}
@@ -259,8 +259,8 @@ func scanBudget(limit int64) *byteBudget {
 
 // scanLayer calls visit on each entry of the layer until it returns true,
 // then reads the rest of the layer and checks its digest and diff_id. The
-// layer's uncompressed bytes are charged to budget.
-func scanLayer(l v1.Layer, diffID v1.Hash, budget *byteBudget, visit func(*tar.Header, io.Reader) (bool, error)) (bool, error) {
+// layer's uncompressed bytes are charged to budget; a done ctx stops it.
+func scanLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, budget *byteBudget, visit func(*tar.Header, io.Reader) (bool, error)) (bool, error) {
 	digest, err := l.Digest()
 	if err != nil {
 		return false, err
@@ -278,7 +278,7 @@ func scanLayer(l v1.Layer, diffID v1.Hash, budget *byteBudget, visit func(*tar.H
 	}
 	defer dec.Close()
 	tarHash := sha256.New()
-	stream := &guardedReader{ctx: context.Background(), r: io.TeeReader(dec, tarHash), budget: budget}
+	stream := &guardedReader{ctx: ctx, r: io.TeeReader(dec, tarHash), budget: budget}
 	tr := tar.NewReader(stream)
 	found := false
 	for !found {
@@ -308,6 +308,33 @@ func scanLayer(l v1.Layer, diffID v1.Hash, budget *byteBudget, visit func(*tar.H
 		return false, fmt.Errorf("layer %s: %w", digest, err)
 	}
 	return found, nil
+}
+
+// VerifyLayers reads every layer of img, checking it against its digest
+// and the config's rootfs.diff_ids as Unpack does while it applies it, for
+// an image that is copied, not unpacked: Open verifies the config and the
+// manifest of a tarball, not its layers, and a layer that does not match
+// would be copied as it is, to fail only where it is pulled.
+func VerifyLayers(ctx context.Context, img v1.Image) error {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return fmt.Errorf("cannot read config: %w", err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return fmt.Errorf("cannot list layers: %w", err)
+	}
+	if len(layers) != len(cf.RootFS.DiffIDs) {
+		return fmt.Errorf(errLayerCount, len(layers), len(cf.RootFS.DiffIDs))
+	}
+	// Nothing is written: the bytes read cost time alone, which ctx ends.
+	budget := &byteBudget{}
+	for i, l := range layers {
+		if _, err := scanLayer(ctx, l, cf.RootFS.DiffIDs[i], budget, func(*tar.Header, io.Reader) (bool, error) { return false, nil }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PackageYAML returns the package.yaml of a package image and the index

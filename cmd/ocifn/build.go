@@ -319,6 +319,13 @@ func (o *buildOptions) runtime(ctx context.Context) (v1.Image, func(), error) {
 			_ = img.Close()
 			return nil, nil, err
 		}
+		// The function image's layers are checked as they are unpacked;
+		// the runtime's are copied, and one that does not match would
+		// fail only at push or in the cluster's pull.
+		if err := oci.VerifyLayers(ctx, img.Image()); err != nil {
+			_ = img.Close()
+			return nil, nil, fmt.Errorf("the runtime image %s does not match its digests: %w", o.runtimeTarball, err)
+		}
 		return img.Image(), func() { _ = img.Close() }, nil
 	}
 	var opts []oci.RegistryOption
