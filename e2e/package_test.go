@@ -1108,6 +1108,43 @@ func TestPackageOfAPackageIsRefused(t *testing.T) {
 	}
 }
 
+// TestInspectPackageWithoutOcifn: a package crossplane xpkg build made of
+// an image with no ocifn runtime is said to have none, not described as
+// run by "ocifn unknown ... built by ocifn unknown"; one made of the ocifn
+// runtime image is said not to be built by ocifn build.
+func TestInspectPackageWithoutOcifn(t *testing.T) {
+	cli, _ := crossplaneOracle(t)
+	work := t.TempDir()
+	root := filepath.Join(work, "root")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	meta := "apiVersion: meta.pkg.crossplane.io/v1\nkind: Function\nmetadata:\n  name: function-plain\n"
+	if err := os.WriteFile(filepath.Join(root, "crossplane.yaml"), []byte(meta), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		runtime string
+		want    []string
+	}{
+		{image("passthrough.tar"), []string{"Runtime:      not ocifn (the package image has no dev.ocifn.version label", "built by    not ocifn build (no dev.ocifn.build.version label)", "Function image: none"}},
+		{runtimeImage(t), []string{"Runtime:      ocifn ", "built by    not ocifn build (no dev.ocifn.build.version label)", "Function image: none"}},
+	} {
+		pkg := filepath.Join(work, "plain.xpkg")
+		if out, err := exec.Command(cli, "xpkg", "build", "--package-root", root, "--embed-runtime-image-tarball", c.runtime, "-o", pkg).CombinedOutput(); err != nil {
+			t.Fatalf("crossplane xpkg build: %v\n%s", err, out)
+		}
+		out, err := runOcifn(t, "inspect", pkg)
+		if err != nil {
+			t.Fatalf("ocifn inspect: %v\n%s", err, out)
+		}
+		mustContain(t, "ocifn inspect of a package of "+filepath.Base(c.runtime), out, c.want...)
+		if strings.Contains(out, "ocifn unknown") {
+			t.Errorf("ocifn inspect of a package of %s says ocifn unknown:\n%s", filepath.Base(c.runtime), out)
+		}
+	}
+}
+
 // TestCrossplaneCLIReadsPackageYAML checks packages ocifn builds with the
 // real crossplane CLI's reader of package.yaml (xpkg get-crds, as resource
 // validate reads a Function extension): it takes the metadata layer as a

@@ -157,10 +157,20 @@ func printPackageInfo(w io.Writer, what string, info *oci.PackageInfo) {
 	}
 	p("  metadata    layer %d (%s)", info.MetaLayer+1, where)
 	r := info.Runtime
-	p("Runtime:      ocifn %s (commit %s), crun %s", or(r.OcifnVersion, "unknown"), or(r.OcifnCommit, "unknown"), or(r.CrunVersion, "unknown"))
+	if r.OcifnVersion == "" {
+		// "ocifn unknown" would say an ocifn of no known version serves
+		// it: crossplane xpkg build packages any image as the runtime.
+		p("Runtime:      not ocifn (the package image has no %s label: its own entrypoint serves the function)", oci.LabelVersion)
+	} else {
+		p("Runtime:      ocifn %s (commit %s), crun %s", r.OcifnVersion, or(r.OcifnCommit, "unknown"), or(r.CrunVersion, "unknown"))
+	}
 	p("  entrypoint  %s %s", list(r.Entrypoint), list(r.Cmd))
 	p("  platform    %s", or(r.Platform, "-"))
-	p("  built by    ocifn %s", or(r.BuiltBy, "unknown"))
+	if r.BuiltBy != "" {
+		p("  built by    ocifn %s", r.BuiltBy)
+	} else {
+		p("  built by    not ocifn build (no %s label)", oci.LabelBuildVersion)
+	}
 	if info.Function != nil {
 		p("  serves      --api %s, --io %s", or(r.API, apiCrossplane), or(r.IO, codec.Default))
 	}
