@@ -36,7 +36,7 @@ The package is a file ("ocifn build" output, or any xpkg tarball) or a
 registry reference.`,
 		Example: `  ocifn inspect function.xpkg
   ocifn inspect -o json registry.example.com/acme/function-labels:v0.1.0`,
-		Args: cobra.ExactArgs(1),
+		Args: argsBetween(1, 1, "one PACKAGE, a package file, or a REFERENCE to one in a registry", "ocifn inspect function.xpkg"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "text" && format != "json" {
 				return fmt.Errorf("--output %q: want text or json", format)

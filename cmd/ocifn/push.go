@@ -30,7 +30,7 @@ pushed under the tag once its digest is checked.`,
 
   # A local registry without TLS, or with a self-signed certificate:
   ocifn push --insecure-registry function.xpkg 127.0.0.1:5000/function-labels:v0.1.0`,
-		Args: cobra.ExactArgs(2),
+		Args: argsBetween(2, 2, "PACKAGE, the file ocifn build wrote, and REGISTRY/REPOSITORY:TAG, where to push it", "ocifn push function.xpkg registry.example.com/acme/function-labels:v0.1.0"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runPush(cmd.Context(), args[0], args[1], insecure)
 		},

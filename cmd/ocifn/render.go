@@ -103,7 +103,7 @@ ops.crossplane.io/watched-resource.`,
   ocifn render xr.yaml composition.yaml functions.yaml \
     --context-values=apiextensions.crossplane.io/environment='{"region": "eu-west-1"}' \
     --required-resources=environment-configs.yaml`,
-		Args: cobra.RangeArgs(2, 3),
+		Args: argsBetween(2, 3, "XR COMPOSITION FUNCTIONS, or OPERATION FUNCTIONS (YAML files; FUNCTIONS may be a directory)", "ocifn render xr.yaml composition.yaml functions.yaml"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 2 {
 				// OPERATION FUNCTIONS

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -75,5 +76,21 @@ func noArgs(flag string) cobra.PositionalArgs {
 			return fmt.Errorf("%s takes no arguments, got %q: pass the image tarball with %s", cmd.CommandPath(), args[0], flag)
 		}
 		return nil
+	}
+}
+
+// argsBetween takes from min to max positional arguments, and otherwise
+// says what they are and shows a command that gives them, where cobra's
+// "accepts between 1 and 2 arg(s), received 0" says neither.
+func argsBetween(min, max int, what, example string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) >= min && len(args) <= max {
+			return nil
+		}
+		got := "none"
+		if len(args) > 0 {
+			got = fmt.Sprintf("%d (%s)", len(args), strings.Join(args, " "))
+		}
+		return fmt.Errorf("%s takes %s; got %s: %s", cmd.CommandPath(), what, got, example)
 	}
 }

@@ -103,7 +103,7 @@ responses it should give.`,
 
   # The request on standard input:
   jq '.input.value = 2' request.json | ocifn test function.tar -`,
-		Args: cobra.RangeArgs(1, 2),
+		Args: argsBetween(1, 2, "IMAGE, an image tarball, a Function package or a registry reference, and optionally REQUEST, a RunFunctionRequest file", "ocifn test function.tar example/request.yaml"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 2 {
 				o.files.Request = args[1]
