@@ -108,9 +108,9 @@ func TestDecodeMemoryBoundsDecode(t *testing.T) {
 	for _, c := range cases {
 		out := []byte(c.out)
 		var rsp *fnv1.RunFunctionResponse
-		used := memtest.Peak(func() { rsp, _ = c.cd.Decode(req, out) })
-		runtime.KeepAlive(rsp)
 		bound := decodeBound(c.cd, out)
+		used := memtest.PeakWithin(bound, func() { rsp, _ = c.cd.Decode(req, out) })
+		runtime.KeepAlive(rsp)
 		t.Logf("%-10s %-34s %9d bytes: decoding held %10d (%5.1f/byte), bound %10d (%.1fx)", c.cd.Name(), c.name, len(out), used, float64(used)/float64(len(out)), bound, float64(bound)/float64(used))
 		if used > bound {
 			t.Errorf("%s, %s: decoding held %d bytes, past the bound of %d", c.cd.Name(), c.name, used, bound)
@@ -128,8 +128,8 @@ func TestAliasParseMemory(t *testing.T) {
 		for _, mode := range []string{"functionio", "krm"} {
 			out := outs[mode]
 			c := countOutput(out)
-			used := memtest.Peak(func() { _, _ = aliasAdds(out) })
 			bound := aliasParseMemory(c)
+			used := memtest.PeakWithin(bound, func() { _, _ = aliasAdds(out) })
 			t.Logf("%-10s %-18s %9d bytes: the parse held %10d, bound %10d (%.1fx)", mode, name, len(out), used, bound, float64(bound)/float64(used))
 			if used > bound {
 				t.Errorf("%s, %s: the parse held %d bytes, past the bound of %d", mode, name, used, bound)
@@ -176,11 +176,11 @@ func TestDecodeMemoryBoundsAliases(t *testing.T) {
 		outs[JSON{}] = outs[FunctionIO{}] // read as YAML to say which mode it is
 		for cd, out := range outs {
 			var err error
-			used := memtest.Peak(func() { _, err = cd.Decode(req, []byte(out)) })
+			bound := decodeBound(cd, []byte(out))
+			used := memtest.PeakWithin(bound, func() { _, err = cd.Decode(req, []byte(out)) })
 			if err != nil && cd.Name() != "json" && name != "lists, then a cycle" {
 				t.Fatalf("%s, %s: %v", cd.Name(), name, err)
 			}
-			bound := decodeBound(cd, []byte(out))
 			t.Logf("%-10s %-20s %7d bytes: decoding held %10d, bound %10d (%.1fx)", cd.Name(), name, len(out), used, bound, float64(bound)/float64(used))
 			if used > bound {
 				t.Errorf("%s, %s: decoding held %d bytes, past the bound of %d", cd.Name(), name, used, bound)

@@ -67,6 +67,21 @@ func Peak(f func()) int64 {
 	return max(end, peak.Load()) - base
 }
 
+// PeakWithin is Peak for a test of a bound: a figure past bound is measured
+// again, three times in all at most, and the least is returned. Peak
+// overstates on a busy machine: what f allocates while a collection runs
+// counts as live at its end, and a collection slowed by other processes
+// sees more of it; the same decode measured 2.5 and 10.2 MB in four runs
+// on a loaded machine, 2 CPUs. Code that holds more than bound does so at
+// every measure, and still fails.
+func PeakWithin(bound int64, f func()) int64 {
+	used := Peak(f)
+	for try := 1; try < 3 && used > bound; try++ {
+		used = min(used, Peak(f))
+	}
+	return used
+}
+
 // Shape is a request of one shape on the wire.
 type Shape struct {
 	Name string
