@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -814,5 +815,57 @@ func TestOpenWhiskRefusedAsyncActivationHasTheSentinels(t *testing.T) {
 	log := f.stderr.String()
 	if line, end := strings.Index(log, "path=/run status=413"), strings.LastIndex(log, owSentinel); line < 0 || end < line {
 		t.Errorf("stderr does not hold the activation's line, then the sentinel:\n%s", log)
+	}
+}
+
+// TestOpenWhiskAnswerNotTakenLetsItsSlotGo: an invoker that stops reading
+// a large answer holds its activation's slot no longer than the call's
+// timeout, as on the HTTP front: the next activation runs, and the
+// stalled one is logged as an error saying why, before its sentinel.
+func TestOpenWhiskAnswerNotTakenLetsItsSlotGo(t *testing.T) {
+	f := startFront(t, "openwhisk", []string{"--tarball", image("owskeleton.tar"), "--timeout", "2s", "--max-concurrency", "1"})
+	f.mustInit(t, initPayload(`#!/bin/sh
+case "$1" in *large*) ;; *) echo '{}'; exit ;; esac
+printf '{"x": "'
+head -c 20000000 /dev/zero | tr '\0' x
+echo '"}'`, "main"))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A small window, so that the answer is far more than the
+	// connection holds unread.
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	body := runPayload(map[string]any{"large": true}, map[string]any{"activation_id": "stalled"})
+	if _, err := fmt.Fprintf(conn, "POST /run HTTP/1.1\r\nHost: action\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+		t.Fatal(err)
+	}
+	f.awaitMetric(t, "ocifn_calls_in_flight 1")
+	next := make(chan answer, 1)
+	go func() {
+		code, out := f.post(t, "/run", runPayload(map[string]any{}, nil))
+		next <- answer{code, out}
+	}()
+	select {
+	case a := <-next:
+		if a.code != http.StatusOK {
+			t.Errorf("the next activation: %d %q, want 200", a.code, a.body)
+		}
+	case <-time.After(patient(15 * time.Second)):
+		t.Fatalf("the next activation did not run within 15s of an invoker that does not read its answer:\n%s", f.stderr)
+	}
+	eventually(t, 5*time.Second, "the stalled activation's log line", func() bool {
+		return strings.Contains(f.stderr.String(), "the caller did not take the function's answer")
+	})
+	f.checkStreams(t, 2)
+	log := f.stderr.String()
+	mustContain(t, "the server log", log, "tag=stalled", "outcome=error", "path=/run status=200",
+		"the caller did not take the function's answer (200000", "within the call's timeout of 2s")
+	// The line is the activation's: before its sentinel.
+	if line := strings.Index(log, "tag=stalled"); line < 0 || !strings.Contains(log[line:], owSentinel) {
+		t.Errorf("the stalled activation's line is not followed by its sentinel:\n%s", log)
 	}
 }

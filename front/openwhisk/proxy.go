@@ -420,9 +420,19 @@ func envOrigin(context map[string]json.RawMessage) func(string) string {
 	}
 }
 
-// finish ends an activation: its logs, the hooks, the sentinels, the answer.
+// finish ends an activation: the answer, its logs, the hooks, the
+// sentinels.
 func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Request, call *hook.Call, status int, body, outLogs, errLogs []byte) {
 	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
+	// The answer is written first, so that the line about the call says
+	// whether the invoker took it; what net/http still buffers of it
+	// (its last few KiB, or the end of its chunks) goes once the handler
+	// returns, after the sentinels, so that the invoker has the whole
+	// answer only when the activation's logs are ended, as before.
+	rc, bounded, err := p.answer(w, status, body)
+	if err != nil {
+		call.Outcome, call.Err = hook.Error, err
+	}
 	// The activation's logs, then ocifn's line about the call, then the
 	// sentinels: OpenWhisk gives everything before a sentinel to the
 	// activation it ends, so nothing of this call may come after it.
@@ -447,7 +457,39 @@ func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	p.cfg.Hooks.After(ctx, call)
 	_, _ = p.stderr.Write(Frame(nil))
 	streamsMu.Unlock()
-	writeRaw(w, status, body)
+	if bounded && err == nil {
+		// The next request on the connection has a deadline of its own.
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// answer writes an activation's answer, which the invoker must take
+// within the call's timeout, as its body must arrive within it: one that
+// stops reading would otherwise hold the activation's slot, and the
+// answer's memory, for as long as it keeps its connection open. It
+// returns the answer's controller, whether the deadline is set on it (an
+// asynchronous invocation's answer is kept, not sent, and its writer has
+// none), and why the invoker did not take the answer, or nil.
+func (p *Proxy) answer(w http.ResponseWriter, status int, body []byte) (*http.ResponseController, bool, error) {
+	rc := http.NewResponseController(w)
+	bounded := rc.SetWriteDeadline(time.Now().Add(p.cfg.Timeout)) == nil
+	if _, set := w.Header()["Content-Type"]; !set && len(body) > 0 {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(status)
+	_, err := w.Write(body)
+	if errors.Is(err, http.ErrBodyNotAllowed) {
+		// A web action's 204 or 304, whose body is not sent.
+		err = nil
+	}
+	switch {
+	case !bounded || err == nil:
+		return rc, bounded, nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return rc, bounded, fmt.Errorf("the caller did not take the function's answer (%d bytes) within the call's timeout of %s: %w", len(body), p.cfg.Timeout, err)
+	default:
+		return rc, bounded, fmt.Errorf("the caller went away before it took the function's answer (%d bytes): %w", len(body), err)
+	}
 }
 
 // unended is the newline that ends logs as a line, if they need one.
