@@ -92,6 +92,41 @@ func TestHTTPFunction(t *testing.T) {
 		}
 		mustContain(t, "the answer", body, "malformed CGI header block")
 	})
+	// The answer says what is wrong with the header block, quoting it;
+	// the log names the line and what is wrong with it, as the
+	// Crossplane front's log never quotes a function's output, which
+	// may hold secrets.
+	t.Run("malformed_header_block_is_not_quoted_in_the_log", func(t *testing.T) {
+		for _, tc := range []struct{ name, out, line string }{
+			{"line_without_colon", "Status: 200\nSet-Cookie session=abc123\n\nhi", "line 2 has no colon"},
+			{"name_with_a_space", "Content-Type: text/plain\nSet Cookie abc123: x\n\nhi", "line 2's name, before its colon, is not a header name"},
+			{"control_character_in_a_value", "Content-Type: text/plain\nX-Token: abc123\x01\n\nhi", "line 2's value holds a control character"},
+			{"bad_status", "Content-Type: text/plain\nStatus: abc123\n\nhi", "line 2: Status is not a final HTTP status"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				tag := "malformed-" + tc.name
+				code, _, body := f.do(t, http.MethodPost, "/output", []byte(tc.out), http.Header{"Event-Id": {tag}})
+				if code != http.StatusBadGateway {
+					t.Fatalf("status %d, want 502: %s", code, body)
+				}
+				mustContain(t, "the answer", string(body), "malformed CGI header block", tc.line, "abc123")
+				var line string
+				eventually(t, 5*time.Second, "the call's log line", func() bool {
+					for _, l := range strings.Split(f.stderr.String(), "\n") {
+						if strings.Contains(l, "tag="+tag+" ") {
+							line = l
+							return true
+						}
+					}
+					return false
+				})
+				mustContain(t, "the call's log line", line, "outcome=fatal", "malformed CGI header block", tc.line)
+				if strings.Contains(line, "abc123") {
+					t.Errorf("the call's log line quotes the function's output: %s", line)
+				}
+			})
+		}
+	})
 	// Linux's execve takes an environment variable of at most 128 KiB:
 	// a longer header or query is the request's fault, answered as such,
 	// not a failure of the function's container.

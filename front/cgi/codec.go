@@ -222,6 +222,31 @@ type Response struct {
 // one.
 var ErrHeaderBlock = errors.New("malformed CGI header block")
 
+// HeaderBlockError is a malformed header block (ErrHeaderBlock): what is
+// wrong with it and on which line, and the output at fault, quoted. The
+// caller is answered both; the log says what is wrong alone (Unquoted),
+// as the Crossplane front's never quotes a function's output: a header
+// block holds cookies and tokens.
+type HeaderBlockError struct {
+	// Fault says what is wrong, and where, without quoting the output.
+	Fault string
+	// Quote is the output at fault, quoted, or "".
+	Quote string
+}
+
+func (e *HeaderBlockError) Error() string {
+	if e.Quote == "" {
+		return e.Unquoted()
+	}
+	return e.Unquoted() + ": " + e.Quote
+}
+
+// Unquoted is the error without the output at fault, as a log says it.
+func (e *HeaderBlockError) Unquoted() string { return ErrHeaderBlock.Error() + ": " + e.Fault }
+
+// Is makes a HeaderBlockError an ErrHeaderBlock.
+func (e *HeaderBlockError) Is(target error) bool { return target == ErrHeaderBlock }
+
 // maxHeaderBlock bounds the header block.
 const maxHeaderBlock = 64 << 10
 
@@ -258,7 +283,7 @@ func ParseOutput(out []byte) (Response, error) {
 		if !meant {
 			return body, nil
 		}
-		return Response{}, fmt.Errorf("%w: no empty line ends the headers in the first %d bytes", ErrHeaderBlock, min(len(out), maxHeaderBlock))
+		return Response{}, &HeaderBlockError{Fault: fmt.Sprintf("no empty line ends the headers in the first %d bytes", min(len(out), maxHeaderBlock))}
 	}
 	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(out[:end+sep])))
 	mh, err := tp.ReadMIMEHeader()
@@ -266,7 +291,7 @@ func ParseOutput(out []byte) (Response, error) {
 		if !meant {
 			return body, nil
 		}
-		return Response{}, fmt.Errorf("%w: %v", ErrHeaderBlock, err)
+		return Response{}, lineFault(out[:end], err)
 	}
 	if !slices.ContainsFunc(cgiFields, func(f string) bool { return len(mh[f]) > 0 }) {
 		return body, nil
@@ -278,7 +303,7 @@ func ParseOutput(out []byte) (Response, error) {
 			if !meant {
 				return body, nil
 			}
-			return Response{}, fmt.Errorf("%w: %q is not a header name", ErrHeaderBlock, name)
+			return Response{}, lineFault(out[:end], fmt.Errorf("%q is not a header name", name))
 		}
 	}
 	switch {
@@ -303,7 +328,7 @@ func ParseOutput(out []byte) (Response, error) {
 		s := rsp.Header.Get("Status")
 		_, n, ok := statusCode(s)
 		if !ok {
-			return Response{}, fmt.Errorf("%w: Status %q is not a final HTTP status (3 digits, 200 to 599)", ErrHeaderBlock, s)
+			return Response{}, &HeaderBlockError{Fault: fmt.Sprintf("line %d: Status is not a final HTTP status (3 digits, 200 to 599)", fieldLine(out[:end], "Status")), Quote: strconv.Quote(s)}
 		}
 		rsp.Status = n
 		rsp.Header.Del("Status")
@@ -312,6 +337,46 @@ func ParseOutput(out []byte) (Response, error) {
 		rsp.Status = http.StatusFound
 	}
 	return rsp, nil
+}
+
+// lineFault is the error of the first line of block that is not a header,
+// which textproto or the header names' check refused with err: one that
+// has no colon, a name that is not a token, or a value with a control
+// character. Should it find none, err says what is wrong, as the output
+// at fault.
+func lineFault(block []byte, err error) *HeaderBlockError {
+	n := 0
+	for line := range bytes.Lines(block) {
+		n++
+		l := bytes.TrimRight(line, "\r\n")
+		value := l
+		if len(l) > 0 && l[0] != ' ' && l[0] != '\t' {
+			name, v, ok := bytes.Cut(l, []byte(":"))
+			switch {
+			case !ok:
+				return &HeaderBlockError{Fault: fmt.Sprintf("line %d has no colon", n), Quote: strconv.Quote(string(l))}
+			case !httpguts.ValidHeaderFieldName(string(name)):
+				return &HeaderBlockError{Fault: fmt.Sprintf("line %d's name, before its colon, is not a header name", n), Quote: strconv.Quote(string(name))}
+			}
+			value = v
+		}
+		if bytes.ContainsFunc(value, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+			return &HeaderBlockError{Fault: fmt.Sprintf("line %d's value holds a control character", n), Quote: strconv.Quote(string(l))}
+		}
+	}
+	return &HeaderBlockError{Fault: "a line is not a header", Quote: err.Error()}
+}
+
+// fieldLine is the line of block where the field name first is, or 0.
+func fieldLine(block []byte, name string) int {
+	n := 0
+	for line := range bytes.Lines(block) {
+		n++
+		if k, _, ok := bytes.Cut(line, []byte(":")); ok && strings.EqualFold(string(k), name) {
+			return n
+		}
+	}
+	return 0
 }
 
 // plainBlock reports whether a header block whose first line is not a CGI

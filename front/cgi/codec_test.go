@@ -171,6 +171,40 @@ func TestParseOutput(t *testing.T) {
 	}
 }
 
+// TestParseOutputNamesTheLineAtFault: a malformed header block's error
+// names the line at fault and what is wrong with it without the output,
+// which a log may say, and quotes the output for the caller.
+func TestParseOutputNamesTheLineAtFault(t *testing.T) {
+	for _, tc := range []struct{ name, out, fault, quote string }{
+		{"no_colon", "Status: 200\r\nSet-Cookie session=secret\r\n\r\nbody", "line 2 has no colon", `"Set-Cookie session=secret"`},
+		{"name_with_a_space", "Content-Type: text/plain\nX-A: 1\nSet Cookie secret: x\n\nbody", "line 3's name, before its colon, is not a header name", `"Set Cookie secret"`},
+		{"control_character_on_a_continued_line", "Content-Type: text/plain\nX-A: 1\n continued\n more\x7fsecret\n\nbody", "line 4's value holds a control character", `" more\x7fsecret"`},
+		{"status", "Location: /x\nX-A: 1\nstatus: secret\n\n", "line 3: Status is not a final HTTP status (3 digits, 200 to 599)", `"secret"`},
+		{"no_end", "Content-Type: text/plain\nsecret", "no empty line ends the headers in the first 31 bytes", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseOutput([]byte(tc.out))
+			var bad *HeaderBlockError
+			if !errors.As(err, &bad) || !errors.Is(err, ErrHeaderBlock) {
+				t.Fatalf("got %v, want a *HeaderBlockError", err)
+			}
+			if want := "malformed CGI header block: " + tc.fault; bad.Unquoted() != want {
+				t.Errorf("Unquoted() = %q, want %q", bad.Unquoted(), want)
+			}
+			if strings.Contains(bad.Unquoted(), "secret") {
+				t.Errorf("Unquoted() quotes the output: %q", bad.Unquoted())
+			}
+			want := "malformed CGI header block: " + tc.fault
+			if tc.quote != "" {
+				want += ": " + tc.quote
+			}
+			if err.Error() != want {
+				t.Errorf("Error() = %q, want %q", err.Error(), want)
+			}
+		})
+	}
+}
+
 // TestTooLong: a variable execve would refuse (Linux's MAX_ARG_STRLEN,
 // 128 KiB with its NUL) is named with its length; one byte less passes.
 func TestTooLong(t *testing.T) {

@@ -134,7 +134,14 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	if err != nil {
 		// The function's answer, not the caller's request, is wrong: a
 		// bad gateway.
-		return fail(hook.Fatal, http.StatusBadGateway, "the function's output is not a CGI response: "+err.Error())
+		status := fail(hook.Fatal, http.StatusBadGateway, "the function's output is not a CGI response: "+err.Error())
+		var bad *HeaderBlockError
+		if errors.As(err, &bad) {
+			// The caller is shown the output at fault; the log line
+			// names the line alone.
+			call.Reason = "the function's output is not a CGI response: " + bad.Unquoted()
+		}
+		return status
 	}
 	for k, vs := range rsp.Header {
 		if hopByHop[k] {

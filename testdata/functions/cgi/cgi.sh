@@ -32,6 +32,10 @@ case "$PATH_INFO" in
 	sleep "${QUERY_STRING:-60}"
 	printf 'Content-Type: text/plain\n\nslept %s\n' "$QUERY_STRING"
 	;;
+/output)
+	# The request's body is the program's output, as it is.
+	cat
+	;;
 /bad)
 	printf 'Content-Type: text/plain\nno blank line ends these headers'
 	;;
