@@ -353,9 +353,10 @@ func TestHTTPCallsWaitingForTheUnpack(t *testing.T) {
 			s := startProcess(t, append([]string{"--api", "http", "--address", "127.0.0.1:0", "--tarball", big, "--cache-dir", cache}, tc.args...))
 			addr := s.awaitListening(t)
 			type answer struct {
-				code int
-				body string
-				err  error
+				code        int
+				contentType string
+				body        string
+				err         error
 			}
 			answered := make(chan answer, 1)
 			go func() {
@@ -366,7 +367,7 @@ func TestHTTPCallsWaitingForTheUnpack(t *testing.T) {
 				}
 				defer rsp.Body.Close()
 				b, _ := io.ReadAll(rsp.Body)
-				answered <- answer{code: rsp.StatusCode, body: string(b)}
+				answered <- answer{code: rsp.StatusCode, contentType: rsp.Header.Get("Content-Type"), body: string(b)}
 			}()
 			if tc.stop {
 				// The call is in before the signal.
@@ -384,6 +385,10 @@ func TestHTTPCallsWaitingForTheUnpack(t *testing.T) {
 			s.wait(t)
 			if a.err != nil || a.code != http.StatusServiceUnavailable || !strings.Contains(a.body, "did not run") {
 				t.Errorf("the waiting call got %d %q, %v; want 503 saying it did not run\n%s", a.code, a.body, a.err, s.stderr)
+			}
+			// In plain text, as every other error of the CGI front.
+			if !strings.HasPrefix(a.contentType, "text/plain") || strings.HasPrefix(a.body, "{") {
+				t.Errorf("the waiting call's answer is %s %q, want plain text as the front's other errors", a.contentType, a.body)
 			}
 			// Its line carries an event id, as every CGI call's does.
 			if !regexp.MustCompile(`msg=call tag=[0-9a-f]{32} front=http outcome=error method=GET path=/call status=503 `).MatchString(s.stderr.String()) {

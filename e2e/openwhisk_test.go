@@ -811,6 +811,16 @@ func TestOpenWhiskRefusedAsyncActivationHasTheSentinels(t *testing.T) {
 	if code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("an asynchronous activation over --max-request-bytes: %d %s, want 413", code, body)
 	}
+	// In OpenWhisk's form, as every error of this front, which the
+	// invoker reads as the activation's.
+	var answer struct{ Error string }
+	if err := json.Unmarshal(body, &answer); err != nil || !strings.Contains(answer.Error, "--max-request-bytes") {
+		t.Errorf("the refused asynchronous activation's answer %q is not {\"error\": ...} naming --max-request-bytes: %v", body, err)
+	}
+	code, h, body := f.do(t, http.MethodGet, "/invocations/0123", nil, nil)
+	if err := json.Unmarshal(body, &answer); code != http.StatusNotFound || err != nil || !strings.Contains(answer.Error, "no such invocation") || h.Get("Content-Type") != "application/json" {
+		t.Errorf("a poll of an unknown invocation: %d %s %q, want 404 and {\"error\": ...} saying no such invocation (%v)", code, h.Get("Content-Type"), body, err)
+	}
 	f.checkStreams(t, 1)
 	log := f.stderr.String()
 	if line, end := strings.Index(log, "path=/run status=413"), strings.LastIndex(log, owSentinel); line < 0 || end < line {

@@ -73,6 +73,9 @@ type Invocations struct {
 	// (EndRefusals); endMu keeps each such line and its end together.
 	end   func(*http.Request)
 	endMu sync.Mutex
+	// form words ocifn's own answers, as the front words its errors
+	// (AnswerErrorsAs).
+	form ErrorForm
 
 	// mu orders writes and the size bound's removals, and guards index
 	// and total.
@@ -127,6 +130,11 @@ type record struct {
 	Status  int         `json:"status,omitempty"`
 	Header  http.Header `json:"header,omitempty"`
 	Body    []byte      `json:"body,omitempty"`
+	// Message, when set, is ocifn's own answer (the call cut off, its
+	// result not kept), answered in the front's form of an error rather
+	// than as Header and Body, which hold it as text for earlier
+	// versions.
+	Message string `json:"message,omitempty"`
 }
 
 // OpenInvocations keeps invocations in dir, which other servers may share.
@@ -202,7 +210,7 @@ func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, received t
 	call.Outcome, call.Reason = o, err.Error()
 	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status, "async", true)
 	if iv.end == nil {
-		http.Error(w, err.Error(), status)
+		WriteError(w, iv.form, status, err.Error())
 		iv.hooks.After(ctx, call)
 		return
 	}
@@ -210,8 +218,13 @@ func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, received t
 	iv.hooks.After(ctx, call)
 	iv.end(r)
 	iv.endMu.Unlock()
-	http.Error(w, err.Error(), status)
+	WriteError(w, iv.form, status, err.Error())
 }
+
+// AnswerErrorsAs has the invocations' errors, those refused before their
+// call and ocifn's own answers to a poll, answered in form, as the front
+// answers its own errors; PlainError without it.
+func (iv *Invocations) AnswerErrorsAs(form ErrorForm) { iv.form = form }
 
 // Close stops the calls still running (they are recorded as failed, as
 // stopped by the shutdown) and waits for them.
@@ -418,7 +431,7 @@ func (iv *Invocations) serveResult(w http.ResponseWriter, id string) {
 		err = os.ErrNotExist
 	}
 	if err != nil {
-		http.Error(w, msgNoSuchInvocation, http.StatusNotFound)
+		WriteError(w, iv.form, http.StatusNotFound, msgNoSuchInvocation)
 		return
 	}
 	if rec.Running && iv.gone(rec.Server) {
@@ -430,6 +443,10 @@ func (iv *Invocations) serveResult(w http.ResponseWriter, id string) {
 		w.Header().Set("Location", invocationsPath+id)
 		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	if rec.Message != "" {
+		WriteError(w, iv.form, rec.Status, rec.Message)
 		return
 	}
 	for k, vs := range rec.Header {
@@ -479,11 +496,13 @@ func (iv *Invocations) storeFailure(id string, status, bodyBytes int, err error)
 // invocation's result (its status and body size) that was not kept, and
 // says why.
 func notKept(created time.Time, code, status, bodyBytes int, why string) record {
+	msg := fmt.Sprintf("the invocation finished with status %d and a body of %d bytes, but %s", status, bodyBytes, why)
 	return record{
 		Created: created,
 		Status:  code,
 		Header:  http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
-		Body:    []byte(fmt.Sprintf("the invocation finished with status %d and a body of %d bytes, but %s\n", status, bodyBytes, why)),
+		Body:    []byte(msg + "\n"),
+		Message: msg,
 	}
 }
 

@@ -3,6 +3,8 @@ package front
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -80,6 +82,72 @@ func TestResultLargerThanTheBound(t *testing.T) {
 		t.Errorf("GET: %d, want 507", g.Code)
 	}
 	fronttest.Says(t, "GET body", g.Body.String(), "status 200", "2000 bytes", "--results-max-bytes (1000)", "not kept")
+}
+
+// TestInvocationErrorsInTheFrontsForm: ocifn's own answers about
+// invocations (an id it does not hold, a result not kept, a call cut off)
+// are in the form of the front's errors: text by default, as the HTTP
+// front's; {"error": ...} with JSONError, as OpenWhisk's.
+func TestInvocationErrorsInTheFrontsForm(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		form ErrorForm
+		ct   string
+		// msg is the message of an error's body, or why it is none.
+		msg func(body string) (string, error)
+	}{
+		{"plain", nil, "text/plain; charset=utf-8", func(body string) (string, error) {
+			if !strings.HasSuffix(body, "\n") || strings.HasPrefix(body, "{") {
+				return "", errors.New("not a line of text")
+			}
+			return strings.TrimSuffix(body, "\n"), nil
+		}},
+		{"json", JSONError, "application/json", func(body string) (string, error) {
+			var e struct{ Error string }
+			err := json.Unmarshal([]byte(body), &e)
+			return e.Error, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			iv, err := OpenInvocations(dir, time.Hour, 1000, 1<<20, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer iv.Close()
+			iv.AnswerErrorsAs(tc.form)
+			h := iv.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				_, _ = w.Write([]byte(strings.Repeat("x", 2000)))
+			}))
+			get := func(path string) *httptest.ResponseRecorder {
+				g := httptest.NewRecorder()
+				h.ServeHTTP(g, httptest.NewRequest(http.MethodGet, path, nil))
+				return g
+			}
+			check := func(what string, g *httptest.ResponseRecorder, status int, msg string) {
+				t.Helper()
+				got, err := tc.msg(g.Body.String())
+				if g.Code != status || g.Header().Get("Content-Type") != tc.ct || err != nil || !strings.HasPrefix(got, msg) {
+					t.Errorf("%s: %d %s %q (%v), want %d %s saying %q", what, g.Code, g.Header().Get("Content-Type"), g.Body.String(), err, status, tc.ct, msg)
+				}
+			}
+			check("an unknown id", get(invocationsPath+strings.Repeat("0", 64)), http.StatusNotFound, msgNoSuchInvocation)
+
+			r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+			r.Header.Set("Prefer", "respond-async")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			iv.wg.Wait()
+			check("a result not kept", get(w.Header().Get("Location")), http.StatusInsufficientStorage,
+				"the invocation finished with status 200 and a body of 2000 bytes, but its result takes ")
+
+			id := strings.Repeat("1", 64)
+			if err := iv.write(id, record{Running: true, Server: "gone", Created: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			check("a call cut off", get(invocationsPath+id), http.StatusInternalServerError, msgCutOff)
+		})
+	}
 }
 
 // TestAsyncRefusedWhenFull: with every slot and the queue taken, a new

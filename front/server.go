@@ -42,6 +42,9 @@ type Server struct {
 	endMu sync.Mutex
 	// waiting counts the calls that wait for the server to be ready.
 	waiting prometheus.Gauge
+	// form words the answers of those calls, as the front words its
+	// errors (AnswerErrorsAs).
+	form ErrorForm
 }
 
 // NewServer returns a server exposing reg at /metrics, where it adds
@@ -78,6 +81,11 @@ func (s *Server) TagRefusals(tag func(*http.Request) string) { s.tag = tag }
 // the server was ready, and before its answer: OpenWhisk's front ends an
 // activation's logs with its sentinels, which its invoker waits for.
 func (s *Server) EndRefusals(end func(*http.Request)) { s.end = end }
+
+// AnswerErrorsAs has the calls answered before the server was ready
+// answered in form, as the front answers its own errors; PlainError
+// without it.
+func (s *Server) AnswerErrorsAs(form ErrorForm) { s.form = form }
 
 // Ready makes h serve the front's routes. It must be called once.
 func (s *Server) Ready(h http.Handler) {
@@ -136,7 +144,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, msg 
 	call.Outcome, call.Reason, call.Err = hook.Error, msg, err
 	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
 	if s.end == nil {
-		WriteJSONError(w, status, msg)
+		WriteError(w, s.form, status, msg)
 		s.hooks.After(ctx, call)
 		return
 	}
@@ -144,7 +152,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, msg 
 	s.hooks.After(ctx, call)
 	s.end(r)
 	s.endMu.Unlock()
-	WriteJSONError(w, status, msg)
+	WriteError(w, s.form, status, msg)
 }
 
 // refusedTag is the tag of a call refused before the front saw it: tag(r),
@@ -166,6 +174,36 @@ func Received(r *http.Request) time.Time {
 		return t
 	}
 	return time.Now()
+}
+
+// ErrorForm is how a front words the answer of an error saying msg: its
+// Content-Type and body.
+type ErrorForm func(msg string) (contentType string, body []byte)
+
+// PlainError is the HTTP front's form of an error: msg as text, as
+// net/http's http.Error writes it.
+func PlainError(msg string) (string, []byte) {
+	return "text/plain; charset=utf-8", []byte(msg + "\n")
+}
+
+// JSONError is OpenWhisk's form of an error: {"error": msg}.
+func JSONError(msg string) (string, []byte) {
+	b, _ := json.Marshal(map[string]string{"error": msg})
+	return "application/json", b
+}
+
+// WriteError answers with status and msg in form, PlainError when nil.
+func WriteError(w http.ResponseWriter, form ErrorForm, status int, msg string) {
+	if form == nil {
+		form = PlainError
+	}
+	ct, body := form(msg)
+	h := w.Header()
+	h.Del("Content-Length")
+	h.Set("Content-Type", ct)
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
 
 // WriteJSON answers with status and v as JSON.

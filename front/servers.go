@@ -373,7 +373,7 @@ func (iv *Invocations) head(id string) (record, int64, error) {
 // ended.
 func cutOff(server string, at time.Time) record {
 	return record{Server: server, Created: at, Status: http.StatusInternalServerError,
-		Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, Body: []byte(msgCutOff + "\n")}
+		Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, Body: []byte(msgCutOff + "\n"), Message: msgCutOff}
 }
 
 // letGo lets go of the locks of the servers adopted whose records are all

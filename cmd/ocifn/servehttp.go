@@ -85,6 +85,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	srv.CountRefusals(chain, o.api)
 	if o.api == apiOpenWhisk {
 		srv.EndRefusals(openwhisk.EndRefused(os.Stdout, os.Stderr))
+		srv.AnswerErrorsAs(front.JSONError)
 	} else {
 		srv.TagRefusals(cgi.Tag)
 	}
@@ -143,6 +144,7 @@ func (o *serveOptions) serveHTTP(ctx context.Context, log *slog.Logger, rt *bund
 	inv.CountRefusals(chain, o.api)
 	if o.api == apiOpenWhisk {
 		inv.EndRefusals(openwhisk.EndRefused(os.Stdout, os.Stderr))
+		inv.AnswerErrorsAs(front.JSONError)
 	} else {
 		inv.TagRefusals(cgi.Tag)
 	}
