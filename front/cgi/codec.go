@@ -77,13 +77,13 @@ func Env(r Request) []string {
 		env["HTTP_HOST"] = r.Host
 	}
 	if host, port, err := net.SplitHostPort(r.Host); err == nil {
-		env["SERVER_NAME"], env["SERVER_PORT"] = host, port
+		env["SERVER_NAME"], env["SERVER_PORT"] = serverName(host), port
 	} else if r.Host != "" {
 		env["SERVER_NAME"], env["SERVER_PORT"] = r.Host, "80"
 	} else if host, port, err := net.SplitHostPort(r.LocalAddr); err == nil {
 		// RFC 3875 asks for both, and a request of HTTP/1.0 may name no
 		// host: the address it came to is the server's.
-		env["SERVER_NAME"], env["SERVER_PORT"] = host, port
+		env["SERVER_NAME"], env["SERVER_PORT"] = serverName(host), port
 	}
 	if host, port, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		env["REMOTE_ADDR"], env["REMOTE_PORT"] = host, port
@@ -142,6 +142,18 @@ func Env(r Request) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// serverName is SERVER_NAME for host, split from its port: an IPv6
+// address keeps its brackets, as RFC 3875 writes it (section 4.1.14) and as
+// a Host without a port gives it, so that a program that builds its URL
+// from SERVER_NAME and SERVER_PORT gets http://[::1]:8080/, not
+// http://::1:8080/.
+func serverName(host string) string {
+	if strings.Contains(host, ":") {
+		return "[" + host + "]"
+	}
+	return host
 }
 
 // TooLong returns the first variable of env that execve would refuse as

@@ -78,6 +78,29 @@ func TestEnv(t *testing.T) {
 	}
 }
 
+// TestEnvServerNameOfIPv6: an IPv6 address in SERVER_NAME is in brackets,
+// as RFC 3875 (section 4.1.14) writes it and a URL needs it, whether it
+// comes from Host, with a port or without, or from the address the
+// request came to: "http://$SERVER_NAME:$SERVER_PORT/" must be a URL.
+func TestEnvServerNameOfIPv6(t *testing.T) {
+	for _, c := range []struct{ host, local, name, port string }{
+		{"[::1]:8080", "", "[::1]", "8080"},
+		{"[fd00::2]", "", "[fd00::2]", "80"},
+		{"", "[fd00::3]:9090", "[fd00::3]", "9090"},
+		{"fn.example:8080", "", "fn.example", "8080"},
+		{"", "10.0.0.2:8080", "10.0.0.2", "8080"},
+	} {
+		got := map[string]string{}
+		for _, kv := range Env(Request{Method: "GET", Path: "/", Protocol: "HTTP/1.1", Header: http.Header{}, Host: c.host, LocalAddr: c.local}) {
+			k, v, _ := strings.Cut(kv, "=")
+			got[k] = v
+		}
+		if got["SERVER_NAME"] != c.name || got["SERVER_PORT"] != c.port {
+			t.Errorf("Host %q, to %q: SERVER_NAME %q, SERVER_PORT %q; want %q and %q", c.host, c.local, got["SERVER_NAME"], got["SERVER_PORT"], c.name, c.port)
+		}
+	}
+}
+
 func TestParseOutput(t *testing.T) {
 	for _, tc := range []struct {
 		name, out string
