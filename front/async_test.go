@@ -901,3 +901,63 @@ func TestStartupAdoptsServersWithoutLockFiles(t *testing.T) {
 		t.Errorf("the gone server's temporary file: %v, want it removed", err)
 	}
 }
+
+// TestStartupLeavesALiveServerToASweep: a server that holds its lock when
+// a starting server lists the directory, and goes during that server's
+// pass over the records, may have started invocations the listing lacks:
+// it is left to a sweep, which lists the directory once it holds the
+// lock, rather than adopted in the pass. Adopted there, an invocation it
+// started after the listing stayed running on disk, out of every index:
+// never cut off, never removed, its server's lock let go once the rest
+// expired. (The pass is adopt(true), which OpenInvocations runs, run here
+// with a clock that has the other server go in the middle of it.)
+func TestStartupLeavesALiveServerToASweep(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	other, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iv, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iv.Close()
+	// The other server's result comes last in the listing; first, the
+	// running record of a server gone without a lock file, which the
+	// pass cuts off as it meets it.
+	finished, started := strings.Repeat("f", 64), strings.Repeat("a", 64)
+	if err := other.writeResult(finished, record{Created: time.Now(), Status: http.StatusOK, Body: []byte("kept")}); err != nil {
+		t.Fatal(err)
+	}
+	const gone = "0123456789abcdef"
+	if err := os.WriteFile(filepath.Join(dir, strings.Repeat("0", 64)+".json"), []byte(`{"running":true,"server":"`+gone+`","created":"`+time.Now().Format(time.RFC3339Nano)+`"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var went sync.Once
+	iv.now = func() time.Time {
+		// After the listing: the other server starts an invocation, and
+		// is killed.
+		went.Do(func() {
+			if err := other.write(started, record{Running: true, Created: time.Now()}); err != nil {
+				t.Error(err)
+			}
+			other.held[other.server].Close()
+		})
+		return time.Now()
+	}
+	iv.adopt(true)
+	iv.swept = time.Time{}
+	iv.bound()
+	rec, _, f, err := iv.open(started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if rec.Running {
+		t.Error("the invocation the gone server started after the listing is still running on disk; want it cut off by the sweep")
+	}
+	if e, ok := iv.index[started]; !ok || e.server != other.server || iv.index[finished].server != other.server {
+		t.Errorf("the index: %v, want the gone server's two records", iv.index)
+	}
+}

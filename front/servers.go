@@ -285,8 +285,8 @@ func (iv *Invocations) removeUnnamed() {
 
 // indexRecordsOf indexes the records of servers, whose locks this server
 // holds, and returns how many running ones it marked cut off. With
-// discover, it also takes the lock of each other server a record names,
-// if that server is gone, and adopts its records too: one pass over the
+// discover, it also takes the lock of each other server a record names
+// that has no lock file, and adopts its records too: one pass over the
 // directory, which a restart with many results waits for.
 func (iv *Invocations) indexRecordsOf(servers map[string]bool, discover bool) (cut int) {
 	entries, err := os.ReadDir(iv.dir)
@@ -318,6 +318,16 @@ func (iv *Invocations) indexRecordsOf(servers map[string]bool, discover bool) (c
 				continue
 			}
 			tried[rec.Server] = true
+			// One with a lock file held it when takeGone looked: it may
+			// have started invocations since the directory was listed,
+			// and go before the pass meets it. Those would be left out
+			// of the index of the server that then holds its lock, for
+			// good; a sweep lists the directory once it has the lock.
+			// A server without one is gone, and wrote its last record
+			// before.
+			if _, err := os.Lstat(iv.lockPath(rec.Server)); !errors.Is(err, os.ErrNotExist) {
+				continue
+			}
 			iv.serversMu.Lock()
 			took := iv.takeLocked(rec.Server, true)
 			iv.serversMu.Unlock()
