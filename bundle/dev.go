@@ -199,7 +199,9 @@ func (d devDir) remove() error {
 func (b *Bundle) checkDevicesCarried() error {
 	c, err := b.create()
 	if err != nil {
-		return err
+		// crun 1.8.1 fails here, finding no /dev/null to bind over, and
+		// its words alone do not say why.
+		return fmt.Errorf("no container could be made with the prepared /dev (%w): this crun likely does not carry bind mounts along with an rbind mount in a user namespace (crun 1.8.1 does not; hack/crun-patches)", err)
 	}
 	defer c.discard()
 	var st unix.Stat_t
