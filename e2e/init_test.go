@@ -259,6 +259,11 @@ func TestInitStagesWhatEveryCopyNames(t *testing.T) {
 		{"flags_and_several_sources", "COPY --chown=0:0 --chmod=755 stage/base/ stage/jq/ /\n"},
 		{"continued_line_in_lower_case", "copy stage/base/ \\\n  ./stage/jq/ /\n"},
 		{"add_and_json_form", "  ADD stage/base/ /\nCOPY [\"stage/jq/\", \"/\"]\n"},
+		// As the builders' parser continues a line: a blank or a CR (a
+		// Dockerfile saved on Windows) after the backslash, and comment
+		// and empty lines inside, which it skips.
+		{"continued_line_with_a_blank_and_a_cr_after_the_backslash", "COPY stage/base/ \\ \r\n  stage/jq/ /\r\n"},
+		{"continued_line_over_a_comment_and_an_empty_line", "COPY stage/base/ \\\n# jq too\n\n  stage/jq/ /\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

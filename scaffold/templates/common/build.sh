@@ -94,7 +94,15 @@ mkdir -p stage "$work"
 # The pieces named by COPY and ADD in every form a Dockerfile allows: lower
 # case, flags (--chown), several sources, the JSON form, continued lines.
 # A piece not staged would fail the build with a bare "no such file".
-pieces=$(sed -e ':a' -e '/\\$/{N;s/\\\n/ /;ba' -e '}' Dockerfile |
+# Lines are continued as the builders' parser continues them: after a
+# backslash that blanks or a CR (a Dockerfile saved on Windows) may
+# follow, and over the comment and empty lines inside.
+pieces=$(tr -d '\r' <Dockerfile | awk '
+	/^[ \t]*$/ || /^[ \t]*#/ { next }
+	{ line = cont ? line " " $0 : $0 }
+	/\\[ \t]*$/ { sub(/\\[ \t]*$/, "", line); cont = 1; next }
+	{ print line; cont = 0 }
+	END { if (cont) print line }' |
 	grep -iE '^[[:space:]]*(copy|add)[[:space:]]' |
 	grep -oE '(^|[[:space:]"])(\./)?stage/[a-z0-9-]+' | sed 's|.*stage/||' | sort -u || true)
 for piece in $pieces; do
