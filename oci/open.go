@@ -226,13 +226,24 @@ func chooseCandidates(cs []candidate, want string) ([]int, error) {
 		return []int{0}, nil
 	}
 	var chosen []int
+	seen := map[string]bool{}
 	for i, c := range cs {
 		// The digest the list of candidates shows is the only way to
 		// choose an unnamed one (skopeo copy into one OCI layout without
 		// a tag, docker save by image ID).
-		if _, ok := c.matchedName(want); ok || (c.digest != "" && c.digest == want) {
-			chosen = append(chosen, i)
+		if _, ok := c.matchedName(want); !ok && (c.digest == "" || c.digest != want) {
+			continue
 		}
+		// An image tagged twice in one layout (:latest and :v1) is an
+		// entry per name, of one digest: that digest, or a name given
+		// to both, chooses one image, not several to pick a platform of.
+		if c.digest != "" {
+			if seen[c.digest] {
+				continue
+			}
+			seen[c.digest] = true
+		}
+		chosen = append(chosen, i)
 	}
 	if len(chosen) == 0 {
 		return nil, fmt.Errorf(errNameNotFound, want, listNames(cs))

@@ -259,6 +259,32 @@ func TestOpenSelectsByName(t *testing.T) {
 	}
 }
 
+// TestOpenSelectsAnImageOfTwoNamesByDigest: an image tagged twice in one
+// OCI layout (skopeo copy to oci:DIR:latest, then to oci:DIR:v1) is an
+// entry per name, of one manifest; its digest chooses it, as a name does,
+// rather than two entries of no platform to pick one of.
+func TestOpenSelectsAnImageOfTwoNamesByDigest(t *testing.T) {
+	one := newImage(t, gzipLayer, makeTar(t, entFile("which", "foo")))
+	two := newImage(t, gzipLayer, makeTar(t, entFile("which", "bar")))
+	d, err := two.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := writeArchive(t, t.TempDir(), ociFiles(t, ociIndex(tagged{[]string{"one:latest"}, one}, tagged{[]string{"two:latest"}, two}, tagged{[]string{"two:v1"}, two})), false)
+	img, err := Open(p, WithImageName(d.String()))
+	if err != nil {
+		t.Fatalf("Open with the digest of the image tagged twice: %v", err)
+	}
+	defer img.Close()
+	root := filepath.Join(t.TempDir(), "rootfs")
+	if err := Unpack(context.Background(), img.Image(), root); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFileT(t, filepath.Join(root, "which")); got != "bar" {
+		t.Errorf("selected image %q, want %q", got, "bar")
+	}
+}
+
 // TestOpenSelectsAnUnnamedImageByDigest: of several unnamed images (skopeo
 // copy into one OCI layout without a tag, docker save by image ID), the
 // error lists each by a digest, and that digest chooses it: no name can.
