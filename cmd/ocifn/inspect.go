@@ -62,6 +62,11 @@ registry reference.`,
 func inspect(ctx context.Context, what string, insecure bool) (*oci.PackageInfo, error) {
 	if _, err := os.Stat(what); err == nil {
 		img, err := oci.Open(what)
+		if errors.Is(err, oci.ErrSeveralImages) {
+			// Open's advice, to choose one by name or digest, is for the
+			// commands that can (--image): inspect has no flag for it.
+			return nil, fmt.Errorf("%w; ocifn inspect describes one package and cannot choose: give it a file of one (ocifn build writes one)", err)
+		}
 		if err != nil {
 			return nil, err
 		}
