@@ -120,7 +120,8 @@ buildah)
 	# A FROM image is pulled into the private store (it starts empty), under
 	# the machine's signature policy when it has one, as podman pulls.
 	pull_policy=(--signature-policy "$work/policy.json")
-	if [ -e "${XDG_CONFIG_HOME:-${HOME:-}/.config}/containers/policy.json" ] || [ -e /etc/containers/policy.json ]; then
+	# (containers/image reads $HOME/.config's, whatever XDG_CONFIG_HOME says.)
+	if [ -e "${HOME:-}/.config/containers/policy.json" ] || [ -e /etc/containers/policy.json ]; then
 		pull_policy=()
 	fi
 	mkdir -p "$work/tmp"
