@@ -200,6 +200,18 @@ filter: |
 		if r := ocifnTest("request.yaml", "--update"); r.exit == 0 || !strings.Contains(r.stderr, "give --expected FILE") {
 			t.Errorf("--update without --expected: exit %d\n%s", r.exit, r.stderr)
 		}
+
+		// Nor is another file named by mistake, however the function
+		// answers: an XR, a request.
+		write("xr.yaml", "apiVersion: example.org/v1\nkind: XGreeting\nmetadata: {name: hello}\nspec: {to: world}\n")
+		for _, other := range []string{"xr.yaml", "refused.request.yaml"} {
+			before := read(other)
+			r = ocifnTest("request.yaml", "--expected", other, "--update")
+			if r.exit != 1 || read(other) != before {
+				t.Errorf("--update over %s: exit %d, now\n%s", other, r.exit, read(other))
+			}
+			mustContain(t, "stderr", r.stderr, other+": not a RunFunctionResponse: it looks like a", "--update writes over an expected response only, and leaves it as it is")
+		}
 	})
 
 	// A FILE that cannot be read for another reason than its absence is

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -12,6 +13,17 @@ import (
 	"github.com/ocifn/ocifn/codec"
 )
 
+// ErrOtherFile is wrapped by ParseResponse's error when the document is
+// another file an author has at hand (an XR, a request), not a response
+// with a mistake in it: ocifn test --update must not write over it.
+var ErrOtherFile = errors.New("another file than an expected response")
+
+// otherFileError is ErrOtherFile in words of its own.
+type otherFileError string
+
+func (e otherFileError) Error() string        { return string(e) }
+func (e otherFileError) Is(target error) bool { return target == ErrOtherFile }
+
 // ParseResponse parses a RunFunctionResponse written in YAML or in JSON, as
 // `ocifn test` prints one: an expected response.
 func ParseResponse(data []byte) (*fnv1.RunFunctionResponse, error) {
@@ -22,7 +34,7 @@ func ParseResponse(data []byte) (*fnv1.RunFunctionResponse, error) {
 	rsp := &fnv1.RunFunctionResponse{}
 	if err := protojson.Unmarshal(j, rsp); err != nil {
 		if why := otherKind(j, "RunFunctionResponse"); why != "" {
-			return nil, fmt.Errorf("not a RunFunctionResponse: %s", why)
+			return nil, otherFileError("not a RunFunctionResponse: " + why)
 		}
 		if why := codec.ExplainMessage(j, rsp.ProtoReflect().Descriptor()); why != "" {
 			return nil, fmt.Errorf("not a RunFunctionResponse: %s", why)

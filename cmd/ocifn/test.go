@@ -82,7 +82,8 @@ differ, 1, with a diff on stderr. --update writes the response to FILE
 instead, as -o prints it, once the call was made: a Fatal result there
 replaces only a Fatal result FILE expects, or a FILE that does not exist
 yet, so that a function broken by mistake does not overwrite the
-responses it should give.`,
+responses it should give; an XR or a request named by mistake as FILE is
+never written over.`,
 		Example: `  # A request written out in YAML:
   ocifn test function.tar request.yaml
 
@@ -214,7 +215,8 @@ func (o *testOptions) run(ctx context.Context, image string, stdin io.Reader, st
 
 // readExpected reads the --expected file before the image is unpacked, so
 // that a mistake in it shows first. With --update the file may be missing,
-// and one that is not a response is overwritten, but by an answer only.
+// and one that is not a response is overwritten, but by an answer only,
+// and not when it is another file (an XR, a request) named by mistake.
 func (o *testOptions) readExpected() error {
 	if o.expected == "" {
 		if o.update {
@@ -233,8 +235,13 @@ func (o *testOptions) readExpected() error {
 		return fmt.Errorf("cannot read the expected response: %w", err)
 	}
 	rsp, err := pipeline.ParseResponse(b)
-	if err != nil && !o.update {
+	switch {
+	case err != nil && !o.update:
 		return fmt.Errorf("%s: %w", o.expected, err)
+	case errors.Is(err, pipeline.ErrOtherFile):
+		// An XR or a request named by mistake would be lost, where an
+		// expected response with a mistake in it is mended.
+		return fmt.Errorf("%s: %w; --update writes over an expected response only, and leaves it as it is", o.expected, err)
 	}
 	o.want, o.unreadable = rsp, err
 	return nil
