@@ -515,6 +515,35 @@ func TestOpenWhiskWebAction(t *testing.T) {
 	if code, _, out := run(`{"headers":{"Content-Type":"image/png"},"body":"not base64"}`); code != http.StatusBadGateway || !strings.Contains(out, "base64") {
 		t.Errorf("binary body not in base64: %d %s, want 502 saying so", code, out)
 	}
+	// The answer quotes the value at fault; the activation's log line
+	// names the field alone, as the Crossplane front's never quotes a
+	// function's output.
+	for i, tc := range []struct{ result, answered, logged string }{
+		{`{"statusCode":"tok-secret"}`, `statusCode \"tok-secret\"`, "statusCode is a string that is not a whole number"},
+		{`{"headers":{"X-tok-secret":"a\u0001"}}`, "headers.X-tok-secret holds", "a value in headers holds the control character"},
+		{`{"headers":{"Content-Type":"/tok-secret"},"body":"x"}`, `headers.Content-Type \"/tok-secret\"`, "headers.Content-Type is not a media type"},
+	} {
+		id := fmt.Sprintf("web-fault-%d", i)
+		body, _ := json.Marshal(map[string]any{"activation": map[string]any{"activation_id": id}, "value": json.RawMessage(tc.result)})
+		code, _, out := f.do(t, http.MethodPost, "/", body, http.Header{"Content-Type": {"application/json"}})
+		if code != http.StatusBadGateway || !strings.Contains(string(out), tc.answered) {
+			t.Errorf("%s: %d %s, want 502 quoting the value at fault", tc.result, code, out)
+		}
+		var line string
+		eventually(t, 5*time.Second, "the activation's log line", func() bool {
+			for _, l := range strings.Split(f.stderr.String(), "\n") {
+				if strings.Contains(l, "tag="+id+" ") {
+					line = l
+					return true
+				}
+			}
+			return false
+		})
+		mustContain(t, "the activation's log line", line, "outcome=fatal", "status=502", tc.logged)
+		if strings.Contains(line, "tok-secret") {
+			t.Errorf("the activation's log line quotes the action's result: %s", line)
+		}
+	}
 	code, h, out = run(`{"a":1,"nested":{"statusCode":999}}`)
 	if code != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "application/json") {
 		t.Fatalf("plain result: %d %v %s, want 200 JSON", code, h, out)

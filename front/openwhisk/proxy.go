@@ -368,8 +368,14 @@ func (p *Proxy) run(w http.ResponseWriter, r *http.Request, received time.Time, 
 		switch {
 		case err != nil:
 			// The action's answer is not one to send: say which field,
-			// rather than send something else than it asked for.
+			// rather than send something else than it asked for. The
+			// log line names the field alone: the answer quotes the
+			// value at fault, which may be a token.
 			call.Outcome, call.Reason = hook.Fatal, err.Error()
+			var bad *WebError
+			if errors.As(err, &bad) {
+				call.Reason = bad.Unquoted()
+			}
 			status, body = http.StatusBadGateway, errorBody(err.Error())
 		case resp != nil:
 			for k, vs := range resp.Header {

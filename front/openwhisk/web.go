@@ -67,9 +67,10 @@ func ParseWebResponse(result []byte) (*WebResponse, error) {
 	var projected map[string]json.RawMessage
 	if json.Unmarshal(obj["error"], &projected) == nil && isWeb(projected) {
 		r, err := webResponse(projected)
-		if err != nil {
+		var bad *WebError
+		if errors.As(err, &bad) {
 			// The field at fault is the error's, not the result's own.
-			err = errors.New(msgInvalidWeb + "error." + strings.TrimPrefix(err.Error(), msgInvalidWeb))
+			bad.Fault, bad.Quoted = "error."+bad.Fault, "error."+bad.Quoted
 		}
 		return r, err
 	}
@@ -104,7 +105,8 @@ func webResponse(obj map[string]json.RawMessage) (*WebResponse, error) {
 		r.Status = http.StatusOK
 	}
 	if len(body) > 0 && !bodyAllowed(r.Status) {
-		return nil, invalidWeb("statusCode %d allows no body, and body is not empty", r.Status)
+		// 204 or 304: no value but those two, which say what is wrong.
+		return nil, invalidWeb(fmt.Sprintf("statusCode %d allows no body, and body is not empty", r.Status))
 	}
 	return r, nil
 }
@@ -117,8 +119,33 @@ func isWeb(obj map[string]json.RawMessage) bool {
 	})
 }
 
-func invalidWeb(format string, args ...any) error {
-	return fmt.Errorf(msgInvalidWeb+format, args...)
+// WebError is a web action's result that is not an HTTP response to
+// send (see ParseWebResponse). The caller is answered Error, which quotes
+// the value at fault; the log says Unquoted, the field and what is wrong
+// with it alone, as the Crossplane front's never quotes a function's
+// output: a header's value, a Content-Type or a statusCode string may
+// hold a token.
+type WebError struct {
+	// Fault says which field is wrong and how (its JSON kind), without
+	// a value the action printed.
+	Fault string
+	// Quoted is Fault with the value at fault.
+	Quoted string
+}
+
+func (e *WebError) Error() string { return msgInvalidWeb + e.Quoted }
+
+// Unquoted is the error without the value at fault, as a log says it.
+func (e *WebError) Unquoted() string { return msgInvalidWeb + e.Fault }
+
+// invalidWeb is the error of a field whose fault quotes nothing the
+// action printed.
+func invalidWeb(fault string) *WebError { return &WebError{Fault: fault, Quoted: fault} }
+
+// invalidWebValue is the error of a field whose value, quoted, is the
+// answer's and not the log's.
+func invalidWebValue(fault, quoted string) *WebError {
+	return &WebError{Fault: fault, Quoted: quoted}
 }
 
 // bodyAllowed reports whether a response with status may carry a body
@@ -162,7 +189,7 @@ func webStatus(obj map[string]json.RawMessage) (int, bool, error) {
 	case "a number":
 		f, err := strconv.ParseFloat(string(raw), 64)
 		if err != nil || f != math.Trunc(f) || f < math.MinInt32 || f > math.MaxInt32 {
-			return 0, true, invalidWeb("statusCode %s is not a whole number", raw)
+			return 0, true, invalidWebValue("statusCode is a number that is not a whole number", fmt.Sprintf("statusCode %s is not a whole number", raw))
 		}
 		code = int(f)
 	case "a string":
@@ -170,14 +197,14 @@ func webStatus(obj map[string]json.RawMessage) (int, bool, error) {
 		_ = json.Unmarshal(raw, &s)
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			return 0, true, invalidWeb("statusCode %s is a string that is not a whole number", raw)
+			return 0, true, invalidWebValue("statusCode is a string that is not a whole number", fmt.Sprintf("statusCode %s is a string that is not a whole number", raw))
 		}
 		code = n
 	default:
-		return 0, true, invalidWeb("statusCode is %s, not a number", jsonKind(raw))
+		return 0, true, invalidWeb(fmt.Sprintf("statusCode is %s, not a number", jsonKind(raw)))
 	}
 	if code < 200 || code > 599 {
-		return 0, true, invalidWeb("statusCode %d is not an HTTP status code from 200 to 599", code)
+		return 0, true, invalidWebValue("statusCode is not an HTTP status code from 200 to 599", fmt.Sprintf("statusCode %d is not an HTTP status code from 200 to 599", code))
 	}
 	return code, true, nil
 }
@@ -192,7 +219,7 @@ func webHeaders(h http.Header, obj map[string]json.RawMessage) error {
 	}
 	var hs map[string]json.RawMessage
 	if jsonKind(raw) != "an object" || json.Unmarshal(raw, &hs) != nil {
-		return invalidWeb("headers is %s, not an object of header names and values", jsonKind(raw))
+		return invalidWeb(fmt.Sprintf("headers is %s, not an object of header names and values", jsonKind(raw)))
 	}
 	names := make([]string, 0, len(hs))
 	for k := range hs {
@@ -202,7 +229,7 @@ func webHeaders(h http.Header, obj map[string]json.RawMessage) error {
 	for _, k := range names {
 		// A token (RFC 9110, 5.1): Go's server silently drops any other.
 		if !httpguts.ValidHeaderFieldName(k) {
-			return invalidWeb("headers holds %q, which is not a header name", k)
+			return invalidWebValue("headers holds a name that is not a header name (the answer quotes it)", fmt.Sprintf("headers holds %q, which is not a header name", k))
 		}
 		values, err := headerValues(k, hs[k])
 		if err != nil {
@@ -217,6 +244,17 @@ func webHeaders(h http.Header, obj map[string]json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// headerFault is the error of header k's value, of which what says what
+// is wrong. The log leaves out the header's name, which the action
+// printed too (the answer names it), but for Content-Type's, which holds
+// nothing of the action's.
+func headerFault(k, what string) *WebError {
+	if http.CanonicalHeaderKey(k) == "Content-Type" {
+		return invalidWeb("headers.Content-Type " + what)
+	}
+	return invalidWebValue("a value in headers "+what+" (the answer names the header)", "headers."+k+" "+what)
 }
 
 // headerValues reads the value of header k: a string, number or boolean,
@@ -236,14 +274,14 @@ func headerValues(k string, raw json.RawMessage) ([]string, error) {
 		return appendHeaderValues(nil, k, string(raw))
 	case "an array":
 	default:
-		return nil, invalidWeb("headers.%s is %s; a header's value is a string, a number, a boolean or an array of them", k, kind)
+		return nil, headerFault(k, fmt.Sprintf("is %s; a header's value is a string, a number, a boolean or an array of them", kind))
 	}
 	d := json.NewDecoder(bytes.NewReader(raw))
 	// Numbers as they are written, as OpenWhisk sends them.
 	d.UseNumber()
 	var v any
 	if err := d.Decode(&v); err != nil {
-		return nil, invalidWeb("headers.%s: %v", k, err)
+		return nil, invalidWebValue("a value in headers is not valid JSON (the answer names the header)", fmt.Sprintf("headers.%s: %v", k, err))
 	}
 	return appendHeaderValues(nil, k, v)
 }
@@ -268,13 +306,13 @@ func appendHeaderValues(out []string, k string, v any) ([]string, error) {
 		}
 		return out, nil
 	case nil:
-		return nil, invalidWeb("headers.%s is null; a header's value is a string, a number, a boolean or an array of them", k)
+		return nil, headerFault(k, "is null; a header's value is a string, a number, a boolean or an array of them")
 	default:
-		return nil, invalidWeb("headers.%s is an object; a header's value is a string, a number, a boolean or an array of them", k)
+		return nil, headerFault(k, "is an object; a header's value is a string, a number, a boolean or an array of them")
 	}
 	for _, c := range []byte(s) {
 		if (c < ' ' && c != '\t') || c == 0x7f {
-			return nil, invalidWeb("headers.%s holds the control character %q, which no header value may hold", k, c)
+			return nil, headerFault(k, fmt.Sprintf("holds the control character %q, which no header value may hold", c))
 		}
 	}
 	return append(out, s), nil
@@ -299,7 +337,7 @@ func webBody(h http.Header, obj map[string]json.RawMessage) ([]byte, error) {
 	if ct != "" {
 		var err error
 		if mt, _, err = mime.ParseMediaType(ct); err != nil {
-			return nil, invalidWeb("headers.Content-Type %q is not a media type: %v", ct, err)
+			return nil, invalidWebValue("headers.Content-Type is not a media type", fmt.Sprintf("headers.Content-Type %q is not a media type: %v", ct, err))
 		}
 	}
 	if kind != "a string" {
@@ -308,11 +346,12 @@ func webBody(h http.Header, obj map[string]json.RawMessage) ([]byte, error) {
 		if mt == "" {
 			h.Set("Content-Type", "application/json")
 		} else if !jsonFamily(mt) {
-			return nil, invalidWeb("body is %s but headers.Content-Type is %q; a body that is not a string is sent as JSON and needs a JSON Content-Type", kind, ct)
+			return nil, invalidWebValue(fmt.Sprintf("body is %s but headers.Content-Type is not a JSON type; a body that is not a string is sent as JSON and needs a JSON Content-Type", kind),
+				fmt.Sprintf("body is %s but headers.Content-Type is %q; a body that is not a string is sent as JSON and needs a JSON Content-Type", kind, ct))
 		}
 		var b bytes.Buffer
 		if err := json.Compact(&b, raw); err != nil {
-			return nil, invalidWeb("body: %v", err)
+			return nil, invalidWebValue("body is not valid JSON", fmt.Sprintf("body: %v", err))
 		}
 		return b.Bytes(), nil
 	}
@@ -334,7 +373,9 @@ func webBody(h http.Header, obj map[string]json.RawMessage) ([]byte, error) {
 	}
 	b, err := base64.StdEncoding.DecodeString(s)
 	if err != nil {
-		return nil, invalidWeb("body is not base64, as a body of the binary type %q (headers.Content-Type) must be: %v", mt, err)
+		// base64's error names the byte at fault by its offset alone.
+		return nil, invalidWebValue(fmt.Sprintf("body is not base64, as a body of a binary type (headers.Content-Type) must be: %v", err),
+			fmt.Sprintf("body is not base64, as a body of the binary type %q (headers.Content-Type) must be: %v", mt, err))
 	}
 	return b, nil
 }

@@ -2,6 +2,7 @@ package openwhisk
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -93,6 +94,42 @@ func TestParseWebResponseInvalid(t *testing.T) {
 		_, err := ParseWebResponse([]byte(tc.result))
 		if err == nil || !strings.HasPrefix(err.Error(), msgInvalidWeb) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: got %v, want an error naming %s", tc.result, err, tc.field)
+		}
+	}
+}
+
+// TestWebErrorLogQuotesNothing: the answer to a web action's result that
+// cannot be sent quotes the value at fault; what the log says of it
+// (Unquoted) names the field and what is wrong alone, as the Crossplane
+// front's log never quotes a function's output: a statusCode string, a
+// header or a Content-Type may hold a token.
+func TestWebErrorLogQuotesNothing(t *testing.T) {
+	for _, tc := range []struct{ result, answered, logged string }{
+		{`{"statusCode":"tok-secret"}`, `statusCode "tok-secret"`, "statusCode is a string that is not a whole number"},
+		{`{"statusCode":4041}`, "statusCode 4041", "statusCode is not an HTTP status code from 200 to 599"},
+		{`{"statusCode":404.1}`, "statusCode 404.1", "statusCode is a number that is not a whole number"},
+		{`{"headers":{"X tok-secret":"1"}}`, `"X tok-secret"`, "headers holds a name that is not a header name"},
+		{`{"headers":{"X-tok-secret":null}}`, "headers.X-tok-secret is null", "a value in headers is null"},
+		{`{"headers":{"X-tok-secret":{"a":1}}}`, "headers.X-tok-secret is an object", "a value in headers is an object"},
+		{`{"headers":{"X-tok-secret":[{"a":1}]}}`, "headers.X-tok-secret is an object", "a value in headers is an object"},
+		{`{"headers":{"X-tok-secret":"a\r\nX: 1"}}`, "headers.X-tok-secret holds", `a value in headers holds the control character '\r'`},
+		{`{"headers":{"Content-Type":"/tok-secret"},"body":"x"}`, `headers.Content-Type "/tok-secret"`, "headers.Content-Type is not a media type"},
+		{`{"headers":{"Content-Type":null}}`, "headers.Content-Type is null", "headers.Content-Type is null"},
+		{`{"headers":{"Content-Type":"text/tok-secret"},"body":{"a":1}}`, `"text/tok-secret"`, "body is an object but headers.Content-Type is not a JSON type"},
+		{`{"headers":{"Content-Type":"image/tok-secret"},"body":"not base64!"}`, `"image/tok-secret"`, "body is not base64, as a body of a binary type (headers.Content-Type) must be"},
+		{`{"error":{"statusCode":"tok-secret"}}`, `error.statusCode "tok-secret"`, "error.statusCode is a string that is not a whole number"},
+	} {
+		_, err := ParseWebResponse([]byte(tc.result))
+		var bad *WebError
+		if !errors.As(err, &bad) {
+			t.Errorf("%s: got %v, want a *WebError", tc.result, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.answered) {
+			t.Errorf("%s: answered %q, want it to quote %s", tc.result, err, tc.answered)
+		}
+		if got := bad.Unquoted(); !strings.HasPrefix(got, msgInvalidWeb+tc.logged) || strings.Contains(got, "tok-secret") || strings.Contains(got, "404") {
+			t.Errorf("%s: logged %q, want %q and no value of the action's", tc.result, got, msgInvalidWeb+tc.logged)
 		}
 	}
 }
