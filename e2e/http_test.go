@@ -78,6 +78,41 @@ func TestHTTPFunction(t *testing.T) {
 		}
 		mustContain(t, "the answer", body, "exited with code 3", "oops: the thing broke")
 	})
+	// The answer holds the end of stderr; the call's log line does not,
+	// as the Crossplane front's does not: stderr is logged line by line,
+	// within its bounds (1,024 lines), and the tail repeated it, or
+	// logged lines past those bounds.
+	t.Run("non_zero_exit_logs_no_stderr_in_the_reason", func(t *testing.T) {
+		for _, tc := range []struct{ path, tag, reason, tail string }{
+			{"/fail", "fail-reason", `reason="the function exited with code 3"`, "oops: the thing broke"},
+			{"/fail-long", "fail-long-reason", `reason="the function exited with code 4"`, "stderr line 1100"},
+		} {
+			code, _, body := f.do(t, http.MethodGet, tc.path, nil, http.Header{"Event-Id": {tc.tag}})
+			if code != http.StatusInternalServerError {
+				t.Errorf("%s: status %d, want 500", tc.path, code)
+			}
+			mustContain(t, "the answer", string(body), "the end of its stderr", tc.tail)
+			var line string
+			eventually(t, 5*time.Second, "the call's log line", func() bool {
+				for _, l := range strings.Split(f.stderr.String(), "\n") {
+					if strings.Contains(l, "msg=call tag="+tc.tag+" ") {
+						line = l
+						return true
+					}
+				}
+				return false
+			})
+			mustContain(t, "the call's log line", line, "outcome=fatal")
+			if !strings.HasSuffix(line, tc.reason) {
+				t.Errorf("the call's log line does not end with %s: %s", tc.reason, line)
+			}
+		}
+		log := f.stderr.String()
+		mustContain(t, "the log", log, `tag=fail-reason line="oops: the thing broke"`, `tag=fail-long-reason line="stderr line 1024"`)
+		if strings.Contains(log, "stderr line 1025") {
+			t.Errorf("the log holds a line of stderr past the 1,024 a call logs")
+		}
+	})
 	t.Run("timeout_gives_408", func(t *testing.T) {
 		code, body := f.get(t, "/sleep?30")
 		if code != http.StatusRequestTimeout {

@@ -125,10 +125,16 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if out.Exit.OOMKilled != "" {
 			msg = fmt.Sprintf("the function ran out of memory and exited with code %d: %s", out.Exit.Code, out.Exit.OOMKilled)
 		}
-		if len(tail) > 0 {
-			msg += "; the end of its stderr:\n" + string(tail)
+		if len(tail) == 0 {
+			return fail(hook.Fatal, http.StatusInternalServerError, msg)
 		}
-		return fail(hook.Fatal, http.StatusInternalServerError, msg)
+		// The caller is answered the end of stderr; the log line is not,
+		// as the Crossplane front's is not: stderr is logged line by
+		// line, within its bounds, and the tail would repeat it, or log
+		// what those bounds kept out.
+		status := fail(hook.Fatal, http.StatusInternalServerError, msg+"; the end of its stderr:\n"+string(tail))
+		call.Reason = msg
+		return status
 	}
 	rsp, err := ParseOutput(out.Stdout)
 	if err != nil {

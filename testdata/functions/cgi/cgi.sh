@@ -28,6 +28,12 @@ case "$PATH_INFO" in
 	echo "oops: the thing broke" >&2
 	exit 3
 	;;
+/fail-long)
+	# More lines than a call's stderr logs (1,024), then a failure.
+	i=1
+	while [ $i -le 1100 ]; do echo "stderr line $i" >&2; i=$((i+1)); done
+	exit 4
+	;;
 /sleep)
 	sleep "${QUERY_STRING:-60}"
 	printf 'Content-Type: text/plain\n\nslept %s\n' "$QUERY_STRING"
