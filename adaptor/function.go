@@ -402,7 +402,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 			})
 		}
 	}
-	stderr := hook.NewStderrLog(f.log, hook.StderrLogBytes, hook.StderrTailBytes, "tag", req.GetMeta().GetTag())
+	stderr := hook.NewStderrLog(f.log, hook.StderrLogBytes, hook.StderrTailBytes, "tag", hook.LogTag(req.GetMeta().GetTag()))
 	call.Ran = time.Now()
 	exit, runErr := f.runner.Run(callCtx, bytes.NewReader(in), stdout, stderr)
 	stderr.Flush()

@@ -113,6 +113,32 @@ func TestHTTPFunction(t *testing.T) {
 			t.Errorf("the log holds a line of stderr past the 1,024 a call logs")
 		}
 	})
+	// The call is tagged with the caller's Event-Id, which a header may
+	// make 1 MB long, and every line of the function's stderr carries
+	// the tag: the log carries its first bytes alone, and the function
+	// still gets it whole.
+	t.Run("long_event_id_is_cut_in_the_log", func(t *testing.T) {
+		id := strings.Repeat("e", 100<<10)
+		before := len(f.stderr.String())
+		code, _, body := f.do(t, http.MethodGet, "/fail-long", nil, http.Header{"Event-Id": {id}})
+		if code != http.StatusInternalServerError {
+			t.Fatalf("status %d, want 500: %.300s", code, body)
+		}
+		cut := strings.Repeat("e", 256) + "…(102400 bytes)"
+		var log string
+		eventually(t, 10*time.Second, "the call's log line", func() bool {
+			log = f.stderr.String()[before:]
+			return strings.Contains(log, "path=/fail-long status=500")
+		})
+		if len(log) > 1<<20 {
+			t.Errorf("the call, 1,024 lines of stderr of at most 16 bytes each, logged %d bytes", len(log))
+		}
+		mustContain(t, "the log", log, `msg=call tag="`+cut+`" `, `tag="`+cut+`" line="stderr line 1024"`)
+		code, _, body = f.do(t, http.MethodGet, "/env", nil, http.Header{"Event-Id": {id}})
+		if code != http.StatusOK || !strings.Contains(string(body), "EVENT_ID="+id+"\n") {
+			t.Errorf("/env: %d, want the whole Event-Id in EVENT_ID", code)
+		}
+	})
 	t.Run("timeout_gives_408", func(t *testing.T) {
 		code, body := f.get(t, "/sleep?30")
 		if code != http.StatusRequestTimeout {

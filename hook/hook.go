@@ -119,7 +119,7 @@ func (ch *Chain) Before(ctx context.Context, c *Call) context.Context {
 	for _, h := range ch.hooks {
 		next, err := guard(func() (context.Context, error) { return h.Before(ctx, c) })
 		if err != nil {
-			ch.log.Warn("a call hook failed; the call goes on", "hook", fmt.Sprintf("%T", h), "stage", "before", "tag", c.Tag, "error", err)
+			ch.log.Warn("a call hook failed; the call goes on", "hook", fmt.Sprintf("%T", h), "stage", "before", "tag", LogTag(c.Tag), "error", err)
 			continue
 		}
 		if next != nil {
@@ -184,7 +184,7 @@ func (ch *Chain) after(ctx context.Context, c *Call, runs func(Hook) bool) {
 			continue
 		}
 		if _, err := guard(func() (context.Context, error) { return nil, h.After(ctx, c) }); err != nil {
-			ch.log.Warn("a call hook failed; the call goes on", "hook", fmt.Sprintf("%T", h), "stage", "after", "tag", c.Tag, "error", err)
+			ch.log.Warn("a call hook failed; the call goes on", "hook", fmt.Sprintf("%T", h), "stage", "after", "tag", LogTag(c.Tag), "error", err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -170,5 +171,35 @@ func TestTracingExitCodeTakesNoAllocation(t *testing.T) {
 	}
 	if exitCode(spans[0]) || !exitCode(spans[len(spans)-1]) {
 		t.Errorf("ocifn.exit_code on the span of a call that ran no container %v, of one that ran one %v; want only the second", exitCode(spans[0]), exitCode(spans[len(spans)-1]))
+	}
+}
+
+// TestLogTagIsBounded: a call's log lines carry at most MaxLogTag bytes
+// of its tag, the caller's (an Event-Id header may hold 1 MB, and each
+// line of the function's stderr carries it), cut where a character
+// starts and with its length; a tag of the usual sizes is carried whole.
+func TestLogTagIsBounded(t *testing.T) {
+	hex := strings.Repeat("0123456789abcdef", 4)
+	if got := LogTag(hex); got != hex {
+		t.Errorf("a 64-digit tag: got %q, want it whole", got)
+	}
+	exact := strings.Repeat("a", MaxLogTag)
+	if got := LogTag(exact); got != exact {
+		t.Errorf("a tag of MaxLogTag bytes: got %q, want it whole", got)
+	}
+	long := strings.Repeat("a", 120000)
+	if got, want := LogTag(long), strings.Repeat("a", MaxLogTag)+"…(120000 bytes)"; got != want {
+		t.Errorf("a tag of 120000 bytes: got %q, want %q", got, want)
+	}
+	// A snowman (3 bytes) across the cut is left out whole.
+	snow := strings.Repeat("a", MaxLogTag-1) + "☃" + strings.Repeat("b", 10)
+	if got, want := LogTag(snow), strings.Repeat("a", MaxLogTag-1)+"…("+strconv.Itoa(len(snow))+" bytes)"; got != want {
+		t.Errorf("a tag cut in a character: got %q, want %q", got, want)
+	}
+	var logged bytes.Buffer
+	c := &Call{Tag: long, Front: "http", Outcome: OK}
+	_ = Log{Logger: slog.New(slog.NewTextHandler(&logged, nil))}.After(context.Background(), c)
+	if !strings.Contains(logged.String(), "…(120000 bytes)") || logged.Len() > 1024 {
+		t.Errorf("the call's line of a 120000-byte tag holds %d bytes:\n%.600s", logged.Len(), logged.String())
 	}
 }

@@ -3,7 +3,9 @@ package hook
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -25,6 +27,27 @@ func sinceReceived(c *Call) time.Duration {
 // stderr with, in the attribute "line"; the human log format of the author
 // commands prints those lines as they are.
 const StderrMessage = "function stderr"
+
+// MaxLogTag bounds the bytes of a call's tag that its log lines carry.
+// The tag is the caller's (an HTTP front's Event-Id header, OpenWhisk's
+// activation id, Crossplane's meta.tag), and each of the up to
+// StderrLogLines lines of its function's stderr carries it: an Event-Id
+// of 120 KB made 123 MB of log from one call. Crossplane's tags are 64
+// hex digits, OpenWhisk's ids 32, Kubeless' event ids UUIDs.
+const MaxLogTag = 256
+
+// LogTag is tag as log lines carry it: whole up to MaxLogTag bytes, else
+// its first bytes, up to a character's start, and its length.
+func LogTag(tag string) string {
+	if len(tag) <= MaxLogTag {
+		return tag
+	}
+	n := MaxLogTag
+	for n > MaxLogTag-utf8.UTFMax && !utf8.RuneStart(tag[n]) {
+		n--
+	}
+	return tag[:n] + "…(" + strconv.Itoa(len(tag)) + " bytes)"
+}
 
 // Log writes one line per call: outcome, exit code, duration and what the
 // front adds (method, path, status on HTTP).
@@ -51,7 +74,7 @@ func (l Log) After(ctx context.Context, c *Call) error {
 		return nil
 	}
 	r := slog.NewRecord(time.Now(), level, msg, 0)
-	r.AddAttrs(slog.String("tag", c.Tag), slog.String("front", c.Front), slog.String("outcome", string(c.Outcome)))
+	r.AddAttrs(slog.String("tag", LogTag(c.Tag)), slog.String("front", c.Front), slog.String("outcome", string(c.Outcome)))
 	if c.Invocation != "" {
 		r.AddAttrs(slog.Bool("async", true), slog.String("invocation", c.Invocation))
 	}

@@ -90,7 +90,7 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		return fail(hook.Error, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf("the request's headers make %d HTTP_* variables of the program's environment (one per name), more than the %d a function takes", n, MaxHeaderFields))
 	}
 	out := h.cfg.Exec(ctx, call, bundle.Call{Env: env}, body, 0, adm.Mem)
-	stderr := hook.NewStderrLog(h.cfg.Log, hook.StderrLogBytes, hook.StderrTailBytes, "tag", call.Tag)
+	stderr := hook.NewStderrLog(h.cfg.Log, hook.StderrLogBytes, hook.StderrTailBytes, "tag", hook.LogTag(call.Tag))
 	_, _ = stderr.Write(out.Stderr)
 	stderr.Flush()
 	tail := stderr.Tail()
