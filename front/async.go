@@ -410,7 +410,7 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 		// its call's start: a call that ran longer than the TTL had its
 		// result expire as it was stored, and nobody could ever read it.
 		if err := iv.writeResult(id, record{Created: iv.now(), Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}); err != nil {
-			iv.log.Error("cannot store the result of an asynchronous invocation", "id", id, "status", rec.status, "body_bytes", rec.body.Len(), "error", err)
+			iv.log.Error("cannot store the result of an asynchronous invocation", "invocation", hook.InvocationRef(id), "status", rec.status, "body_bytes", rec.body.Len(), "error", err)
 			iv.storeFailure(id, rec.status, rec.body.Len(), err)
 		}
 		iv.bound()
@@ -468,7 +468,7 @@ func (iv *Invocations) writeResult(id string, rec record) error {
 		return err
 	}
 	if n := len(line) + len(rec.Body); int64(n) > iv.maxBytes {
-		iv.log.Warn("the result of an asynchronous invocation is larger than --results-max-bytes and was not kept", "id", id, "status", rec.Status, "body_bytes", len(rec.Body), "stored_bytes", n, "results_max_bytes", iv.maxBytes)
+		iv.log.Warn("the result of an asynchronous invocation is larger than --results-max-bytes and was not kept", "invocation", hook.InvocationRef(id), "status", rec.Status, "body_bytes", len(rec.Body), "stored_bytes", n, "results_max_bytes", iv.maxBytes)
 		rec = notKept(rec.Created, http.StatusInsufficientStorage, rec.Status, len(rec.Body),
 			fmt.Sprintf("its result takes %d bytes stored, more than --results-max-bytes (%d): it was not kept", n, iv.maxBytes))
 		rec.Server = iv.server
@@ -487,7 +487,7 @@ func (iv *Invocations) writeResult(id string, rec record) error {
 func (iv *Invocations) storeFailure(id string, status, bodyBytes int, err error) {
 	failed := notKept(iv.now(), http.StatusInternalServerError, status, bodyBytes, fmt.Sprintf("its result could not be stored: %v", err))
 	if werr := iv.write(id, failed); werr != nil {
-		iv.log.Error("cannot store that the result of an asynchronous invocation was lost; its id is removed", "id", id, "error", werr)
+		iv.log.Error("cannot store that the result of an asynchronous invocation was lost; its id is removed", "invocation", hook.InvocationRef(id), "error", werr)
 		iv.remove(id)
 	}
 }
@@ -601,7 +601,7 @@ func (iv *Invocations) remove(id string) {
 func (iv *Invocations) removeLocked(id string) {
 	if err := os.Remove(iv.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		// Still there: still counted.
-		iv.log.Warn("cannot remove the result of an asynchronous invocation", "id", id, "error", err)
+		iv.log.Warn("cannot remove the result of an asynchronous invocation", "invocation", hook.InvocationRef(id), "error", err)
 		return
 	}
 	iv.total -= iv.index[id].size

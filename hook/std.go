@@ -49,6 +49,21 @@ func LogTag(tag string) string {
 	return tag[:n] + "…(" + strconv.Itoa(len(tag)) + " bytes)"
 }
 
+// invocationRefLen is how many of an invocation id's 64 hex digits its
+// logs and spans carry: 64 bits tell the invocations of a directory apart
+// and find its call's line, and are not the id, which alone fetches its
+// result (GET /invocations/{id}), for whoever reads the logs or the traces.
+const invocationRefLen = 16
+
+// InvocationRef is an asynchronous invocation's id as logs and spans
+// carry it: its first invocationRefLen digits, then "…".
+func InvocationRef(id string) string {
+	if len(id) <= invocationRefLen {
+		return id
+	}
+	return id[:invocationRefLen] + "…"
+}
+
 // Log writes one line per call: outcome, exit code, duration and what the
 // front adds (method, path, status on HTTP).
 type Log struct{ Logger *slog.Logger }
@@ -76,7 +91,7 @@ func (l Log) After(ctx context.Context, c *Call) error {
 	r := slog.NewRecord(time.Now(), level, msg, 0)
 	r.AddAttrs(slog.String("tag", LogTag(c.Tag)), slog.String("front", c.Front), slog.String("outcome", string(c.Outcome)))
 	if c.Invocation != "" {
-		r.AddAttrs(slog.Bool("async", true), slog.String("invocation", c.Invocation))
+		r.AddAttrs(slog.Bool("async", true), slog.String("invocation", InvocationRef(c.Invocation)))
 	}
 	r.Add(c.LogAttrs...)
 	if c.Cached != nil {
@@ -110,7 +125,7 @@ func (t Tracing) Before(ctx context.Context, c *Call) (context.Context, error) {
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("ocifn.front", c.Front), attribute.String("ocifn.tag", c.Tag))}
 	if c.Invocation != "" {
-		opts = append(opts, trace.WithAttributes(attribute.String("ocifn.invocation", c.Invocation)))
+		opts = append(opts, trace.WithAttributes(attribute.String("ocifn.invocation", InvocationRef(c.Invocation))))
 	}
 	// The span starts when the call came, as its duration does: a front
 	// may make the call's hooks only once it has waited for a slot and
