@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
-	"time"
 
 	"github.com/ocifn/ocifn/bundle"
 	"github.com/ocifn/ocifn/front"
@@ -158,45 +156,14 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(rsp.Body)))
-	if err := h.answer(w, rsp); err != nil {
+	release, err := front.Answer(w, rsp.Status, rsp.Body, h.cfg.Timeout, true)
+	if err != nil {
 		call.Outcome, call.Err = hook.Error, err
 		return rsp.Status
 	}
+	release()
 	call.Outcome = hook.OK
 	return rsp.Status
-}
-
-// answer writes the function's answer, which the caller must take within
-// the call's timeout, as its body must arrive within it: a caller that
-// stops reading would otherwise hold the call's slot, and the answer's
-// memory, for as long as it keeps its connection open. It returns why
-// the caller did not get the answer, or nil.
-func (h *Handler) answer(w http.ResponseWriter, rsp Response) error {
-	rc := http.NewResponseController(w)
-	// An asynchronous invocation's answer is kept, not sent: its writer
-	// has no deadline to set.
-	bounded := rc.SetWriteDeadline(time.Now().Add(h.cfg.Timeout)) == nil
-	w.WriteHeader(rsp.Status)
-	_, err := w.Write(rsp.Body)
-	if errors.Is(err, http.ErrBodyNotAllowed) {
-		// A 204 or 304, whose body is not sent.
-		err = nil
-	}
-	if !bounded {
-		return nil
-	}
-	if err == nil {
-		err = rc.Flush()
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("the caller did not take the function's answer (%d bytes) within the call's timeout of %s: %w", len(rsp.Body), h.cfg.Timeout, err)
-	}
-	if err != nil {
-		return fmt.Errorf("the caller went away before it took the function's answer (%d bytes): %w", len(rsp.Body), err)
-	}
-	// The next request on the connection has a deadline of its own.
-	_ = rc.SetWriteDeadline(time.Time{})
-	return nil
 }
 
 // refusedOutput answers a call whose function's output the in-flight

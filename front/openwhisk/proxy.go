@@ -435,7 +435,8 @@ func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	// (its last few KiB, or the end of its chunks) goes once the handler
 	// returns, after the sentinels, so that the invoker has the whole
 	// answer only when the activation's logs are ended, as before.
-	rc, bounded, err := p.answer(w, status, body)
+	jsonByDefault(w.Header(), body)
+	release, err := front.Answer(w, status, body, p.cfg.Timeout, false)
 	if err != nil {
 		call.Outcome, call.Err = hook.Error, err
 	}
@@ -463,39 +464,7 @@ func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	p.cfg.Hooks.After(ctx, call)
 	_, _ = p.stderr.Write(Frame(nil))
 	streamsMu.Unlock()
-	if bounded && err == nil {
-		// The next request on the connection has a deadline of its own.
-		_ = rc.SetWriteDeadline(time.Time{})
-	}
-}
-
-// answer writes an activation's answer, which the invoker must take
-// within the call's timeout, as its body must arrive within it: one that
-// stops reading would otherwise hold the activation's slot, and the
-// answer's memory, for as long as it keeps its connection open. It
-// returns the answer's controller, whether the deadline is set on it (an
-// asynchronous invocation's answer is kept, not sent, and its writer has
-// none), and why the invoker did not take the answer, or nil.
-func (p *Proxy) answer(w http.ResponseWriter, status int, body []byte) (*http.ResponseController, bool, error) {
-	rc := http.NewResponseController(w)
-	bounded := rc.SetWriteDeadline(time.Now().Add(p.cfg.Timeout)) == nil
-	if _, set := w.Header()["Content-Type"]; !set && len(body) > 0 {
-		w.Header().Set("Content-Type", "application/json")
-	}
-	w.WriteHeader(status)
-	_, err := w.Write(body)
-	if errors.Is(err, http.ErrBodyNotAllowed) {
-		// A web action's 204 or 304, whose body is not sent.
-		err = nil
-	}
-	switch {
-	case !bounded || err == nil:
-		return rc, bounded, nil
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return rc, bounded, fmt.Errorf("the caller did not take the function's answer (%d bytes) within the call's timeout of %s: %w", len(body), p.cfg.Timeout, err)
-	default:
-		return rc, bounded, fmt.Errorf("the caller went away before it took the function's answer (%d bytes): %w", len(body), err)
-	}
+	release()
 }
 
 // unended is the newline that ends logs as a line, if they need one.
@@ -732,9 +701,15 @@ func errorBody(msg string) []byte {
 // writeRaw answers status and body, as JSON unless a Content-Type is set;
 // an empty body gets none.
 func writeRaw(w http.ResponseWriter, status int, body []byte) {
-	if _, set := w.Header()["Content-Type"]; !set && len(body) > 0 {
-		w.Header().Set("Content-Type", "application/json")
-	}
+	jsonByDefault(w.Header(), body)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// jsonByDefault types a body as JSON, OpenWhisk's answers' type, unless a
+// web action typed it.
+func jsonByDefault(h http.Header, body []byte) {
+	if _, set := h["Content-Type"]; !set && len(body) > 0 {
+		h.Set("Content-Type", "application/json")
+	}
 }
