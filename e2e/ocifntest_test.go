@@ -212,6 +212,15 @@ filter: |
 			}
 			mustContain(t, "stderr", r.stderr, other+": not a RunFunctionResponse: it looks like a", "--update writes over an expected response only, and leaves it as it is")
 		}
+		// Nor a stream of several: the composed resources --observed
+		// takes.
+		write("observed.yaml", "apiVersion: example.org/v1\nkind: Greeting\nmetadata: {name: a}\n---\napiVersion: example.org/v1\nkind: Greeting\nmetadata: {name: b}\n")
+		before := read("observed.yaml")
+		r = ocifnTest("request.yaml", "--expected", "observed.yaml", "--update")
+		if r.exit != 1 || read("observed.yaml") != before {
+			t.Errorf("--update over observed.yaml: exit %d, now\n%s", r.exit, read("observed.yaml"))
+		}
+		mustContain(t, "stderr", r.stderr, "observed.yaml: not a RunFunctionResponse: holds 2 YAML documents; want one RunFunctionResponse, and its document 1 looks like a Kubernetes object (apiVersion example.org/v1, kind Greeting)", "--update writes over an expected response only, and leaves it as it is")
 	})
 
 	// A FILE that cannot be read for another reason than its absence is

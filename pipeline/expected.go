@@ -28,6 +28,17 @@ func (e otherFileError) Is(target error) bool { return target == ErrOtherFile }
 // `ocifn test` prints one: an expected response.
 func ParseResponse(data []byte) (*fnv1.RunFunctionResponse, error) {
 	j, err := oneDocument(data, "RunFunctionResponse")
+	var several *severalDocuments
+	if errors.As(err, &several) {
+		// A stream of composed resources or Functions (the files of
+		// --observed and of render) is another file too, not a
+		// response with a mistake in it for --update to mend.
+		for i, d := range several.docs {
+			if why := otherKind(d, "RunFunctionResponse"); why != "" {
+				return nil, otherFileError(fmt.Sprintf("not a RunFunctionResponse: %s, and its document %d %s", err, i+1, strings.TrimPrefix(why, "it ")))
+			}
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

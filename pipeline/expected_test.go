@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -141,5 +142,36 @@ func TestDiffResponsesOfManyChangesTakesLittleTime(t *testing.T) {
 	}
 	if took > 10*time.Second {
 		t.Errorf("the diff took %v", took)
+	}
+}
+
+// TestParseResponseTellsAnotherFile: what ocifn test --update must not
+// write over is told apart from a response with a mistake in it, which it
+// mends, a stream of several documents too: the composed resources of
+// --observed, render's Functions.
+func TestParseResponseTellsAnotherFile(t *testing.T) {
+	for _, c := range []struct {
+		name, doc string
+		other     bool
+	}{
+		{"an XR", "apiVersion: example.org/v1\nkind: XR\nmetadata: {name: x}\n", true},
+		{"a request", "observed: {}\ndesired: {}\n", true},
+		{"composed resources", "apiVersion: s3.aws.upbound.io/v1beta1\nkind: Bucket\nmetadata: {name: a}\n---\napiVersion: s3.aws.upbound.io/v1beta1\nkind: Bucket\nmetadata: {name: b}\n", true},
+		{"a response, then an XR", "meta: {tag: a}\n---\napiVersion: example.org/v1\nkind: XR\nmetadata: {name: x}\n", true},
+		{"a misspelt response", "desird: {}\n", false},
+		{"two responses", "meta: {tag: a}\n---\nmeta: {tag: b}\n", false},
+	} {
+		_, err := ParseResponse([]byte(c.doc))
+		if err == nil {
+			t.Errorf("%s: parsed", c.name)
+			continue
+		}
+		if errors.Is(err, ErrOtherFile) != c.other {
+			t.Errorf("%s: %v; another file: %v, want %v", c.name, err, errors.Is(err, ErrOtherFile), c.other)
+		}
+	}
+	_, err := ParseResponse([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n"))
+	if want := "not a RunFunctionResponse: holds 2 YAML documents; want one RunFunctionResponse, and its document 1 looks like a Kubernetes object (apiVersion v1, kind ConfigMap)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error: %v, want it to say %q", err, want)
 	}
 }

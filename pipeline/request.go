@@ -205,10 +205,7 @@ func oneDocument(data []byte, what string) ([]byte, error) {
 		return nil, err
 	}
 	r := kyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var (
-		doc []byte
-		n   int
-	)
+	var docs [][]byte
 	for {
 		d, err := r.Read()
 		if errors.Is(err, io.EOF) {
@@ -224,21 +221,28 @@ func oneDocument(data []byte, what string) ([]byte, error) {
 		if bytes.Equal(bytes.TrimSpace(j), []byte("null")) {
 			continue
 		}
-		if n++; n == 1 {
-			doc = j
-		}
+		docs = append(docs, j)
 	}
-	switch n {
+	switch len(docs) {
 	case 0:
 		return nil, fmt.Errorf("holds no %s (nothing but empty documents or comments)", what)
 	case 1:
-		return doc, nil
+		return docs[0], nil
 	}
 	if what != "RunFunctionRequest" {
-		return nil, fmt.Errorf("holds %d YAML documents; want one %s", n, what)
+		return nil, &severalDocuments{msg: fmt.Sprintf("holds %d YAML documents; want one %s", len(docs), what), docs: docs}
 	}
-	return nil, fmt.Errorf("holds %d YAML documents; want one RunFunctionRequest: one call is made, with one request", n)
+	return nil, &severalDocuments{msg: fmt.Sprintf("holds %d YAML documents; want one RunFunctionRequest: one call is made, with one request", len(docs)), docs: docs}
 }
+
+// severalDocuments is oneDocument's error for a stream of more than one
+// document: docs holds them, as JSON, so that what they are can be told.
+type severalDocuments struct {
+	msg  string
+	docs [][]byte
+}
+
+func (e *severalDocuments) Error() string { return e.msg }
 
 // keyGivenTwice names a key written twice in one mapping of the YAML
 // stream data. The decoder keeps the last value without a word: a request

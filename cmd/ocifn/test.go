@@ -82,8 +82,8 @@ differ, 1, with a diff on stderr. --update writes the response to FILE
 instead, as -o prints it, once the call was made: a Fatal result there
 replaces only a Fatal result FILE expects, or a FILE that does not exist
 yet, so that a function broken by mistake does not overwrite the
-responses it should give; an XR or a request named by mistake as FILE is
-never written over.`,
+responses it should give; an XR, a stream of objects (--observed's) or a
+request named by mistake as FILE is never written over.`,
 		Example: `  # A request written out in YAML:
   ocifn test function.tar request.yaml
 
