@@ -363,6 +363,7 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 	if err != nil {
 		place.Release()
 		mem.Release()
+		err = logged(err, id)
 		iv.log.Error("cannot start an asynchronous invocation", "error", err)
 		// Refused as when the gate is full: counted and logged as a
 		// call, not only as ocifn's error.
@@ -410,7 +411,7 @@ func (iv *Invocations) start(w http.ResponseWriter, r *http.Request, next http.H
 		// its call's start: a call that ran longer than the TTL had its
 		// result expire as it was stored, and nobody could ever read it.
 		if err := iv.writeResult(id, record{Created: iv.now(), Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}); err != nil {
-			iv.log.Error("cannot store the result of an asynchronous invocation", "invocation", hook.InvocationRef(id), "status", rec.status, "body_bytes", rec.body.Len(), "error", err)
+			iv.log.Error("cannot store the result of an asynchronous invocation", "invocation", hook.InvocationRef(id), "status", rec.status, "body_bytes", rec.body.Len(), "error", logged(err, id))
 			iv.storeFailure(id, rec.status, rec.body.Len(), err)
 		}
 		iv.bound()
@@ -487,7 +488,7 @@ func (iv *Invocations) writeResult(id string, rec record) error {
 func (iv *Invocations) storeFailure(id string, status, bodyBytes int, err error) {
 	failed := notKept(iv.now(), http.StatusInternalServerError, status, bodyBytes, fmt.Sprintf("its result could not be stored: %v", err))
 	if werr := iv.write(id, failed); werr != nil {
-		iv.log.Error("cannot store that the result of an asynchronous invocation was lost; its id is removed", "invocation", hook.InvocationRef(id), "error", werr)
+		iv.log.Error("cannot store that the result of an asynchronous invocation was lost; its id is removed", "invocation", hook.InvocationRef(id), "error", logged(werr, id))
 		iv.remove(id)
 	}
 }
@@ -504,6 +505,18 @@ func notKept(created time.Time, code, status, bodyBytes int, why string) record 
 		Body:    []byte(msg + "\n"),
 		Message: msg,
 	}
+}
+
+// logged is err, about the record of invocation id, as a log carries
+// it: the id, which the paths of file errors hold whole (rename
+// .../.tmp-… .../{id}.json: …), shortened to hook.InvocationRef, as the
+// line's own invocation attribute is, since the id alone fetches the
+// result.
+func logged(err error, id string) error {
+	if err == nil || id == "" {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), id, hook.InvocationRef(id)))
 }
 
 func (iv *Invocations) path(id string) string { return filepath.Join(iv.dir, id+".json") }
@@ -601,7 +614,7 @@ func (iv *Invocations) remove(id string) {
 func (iv *Invocations) removeLocked(id string) {
 	if err := os.Remove(iv.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		// Still there: still counted.
-		iv.log.Warn("cannot remove the result of an asynchronous invocation", "invocation", hook.InvocationRef(id), "error", err)
+		iv.log.Warn("cannot remove the result of an asynchronous invocation", "invocation", hook.InvocationRef(id), "error", logged(err, id))
 		return
 	}
 	iv.total -= iv.index[id].size

@@ -56,6 +56,45 @@ func TestInvocationWriteLeavesNoTemporaryFile(t *testing.T) {
 	}
 }
 
+// TestLogsCarryNoWholeInvocationID: a result that cannot be stored, nor
+// its record removed, is logged with the errors of its files, whose paths
+// hold the id: shortened there too, as the id alone fetches the result.
+func TestLogsCarryNoWholeInvocationID(t *testing.T) {
+	dir := t.TempDir()
+	// Written by the call's goroutine, read once iv.wg says it ended.
+	var logs bytes.Buffer
+	iv, err := OpenInvocations(dir, time.Hour, 1<<20, 1<<20, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iv.Close()
+	var id string
+	h := iv.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id = r.Context().Value(invocationKey{}).(string)
+		// A non-empty directory where the result goes: its rename, and
+		// the record's removal, fail.
+		_ = os.Remove(iv.path(id))
+		if err := os.MkdirAll(filepath.Join(iv.path(id), "x"), 0o700); err != nil {
+			t.Error(err)
+		}
+		_, _ = w.Write([]byte("done"))
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r.Header.Set("Prefer", "respond-async")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	iv.wg.Wait()
+	out := logs.String()
+	if !strings.Contains(out, "cannot store the result of an asynchronous invocation") || !strings.Contains(out, "cannot remove the result of an asynchronous invocation") {
+		t.Fatalf("the log does not say the result was not stored, nor removed:\n%s", out)
+	}
+	if strings.Contains(out, id) {
+		t.Errorf("the log holds the invocation's whole id, which fetches its result:\n%s", out)
+	}
+	if !strings.Contains(out, id[:16]+"….json: ") {
+		t.Errorf("the log's errors do not name the record by the start of its id:\n%s", out)
+	}
+}
+
 // TestResultLargerThanTheBound: a result that alone takes more than
 // --results-max-bytes is not dropped as soon as it is stored (which a poll
 // would read as unknown); the poll gets a 507 that says why.
