@@ -8,6 +8,8 @@ import (
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/ocifn/ocifn/hook"
 )
 
 // unknownField is a field number the compiled protocol does not know, and
@@ -100,10 +102,10 @@ func (f *Function) checkUnknown(req *fnv1.RunFunctionRequest) {
 		switch {
 		case first && tracked:
 			f.log.Warn("the request carries a field this ocifn does not know; it cannot reach the function. Upgrading ocifn to a version built with a newer Crossplane function protocol passes it on",
-				"message", u.message, "field", int(u.number), "tag", req.GetMeta().GetTag())
+				"message", u.message, "field", int(u.number), "tag", hook.LogTag(req.GetMeta().GetTag()))
 		case first:
 			f.log.Warn("requests carry more kinds of unknown fields than ocifn tells apart; the rest are counted with message and field \"other\" and not logged",
-				"kinds", maxUnknownKinds, "message", u.message, "field", int(u.number), "tag", req.GetMeta().GetTag())
+				"kinds", maxUnknownKinds, "message", u.message, "field", int(u.number), "tag", hook.LogTag(req.GetMeta().GetTag()))
 		}
 	})
 }

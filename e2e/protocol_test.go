@@ -189,6 +189,24 @@ func TestUnknownFieldsOverGRPC(t *testing.T) {
 	}
 }
 
+// TestUnknownFieldWarningCutsALongTag: the warning about a field ocifn
+// does not know carries the request's tag as the call's line does, cut to
+// its first bytes and its length (hook.MaxLogTag): meta.tag is the
+// caller's, of any length a request may have.
+func TestUnknownFieldWarningCutsALongTag(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("passthrough.tar"), "--warm", "0", "--cache=false"})
+	tag := strings.Repeat("t", 100<<10)
+	req := jsonRequest(t, `{"meta": {"tag": "`+tag+`"}, "desired": {}}`)
+	appendUnknown(req, 1000, "from the future")
+	s.call(t, req)
+	eventually(t, 5*time.Second, "the call logged", func() bool { return strings.Contains(s.stderr.String(), "msg=call tag=") })
+	log := s.stderr.String()
+	mustContain(t, "the log", log, `message=RunFunctionRequest field=1000 tag="`+tag[:256]+`…(102400 bytes)"`)
+	if strings.Contains(log, tag[:257]) {
+		t.Errorf("the log holds more of the tag than its first 256 bytes: %d bytes of log", len(log))
+	}
+}
+
 // appendUnknown adds a length-delimited field num, which the message's
 // compiled type does not have, to m.
 func appendUnknown(m proto.Message, num protowire.Number, value string) {
