@@ -415,7 +415,7 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 	// details.
 	fail := func(o Outcome, message string) (Result, error) {
 		res.Outcome, res.Reason = o, message
-		res.Response = fatal(req, withStderr(message, stderr.Tail()))
+		res.Response = f.fatal(req, message, stderr.Tail())
 		return res, nil
 	}
 	switch {
@@ -510,6 +510,27 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 	}
 	res.Outcome, res.Response = OutcomeOK, rsp
 	return res, nil
+}
+
+// fatal is the Fatal answer to req, the request's desired state and
+// context unchanged beside one Fatal result saying message and the tail
+// of stderr, but for an answer that the caller could not be sent with
+// them (see WithMaxResponseBytes): a request may be larger than a
+// response, and with its desired state of 5 MB the caller got a bare
+// RESOURCE_EXHAUSTED from gRPC instead, while the call was logged and
+// counted as answered. Without them, it still gets why its function
+// failed, and loses nothing: Crossplane stops a pipeline at a Fatal
+// result, using neither.
+func (f *Function) fatal(req *fnv1.RunFunctionRequest, message string, tail []byte) *fnv1.RunFunctionResponse {
+	rsp := fatal(req, withStderr(message, tail))
+	if f.maxResponseBytes <= 0 || proto.Size(rsp) <= f.maxResponseBytes {
+		return rsp
+	}
+	left := proto.Size(rsp.GetDesired()) + proto.Size(rsp.GetContext())
+	message += fmt.Sprintf("; this answer leaves out the request's desired state and context, %d bytes in protobuf: with them it would take more than the %d bytes a response may have (--max-send-msg-size), and Crossplane reads neither beside a Fatal result", left, f.maxResponseBytes)
+	rsp.Desired, rsp.Context = nil, nil
+	rsp.Results[0].Message = withStderr(message, tail)
+	return rsp
 }
 
 // chargeDecoding charges budget what decoding out will take, before it is

@@ -227,6 +227,27 @@ func TestAnswerOverTheSendLimit(t *testing.T) {
 	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache=false"})
 	wantFatal(t, req, s.call(t, req), "more than the 4194304 bytes a response may have", "--max-send-msg-size")
 
+	// A request may be larger than a response: with a desired state of 5
+	// MB, the Fatal answer cannot carry it, and still says why.
+	large := func(tag, script string) *fnv1.RunFunctionRequest {
+		r := shRequest(t, tag, script)
+		r.Desired.Composite = &fnv1.Resource{Resource: &structpb.Struct{Fields: map[string]*structpb.Value{"pad": structpb.NewStringValue(strings.Repeat("x", 5000000))}}}
+		return r
+	}
+	for _, c := range []struct {
+		tag, script string
+		want        []string
+	}{
+		{"t-large-request-fails", `echo boom >&2; exit 3`, []string{"the function exited with code 3", "stderr: boom"}},
+		{"t-large-request-echoed", `jq -c '{desired: .desired}'`, []string{"more than the 4194304 bytes a response may have"}},
+	} {
+		rsp := s.call(t, large(c.tag, c.script))
+		if len(rsp.GetResults()) != 1 || rsp.GetResults()[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL || rsp.GetMeta().GetTag() != c.tag || rsp.GetDesired() != nil {
+			t.Fatalf("%s: want one Fatal result, the tag and no desired state, got %v %v", c.tag, rsp.GetMeta(), rsp.GetResults())
+		}
+		mustContain(t, c.tag+" fatal message", rsp.GetResults()[0].GetMessage(), append(c.want, "leaves out the request's desired state and context, 5000", "--max-send-msg-size")...)
+	}
+
 	raised := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache=false", "--max-send-msg-size", "8Mi"})
 	ctx, cancel := context.WithTimeout(context.Background(), patient(60*time.Second))
 	defer cancel()
