@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -49,6 +50,10 @@ func explainResponse(out []byte) string {
 		line, col := position(out, at+1) // as a SyntaxError's offset, just past the byte
 		return fmt.Sprintf("after the JSON value the output goes on with what is not JSON, %s at line %d, column %d; the function must print one RunFunctionResponse object and nothing else on stdout (messages for people go to stderr)", QuoteHead(out[at:min(at+40, int64(len(out)))]), line, col)
 	}
+	if at, esc := loneSurrogate(out); at >= 0 {
+		line, col := position(out, int64(at)+1)
+		return fmt.Sprintf("the escape %s at line %d, column %d is half of a UTF-16 surrogate pair without its other half, which is no character: the strings of a RunFunctionResponse must be valid Unicode (JavaScript's JSON.stringify prints such an escape for a string cut in the middle of an emoji, Python's json.dumps for text read with surrogateescape)", esc, line, col)
+	}
 	top, ok := v.(map[string]any)
 	if !ok {
 		return fmt.Sprintf("the output is %s; a RunFunctionResponse is a JSON object such as {\"desired\": {...}, \"results\": [...]}", describe(v))
@@ -84,6 +89,45 @@ func ExplainMessage(j []byte, md protoreflect.MessageDescriptor) string {
 		return ""
 	}
 	return walkMessage(top, md, "$")
+}
+
+// loneSurrogate finds, in valid JSON, the first \u escape of half a UTF-16
+// surrogate pair that is not followed or preceded by its other half, and
+// returns its offset and the escape, or -1. encoding/json reads such an
+// escape as U+FFFD; protojson refuses it with an error that names the
+// bytes after it ("invalid escape code"), or, near the end of the output,
+// "unexpected EOF", as if the output had been cut short.
+func loneSurrogate(b []byte) (int, string) {
+	hex := func(i int) rune {
+		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+			return -1
+		}
+		v, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
+		if err != nil {
+			return -1
+		}
+		return rune(v)
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		r := hex(i)
+		switch {
+		case r < 0:
+			// Outside strings valid JSON has no backslash; inside, this
+			// escapes the next byte, a backslash perhaps.
+			i++
+			continue
+		case !utf16.IsSurrogate(r):
+		case r < 0xdc00 && hex(i+6) >= 0xdc00 && hex(i+6) <= 0xdfff:
+			i += 6 // the pair's second half
+		default:
+			return i, string(b[i : i+6])
+		}
+		i += 5
+	}
+	return -1, ""
 }
 
 // explainSyntax locates a JSON syntax error in the output.

@@ -56,6 +56,17 @@ func TestExplainResponse(t *testing.T) {
 			[]string{`ends before the JSON value is complete`}},
 		{"connection_details_not_base64", `{"desired": {"composite": {"resource": {}, "connectionDetails": {"password": "not base64!"}}}}`,
 			[]string{`$.desired.composite.connectionDetails.password is not base64`}},
+		// What JavaScript's JSON.stringify prints for a string cut in the
+		// middle of an emoji, and Python's json.dumps for text decoded
+		// with surrogateescape: encoding/json reads it as U+FFFD, and
+		// protojson's error was "unexpected EOF" near the end of the
+		// output, "invalid escape code" of the bytes after it elsewhere.
+		{"lone_high_surrogate_at_the_end", `{"results": [{"message": "a\ud83d"}]}`,
+			[]string{`the escape \ud83d at line 1, column 28 is half of a UTF-16 surrogate pair`, `valid Unicode`}},
+		{"lone_low_surrogate_in_the_middle", "{\n \"results\": [{\"severity\": \"SEVERITY_NORMAL\",\n  \"message\": \"a\\udcffbcdefgh\"}]}",
+			[]string{`the escape \udcff at line 3, column 16 is half of a UTF-16 surrogate pair`}},
+		{"high_surrogate_then_another_escape", `{"results": [{"message": "\ud83d\u0041"}]}`,
+			[]string{`the escape \ud83d at line 1, column 27`}},
 		{"unknown_field_lists_the_fields", `{"zzz": 1}`,
 			[]string{`unknown field "zzz" at $.zzz`, `RunFunctionResponse has the fields "meta", "desired"`}},
 	}
@@ -90,6 +101,9 @@ func TestExplainResponseAcceptsValidResponses(t *testing.T) {
 		`{"results": [{"severity": "SEVERITY_WARNING", "message": "m", "target": "TARGET_COMPOSITE_AND_CLAIM"}], "context": {"x": 1}}`,
 		`{"conditions": [{"type": "Synced", "status": "STATUS_CONDITION_TRUE", "reason": "R"}]}`,
 		`{"requirements": {"extraResources": {"e": {"apiVersion": "v1", "kind": "ConfigMap", "matchName": "n"}}}}`,
+		// A surrogate pair is one character; an escaped backslash
+		// before "ud83d" is text, not an escape.
+		`{"results": [{"message": "\ud83d\ude00 \\ud83d \\\u00e9"}]}`,
 	} {
 		if err := protojson.Unmarshal([]byte(out), &fnv1.RunFunctionResponse{}); err != nil {
 			t.Fatalf("test case is not valid for protojson: %v\n%s", err, out)
