@@ -13,32 +13,33 @@ import (
 // would otherwise hold the call's slot, and the answer's memory, for as
 // long as it keeps its connection open. With flush, what net/http still
 // buffers goes now; without, once the handler returns (OpenWhisk's front
-// writes its sentinels first). It returns why the caller did not take the
-// answer, or nil, and release, which clears the deadline for the next
-// request on the connection once the answer is whole.
-func Answer(w http.ResponseWriter, status int, body []byte, timeout time.Duration, flush bool) (release func(), err error) {
+// writes its sentinels first). Either way the deadline bounds every
+// write of the answer: net/http clears it only once the handler's answer
+// is finished, for the next request on the connection. It returns why
+// the caller did not take the answer, or nil.
+func Answer(w http.ResponseWriter, status int, body []byte, timeout time.Duration, flush bool) error {
 	rc := http.NewResponseController(w)
 	// An asynchronous invocation's answer is kept, not sent: its writer
 	// takes no deadline, and fails no write.
 	bounded := rc.SetWriteDeadline(time.Now().Add(timeout)) == nil
 	w.WriteHeader(status)
-	_, err = w.Write(body)
+	_, err := w.Write(body)
 	if errors.Is(err, http.ErrBodyNotAllowed) {
 		// A 204 or 304, whose body is not sent.
 		err = nil
 	}
 	if !bounded {
-		return func() {}, nil
+		return nil
 	}
 	if err == nil && flush {
 		err = rc.Flush()
 	}
 	switch {
 	case err == nil:
-		return func() { _ = rc.SetWriteDeadline(time.Time{}) }, nil
+		return nil
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return func() {}, fmt.Errorf("the caller did not take the function's answer (%d bytes) within the call's timeout of %s: %w", len(body), timeout, err)
+		return fmt.Errorf("the caller did not take the function's answer (%d bytes) within the call's timeout of %s: %w", len(body), timeout, err)
 	default:
-		return func() {}, fmt.Errorf("the caller went away before it took the function's answer (%d bytes): %w", len(body), err)
+		return fmt.Errorf("the caller went away before it took the function's answer (%d bytes): %w", len(body), err)
 	}
 }

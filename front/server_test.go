@@ -2,10 +2,14 @@ package front
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -210,4 +214,84 @@ func TestCallerGoneBeforeReadyIsLoggedSo(t *testing.T) {
 	}
 	hooktest.CheckCalls(t, reg, hook.Error, 1)
 	fronttest.Says(t, "log", logs.String(), "outcome=error", "status=499", "path=/run", "the caller went away while the call waited for the function image to be unpacked")
+}
+
+// TestAnswerDeadlineOutlivesItsHandler: an answer not flushed (OpenWhisk's,
+// whose end goes at the handler's return) keeps its write deadline to the
+// handler's return, so that its end is bounded too, and the next requests
+// on the connection, once the deadline has passed, are still answered:
+// net/http clears it once the answer is finished.
+func TestAnswerDeadlineOutlivesItsHandler(t *testing.T) {
+	s := NewServer(prometheus.NewRegistry())
+	s.Ready(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if err := Answer(w, http.StatusOK, bytes.Repeat([]byte("x"), 64<<10), 100*time.Millisecond, false); err != nil {
+			t.Errorf("the answer: %v", err)
+		}
+	}))
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	c := ts.Client()
+	get := func(path string) string {
+		// A POST, which the client does not send again on a new
+		// connection when the one it reused fails.
+		rsp, err := c.Post(ts.URL+path, "text/plain", nil)
+		if err != nil {
+			return err.Error()
+		}
+		defer rsp.Body.Close()
+		b, err := io.ReadAll(rsp.Body)
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%d, %d bytes", rsp.StatusCode, len(b))
+	}
+	if got := get("/run"); got != "200, 65536 bytes" {
+		t.Fatalf("the answer: %s", got)
+	}
+	time.Sleep(200 * time.Millisecond) // past the answer's deadline
+	for _, path := range []string{"/healthz", "/run"} {
+		want := "200, 65536 bytes"
+		if path == "/healthz" {
+			want = "200, 3 bytes"
+		}
+		if got := get(path); got != want {
+			t.Errorf("%s on the same connection after the deadline: %s, want %s", path, got, want)
+		}
+	}
+}
+
+// TestAnswerDeadlineBoundsWhatFollows: what is written of an answer after
+// Answer returns without a flush (OpenWhisk's front writes its sentinels,
+// then net/http the answer's end) is still bounded by the caller's
+// deadline: a caller that stopped reading fails it, rather than holding
+// the handler, and a shutdown, for good.
+func TestAnswerDeadlineBoundsWhatFollows(t *testing.T) {
+	after := make(chan error, 1)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if err := Answer(w, http.StatusOK, []byte("{}"), 200*time.Millisecond, false); err != nil {
+			t.Errorf("the answer: %v", err)
+		}
+		_, err := w.Write(bytes.Repeat([]byte("x"), 64<<20))
+		after <- err
+	}))
+	defer ts.Close()
+	conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-after:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("a write after the answer, to a caller that does not read: %v, want the deadline exceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write after the answer, to a caller that does not read, still blocks after 10s")
+	}
 }

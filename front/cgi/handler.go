@@ -156,12 +156,10 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(rsp.Body)))
-	release, err := front.Answer(w, rsp.Status, rsp.Body, h.cfg.Timeout, true)
-	if err != nil {
+	if err := front.Answer(w, rsp.Status, rsp.Body, h.cfg.Timeout, true); err != nil {
 		call.Outcome, call.Err = hook.Error, err
 		return rsp.Status
 	}
-	release()
 	call.Outcome = hook.OK
 	return rsp.Status
 }

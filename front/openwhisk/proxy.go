@@ -436,7 +436,9 @@ func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	// returns, after the sentinels, so that the invoker has the whole
 	// answer only when the activation's logs are ended, as before.
 	jsonByDefault(w.Header(), body)
-	release, err := front.Answer(w, status, body, p.cfg.Timeout, false)
+	// Not flushed: its end goes at the handler's return, still under
+	// the deadline.
+	err := front.Answer(w, status, body, p.cfg.Timeout, false)
 	if err != nil {
 		call.Outcome, call.Err = hook.Error, err
 	}
@@ -464,7 +466,6 @@ func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	p.cfg.Hooks.After(ctx, call)
 	_, _ = p.stderr.Write(Frame(nil))
 	streamsMu.Unlock()
-	release()
 }
 
 // unended is the newline that ends logs as a line, if they need one.
