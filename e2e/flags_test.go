@@ -66,10 +66,15 @@ func TestServeRefusesFlagsThatCannotWork(t *testing.T) {
 
 // TestIOFromTheEnvironmentWithAnHTTPFront: a package built before ocifn
 // build refused --io with --api http carries OCIFN_IO: it is served, and
-// the log says the mode is ignored.
+// the log says the mode is ignored, whatever the mode, one this ocifn
+// does not know included: the front never reads it.
 func TestIOFromTheEnvironmentWithAnHTTPFront(t *testing.T) {
-	f := startCGI(t, nil, "OCIFN_IO=functionio")
-	mustContain(t, "log", f.stderr.String(), "OCIFN_IO in the environment is ignored", "--api http")
+	for _, mode := range []string{"functionio", "yaml"} {
+		t.Run(mode, func(t *testing.T) {
+			f := startCGI(t, nil, "OCIFN_IO="+mode)
+			mustContain(t, "log", f.stderr.String(), "OCIFN_IO in the environment is ignored", "--api http")
+		})
+	}
 }
 
 // TestBuildRefusesIOForHTTPFronts: ocifn build --io records an I/O mode

@@ -158,8 +158,9 @@ another I/O mode.`,
 			f := cmd.Flags()
 			o.tlsDirFlag = f.Changed("tls-server-certs-dir")
 			// A bad value from the environment is named as such: no flag
-			// was given.
-			if v := os.Getenv(oci.EnvIO); v != "" && !f.Changed("io") {
+			// was given. The HTTP fronts never read it (checkIOFront
+			// below ignores it with a warning), so it cannot stop them.
+			if v := os.Getenv(oci.EnvIO); v != "" && !f.Changed("io") && o.api == apiCrossplane {
 				if _, err := codec.ByName(v); err != nil {
 					return fmt.Errorf("%s=%s in the environment (ocifn build --io sets it in a package): %w", oci.EnvIO, v, err)
 				}
