@@ -203,3 +203,26 @@ func TestLogTagIsBounded(t *testing.T) {
 		t.Errorf("the call's line of a 120000-byte tag holds %d bytes:\n%.600s", logged.Len(), logged.String())
 	}
 }
+
+// TestTracingBoundsTheTag: a call's span carries its tag as its log line
+// does, cut past MaxLogTag bytes: the tag is the caller's (an Event-Id
+// header of up to 1 MB), and a span goes to a collector with limits of its
+// own.
+func TestTracingBoundsTheTag(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tr := Tracing{Tracer: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)).Tracer("test")}
+	c := &Call{Method: "POST", Tag: strings.Repeat("t", 100000), Received: time.Now()}
+	ctx, err := tr.Before(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Answered = time.Now()
+	if err := tr.After(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range rec.Ended()[0].Attributes() {
+		if a.Key == "ocifn.tag" && a.Value.AsString() != LogTag(c.Tag) {
+			t.Errorf("the span's ocifn.tag holds %d bytes, want it as LogTag cuts it", len(a.Value.AsString()))
+		}
+	}
+}

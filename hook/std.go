@@ -123,7 +123,7 @@ func (t Tracing) Before(ctx context.Context, c *Call) (context.Context, error) {
 		ctx = propagation.TraceContext{}.Extract(ctx, c.Carrier)
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("ocifn.front", c.Front), attribute.String("ocifn.tag", c.Tag))}
+		trace.WithAttributes(attribute.String("ocifn.front", c.Front), attribute.String("ocifn.tag", LogTag(c.Tag)))}
 	if c.Invocation != "" {
 		opts = append(opts, trace.WithAttributes(attribute.String("ocifn.invocation", InvocationRef(c.Invocation))))
 	}
