@@ -68,6 +68,9 @@ type Function struct {
 	// caches says that hooks hold a response cache, which alone needs a
 	// call's cache key.
 	caches bool
+	// stopped ends when StopCalls stops the calls running.
+	stopped   context.Context
+	stopCalls context.CancelFunc
 }
 
 // Option configures a Function.
@@ -132,6 +135,7 @@ func NewCache(maxBytes int) hook.Store { return newResponseCache(maxBytes) }
 // NewFunction returns a Function that runs calls with r.
 func NewFunction(r Runner, opts ...Option) *Function {
 	f := &Function{runner: r, log: slog.Default(), timeout: DefaultTimeout, maxOutputBytes: DefaultMaxOutputBytes, codec: codec.JSON{}}
+	f.stopped, f.stopCalls = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(f)
 	}
@@ -359,6 +363,14 @@ func (f *Function) Drain() {
 	f.afterHooks.Wait()
 }
 
+// StopCalls stops the calls running, and those admitted that have yet to
+// run: each kills its container and answers UNAVAILABLE saying that the
+// server's grace period ended before it did (front.ErrShutdown), as the
+// HTTP fronts answer such calls 503. Without it, a server stopped past its
+// grace period cut their connections, and their callers (Crossplane) read
+// a bare "error reading from server: EOF".
+func (f *Function) StopCalls() { f.stopCalls() }
+
 // admitAndRun waits for a free slot, unless too many calls already wait.
 // With WithHooksAfterAnswer, a call admitted sets later and counts its
 // hooks in afterHooks while it holds its slot, so that Drain, which waits
@@ -390,7 +402,10 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 	if err != nil {
 		return Result{}, status.Errorf(grpccodes.InvalidArgument, "cannot encode the request for the %s I/O mode: %v", f.codec.Name(), err)
 	}
-	callCtx, cancel := context.WithTimeoutCause(ctx, f.timeout, front.ErrTimeout)
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer context.AfterFunc(f.stopped, func() { stop(front.ErrShutdown) })()
+	callCtx, cancel := context.WithTimeoutCause(runCtx, f.timeout, front.ErrTimeout)
 	defer cancel()
 
 	stdout := &front.Capped{Max: f.maxOutputBytes}
@@ -428,6 +443,10 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 		// (the runner kills the container), so a timeout that passed
 		// meanwhile did not stop the function.
 		return fail(OutcomeFatal, fmt.Sprintf("the function printed more than the limit of %d bytes on stdout", f.maxOutputBytes))
+	case runErr != nil && errors.Is(context.Cause(callCtx), front.ErrShutdown):
+		// Not the function's fault, whatever step it was at: a status
+		// that says the call may run elsewhere, not a Fatal result.
+		return res, status.Error(grpccodes.Unavailable, front.ErrShutdown.Error())
 	case runErr != nil && errors.Is(context.Cause(callCtx), front.ErrTimeout) && exit.Start == 0:
 		// Its container was still being made (a stuck runtime): saying
 		// the function ran too long would send its author after the

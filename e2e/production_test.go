@@ -509,15 +509,16 @@ func TestShutdown(t *testing.T) {
 	}
 	assertRemoved(t, "the runtime state directory", memory)
 
-	// Past the grace period.
+	// Past the grace period: the call is stopped, and its caller told
+	// why, as the HTTP fronts tell theirs, rather than left with a
+	// closed connection ("error reading from server: EOF").
 	marker := "5353" + strconv.Itoa(os.Getpid())
 	s2 := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", "500ms"})
 	killed := sleepingCall(t, s2, "t-killed", marker)
 	_ = s2.cmd.Process.Signal(syscall.SIGTERM)
-	if err := <-killed; err == nil {
-		t.Errorf("the call past the grace period got an answer")
-	}
+	assertStoppedByTheGracePeriod(t, <-killed)
 	assertStoppedClean(t, s2, cache, marker)
+	mustContain(t, "server log", s2.stderr.String(), `msg="call failed" tag=t-killed front=crossplane outcome=error`, "grace period (--grace-period) ended before the call did")
 
 	// A second signal ends a long grace period at once (a second Ctrl-C).
 	s3 := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cache, "--grace-period", "10m"})
@@ -534,14 +535,21 @@ func TestShutdown(t *testing.T) {
 	_ = s3.cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case err := <-second:
-		if err == nil {
-			t.Errorf("the call stopped by a second signal got an answer")
-		}
+		assertStoppedByTheGracePeriod(t, err)
 	case <-time.After(patient(10 * time.Second)):
 		t.Fatalf("the call still runs %s after a second signal\n%s", patient(10*time.Second), s3.stderr)
 	}
 	assertStoppedClean(t, s3, cache, marker)
 	mustContain(t, "server log", s3.stderr.String(), "a second signal ends the grace period")
+}
+
+// assertStoppedByTheGracePeriod fails unless err is the status of a call
+// stopped at the end of the grace period: UNAVAILABLE, saying so.
+func assertStoppedByTheGracePeriod(t *testing.T, err error) {
+	t.Helper()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "grace period (--grace-period) ended before the call did") {
+		t.Errorf("the call stopped past the grace period: %v; want UNAVAILABLE saying that the grace period ended before it did", err)
+	}
 }
 
 // sleepingCall starts a call whose function sleeps under marker's name,

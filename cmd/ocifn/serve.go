@@ -245,7 +245,7 @@ another I/O mode.`,
 	f.StringVar(&o.address, "address", ":9443", "address to serve on; :8080 by default for the HTTP fronts, and with --api http the port in FUNC_PORT (Kubeless) or else PORT (Knative) when set")
 	f.BoolVar(&o.insecure, "insecure", false, "serve plaintext gRPC without TLS (local development only)")
 	f.StringVar(&o.tlsDir, "tls-server-certs-dir", os.Getenv("TLS_SERVER_CERTS_DIR"), "directory with tls.crt, tls.key and ca.crt; client certificates are required (env TLS_SERVER_CERTS_DIR)")
-	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on SIGTERM, how long running calls may take to finish (0: stop them at once); a second SIGTERM, SIGINT or SIGHUP, a second or more after the first, ends it")
+	f.DurationVar(&o.gracePeriod, "grace-period", 30*time.Second, "on SIGTERM, how long running calls may take to finish (0: stop them at once); a second SIGTERM, SIGINT or SIGHUP, a second or more after the first, ends it; calls still running then are stopped and answered UNAVAILABLE (HTTP 503) saying so")
 	o.maxRecvMsgSize, o.maxInflight = adaptor.DefaultMaxRecvMsgSize, adaptor.DefaultMaxInflightBytes
 	f.Var(&o.maxRecvMsgSize, "max-recv-msg-size", "largest gRPC request accepted, in bytes (e.g. 64Mi)")
 	o.maxSendMsgSize = adaptor.DefaultMaxSendMsgSize
@@ -541,14 +541,30 @@ func (o *serveOptions) run(ctx context.Context) error {
 	// calls already admitted are done (drainWithin); grpc-go's graceful
 	// stop closes the listener first, so it comes after.
 	stopped := make(chan struct{})
-	if drainWithin(grace, fn.Drain) {
-		go func() { srv.GracefulStop(); close(stopped) }()
+	gracefulStop := func() { go func() { srv.GracefulStop(); close(stopped) }() }
+	drained := drainWithin(grace, fn.Drain)
+	if drained {
+		gracefulStop()
 	}
 	select {
 	case <-stopped:
 	case <-grace.Done():
 		log.Warn("grace period over; stopping calls still running")
-		// Cancels every running call; each kills its container.
+		if !drained {
+			// Each call still running kills its container and answers
+			// UNAVAILABLE saying why, as the HTTP fronts answer 503:
+			// the graceful stop sends those answers before it closes
+			// their connections. Those still open a moment later are
+			// closed.
+			fn.StopCalls()
+			gracefulStop()
+			answered := time.NewTimer(answerGrace)
+			defer answered.Stop()
+			select {
+			case <-stopped:
+			case <-answered.C:
+			}
+		}
 		srv.Stop()
 	}
 	log.Info("stopped")
