@@ -255,6 +255,12 @@ func TestServeErrorsSayWhatWasGiven(t *testing.T) {
 		// accepted without a word, where the gRPC front refuses it.
 		{"negative_warm_with_the_http_front", []string{"--api", "http", "--warm", "-1"}, nil, []string{"--warm -1", "must not be negative"}, nil},
 		{"negative_warm_with_the_openwhisk_front", []string{"--api", "openwhisk", "--warm", "-1"}, nil, []string{"--warm -1", "must not be negative"}, nil},
+		// The HTTP fronts ignore the gRPC front's flags with a warning,
+		// but not a value no front could take; the refusal said nothing
+		// of the front, where the README said they were ignored.
+		{"negative_cache_ttl_with_the_http_front", []string{"--api", "http", "--cache-ttl", "-1s"}, nil, []string{"--cache-ttl -1s", "--api http ignores this flag of the gRPC front, but not a value no front could take"}, nil},
+		{"zero_max_recv_msg_size_with_the_openwhisk_front", []string{"--api", "openwhisk", "--max-recv-msg-size", "0"}, nil, []string{"--max-recv-msg-size 0: must be positive", "--api openwhisk ignores this flag of the gRPC front"}, nil},
+		{"zero_max_recv_msg_size_with_the_crossplane_front", []string{"--max-recv-msg-size", "0"}, nil, []string{"--max-recv-msg-size 0: must be positive"}, []string{"ignores"}},
 		// A path was said to need crun on PATH.
 		{"runtime_path_not_there", []string{"--runtime", "/nonexistent/crun"}, nil, []string{"/nonexistent/crun", "--runtime"}, []string{"on PATH"}},
 		// "pass one" of two things of which the user passed only one.

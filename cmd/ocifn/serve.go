@@ -400,13 +400,13 @@ func (o *serveOptions) run(ctx context.Context) error {
 	if o.maxConcurrency <= 0 {
 		return fmt.Errorf("--max-concurrency %d: must be positive", o.maxConcurrency)
 	}
-	// gRPC frames a message with a 32-bit length, and takes the limit as
-	// an int.
-	if o.maxRecvMsgSize <= 0 || o.maxRecvMsgSize > math.MaxInt32 {
-		return fmt.Errorf("--max-recv-msg-size %d: must be positive and at most %d", o.maxRecvMsgSize, math.MaxInt32)
-	}
-	if o.maxSendMsgSize <= 0 || o.maxSendMsgSize > math.MaxInt32 {
-		return fmt.Errorf("--max-send-msg-size %d: must be positive and at most %d", o.maxSendMsgSize, math.MaxInt32)
+	if err := o.checkGRPCFlags(); err != nil {
+		if o.api != apiCrossplane {
+			// warnIgnored says such flags are ignored here: the
+			// refusal says why this one is not.
+			return fmt.Errorf("%w (--api %s ignores this flag of the gRPC front, but not a value no front could take)", err, o.api)
+		}
+		return err
 	}
 	if err := o.checkInflightBytes(); err != nil {
 		return err
@@ -416,14 +416,6 @@ func (o *serveOptions) run(ctx context.Context) error {
 	}
 	if o.maxQueue < 0 {
 		return fmt.Errorf("--max-queue %d: must not be negative", o.maxQueue)
-	}
-	if o.cacheTTL < 0 || o.cacheMaxBytes <= 0 {
-		return fmt.Errorf("--cache-ttl %s, --cache-max-bytes %d: want a TTL of 0 or more and a positive size", o.cacheTTL, o.cacheMaxBytes)
-	}
-	// --cache-ttl asks for every response to be cached, --cache=false for
-	// none: which one was meant cannot be told.
-	if !o.cache && o.cacheTTL > 0 {
-		return fmt.Errorf("--cache=false and --cache-ttl %s exclude each other: the first turns the response cache off, the second caches every response", o.cacheTTL)
 	}
 	if o.maxQueue == 0 {
 		o.maxQueue = 4 * o.maxConcurrency
@@ -568,6 +560,30 @@ func (o *serveOptions) run(ctx context.Context) error {
 		srv.Stop()
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// checkGRPCFlags says why a flag of the gRPC front alone (grpcOnlyFlags)
+// holds a value no front could take, if one does: a typo, whatever the
+// front, which an HTTP front would otherwise ignore with a warning and
+// the gRPC front refuse on the day the same flags serve it.
+func (o *serveOptions) checkGRPCFlags() error {
+	// gRPC frames a message with a 32-bit length, and takes the limit as
+	// an int.
+	if o.maxRecvMsgSize <= 0 || o.maxRecvMsgSize > math.MaxInt32 {
+		return fmt.Errorf("--max-recv-msg-size %d: must be positive and at most %d", o.maxRecvMsgSize, math.MaxInt32)
+	}
+	if o.maxSendMsgSize <= 0 || o.maxSendMsgSize > math.MaxInt32 {
+		return fmt.Errorf("--max-send-msg-size %d: must be positive and at most %d", o.maxSendMsgSize, math.MaxInt32)
+	}
+	if o.cacheTTL < 0 || o.cacheMaxBytes <= 0 {
+		return fmt.Errorf("--cache-ttl %s, --cache-max-bytes %d: want a TTL of 0 or more and a positive size", o.cacheTTL, o.cacheMaxBytes)
+	}
+	// --cache-ttl asks for every response to be cached, --cache=false for
+	// none: which one was meant cannot be told.
+	if !o.cache && o.cacheTTL > 0 {
+		return fmt.Errorf("--cache=false and --cache-ttl %s exclude each other: the first turns the response cache off, the second caches every response", o.cacheTTL)
+	}
 	return nil
 }
 
