@@ -3,12 +3,15 @@ package adaptor
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	fnv1 "github.com/crossplane/function-sdk-go/proto/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ocifn/ocifn/hook"
@@ -71,6 +74,70 @@ func TestResponseCache(t *testing.T) {
 		if _, ok := c.get(tag); ok {
 			t.Errorf("%q cached: empty tags, no TTL and responses larger than the cache are not", tag)
 		}
+	}
+}
+
+// TestCacheHitCarriesTheTTLLeft: a hit says what is left of the function's
+// meta.ttl, in whole seconds, and never more: Crossplane keeps a response
+// a full meta.ttl from when it gets it. Its encoding is the response kept
+// but for the ttl, and never longer than the function's, which the send
+// limit was checked against. A hit past the function's TTL (kept longer
+// by --cache-ttl) carries none.
+func TestCacheHitCarriesTheTTLLeft(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := newResponseCache(1 << 20)
+	c.now = func() time.Time { return now }
+	stored := response(t, "a", 100)
+	stored.Meta = &fnv1.ResponseMeta{Tag: "t", Ttl: durationpb.New(60 * time.Second)}
+	stored.Results = []*fnv1.Result{{Message: "after the desired state"}}
+	c.put("t", stored, 10*time.Minute) // as --cache-ttl 10m does
+	kept, _ := proto.MarshalOptions{Deterministic: true}.Marshal(stored)
+
+	for _, tc := range []struct {
+		age  time.Duration
+		want *durationpb.Duration
+	}{
+		{0, durationpb.New(60 * time.Second)},
+		{50*time.Second + 500*time.Millisecond, durationpb.New(9 * time.Second)},
+		{59*time.Second + 1, nil},
+		{61 * time.Second, nil},
+		{9 * time.Minute, nil},
+	} {
+		now = time.Unix(1000, 0).Add(tc.age)
+		hit, ok := c.lookup("t")
+		if !ok {
+			t.Fatalf("at %v: a miss", tc.age)
+		}
+		sent := append(append([]byte{}, hit.head...), hit.data...)
+		if len(sent) > len(kept) {
+			t.Errorf("at %v: the hit takes %d bytes, more than the %d of the answer", tc.age, len(sent), len(kept))
+		}
+		if tc.age == 0 && string(sent) != string(kept) {
+			t.Errorf("at once: the hit is not byte-for-byte the answer")
+		}
+		got := &fnv1.RunFunctionResponse{}
+		if err := proto.Unmarshal(sent, got); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got.GetMeta().GetTtl(), tc.want) {
+			t.Errorf("at %v: the hit says ttl %v, want %v", tc.age, got.GetMeta().GetTtl(), tc.want)
+		}
+		decoded, err := hit.decode()
+		if err != nil || !proto.Equal(decoded, got) {
+			t.Errorf("at %v: decoded %v (%v), want %v", tc.age, decoded, err, got)
+		}
+		got.Meta.Ttl = stored.Meta.Ttl
+		if !proto.Equal(got, stored) {
+			t.Errorf("at %v: the hit is not the answer but for its ttl: %v", tc.age, got)
+		}
+	}
+
+	// A sub-second TTL is cut to whole seconds, never rounded up.
+	now = time.Unix(1000, 0)
+	stored.Meta.Ttl = durationpb.New(1500 * time.Millisecond)
+	c.put("s", stored, time.Minute)
+	if got, _ := c.get("s"); got.GetMeta().GetTtl().AsDuration() != time.Second {
+		t.Errorf("a hit of a 1.5s TTL says %v, want 1s", got.GetMeta().GetTtl())
 	}
 }
 
@@ -209,5 +276,40 @@ func TestCacheKeyOfCapabilitiesIsCheap(t *testing.T) {
 		fnv1.Capability_CAPABILITY_REQUIRED_RESOURCES}}}
 	if k1, k2 := cacheKey(req), cacheKey(other); k1 == k2 {
 		t.Errorf("two tags with other capabilities share the cache key %q", k1)
+	}
+}
+
+// BenchmarkCacheHit: what a hit costs the gRPC server besides its
+// transport: the hooks, the cache's lookup, and the answer handed to the
+// codec, for a response of about 1 KiB and one of about 1 MiB, each with
+// a meta.ttl.
+func BenchmarkCacheHit(b *testing.B) {
+	for _, size := range []int{1 << 10, 1 << 20} {
+		b.Run(strconv.Itoa(size), func(b *testing.B) {
+			out := `{"meta": {"ttl": "60s"}, "desired": {"composite": {"resource": {"status": {"pad": "` + strings.Repeat("x", size) + `"}}}}}`
+			f := NewFunction(&scriptedRunner{stdout: out}, quiet(), WithCache(64<<20, 0))
+			req := &fnv1.RunFunctionRequest{}
+			if err := protojson.Unmarshal([]byte(req1), req); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := f.Run(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
+			ctx, answer := withAnswerBudget(context.Background(), newInflight(1<<30, DefaultMaxRecvMsgSize, 0))
+			codec := newRawCodec()
+			b.ReportAllocs()
+			for b.Loop() {
+				answer.cached = rawAnswer{}
+				if _, err := f.Run(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := codec.Marshal(&answer.cached); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if answer.cached.data == nil {
+				b.Fatal("not a hit")
+			}
+		})
 	}
 }

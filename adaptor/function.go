@@ -186,7 +186,7 @@ func (f *Function) Run(ctx context.Context, req *fnv1.RunFunctionRequest) (*fnv1
 		if raw := rawAnswerOf(ctx); raw != nil {
 			// The gRPC server sends the bytes; what is returned
 			// here goes nowhere.
-			raw.data = hit.data
+			raw.head, raw.data = hit.head, hit.data
 			call.Outcome = OutcomeOK
 			return &fnv1.RunFunctionResponse{}, nil
 		}

@@ -183,7 +183,7 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 			if err != nil && !decoded {
 				fn.refused(ctx, method, received, err)
 			}
-			if err == nil && answer.cached.data != nil {
+			if err == nil && (answer.cached.head != nil || answer.cached.data != nil) {
 				return &answer.cached, nil
 			}
 			return rsp, err
@@ -194,8 +194,9 @@ func (b *inflight) bounded(desc *grpc.ServiceDesc, fn *FunctionRef, converted bo
 
 // rawAnswer is an answer already in protobuf's encoding, a response from
 // the cache, which rawCodec sends as it is: neither decoded nor encoded
-// again per call. v1 and v1beta1 responses are the same on the wire.
-type rawAnswer struct{ data []byte }
+// again per call, but for head, its meta with the TTL left. v1 and v1beta1
+// responses are the same on the wire.
+type rawAnswer struct{ head, data []byte }
 
 // rawAnswerOf returns where a call served by the gRPC server puts an
 // answer to send as it is, or nil elsewhere (ocifn test and render). It is
@@ -352,10 +353,13 @@ type rawCodec struct{ encoding.CodecV2 }
 func newRawCodec() rawCodec { return rawCodec{encoding.GetCodecV2("proto")} }
 
 // Marshal sends a rawAnswer's bytes as they are, without a copy: the
-// cache never changes them.
+// cache never changes them, and each hit has a head of its own.
 func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if a, ok := v.(*rawAnswer); ok {
-		return mem.BufferSlice{mem.SliceBuffer(a.data)}, nil
+		if len(a.head) == 0 {
+			return mem.BufferSlice{mem.SliceBuffer(a.data)}, nil
+		}
+		return mem.BufferSlice{mem.SliceBuffer(a.head), mem.SliceBuffer(a.data)}, nil
 	}
 	return c.CodecV2.Marshal(v)
 }

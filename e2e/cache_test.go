@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func wire(t *testing.T, m proto.Message) []byte {
@@ -25,6 +27,23 @@ func wire(t *testing.T, m proto.Message) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// hitTTL checks that a cache hit's meta.ttl is at most the function's,
+// ttl, in whole seconds (a hit says what is left of it: see
+// TestCacheHitCarriesTheTTLLeft), and sets it back to ttl, so that the
+// rest of the hit can be compared with the answer cached byte for byte.
+// rsp is a v1 or a v1beta1 response.
+func hitTTL(t *testing.T, rsp proto.Message, ttl time.Duration) {
+	t.Helper()
+	meta := rsp.ProtoReflect().Mutable(rsp.ProtoReflect().Descriptor().Fields().ByName("meta")).Message()
+	fd := meta.Descriptor().Fields().ByName("ttl")
+	if !meta.Has(fd) {
+		t.Errorf("a hit within the function's TTL carries none")
+	} else if got := meta.Get(fd).Message().Interface().(*durationpb.Duration).AsDuration(); got > ttl || got%time.Second != 0 {
+		t.Errorf("a hit says ttl %v, want whole seconds up to the function's %v", got, ttl)
+	}
+	meta.Set(fd, protoreflect.ValueOfMessage(durationpb.New(ttl).ProtoReflect()))
 }
 
 // TestResponseCache: a response with meta.ttl answers later requests with
@@ -38,6 +57,7 @@ func TestResponseCache(t *testing.T) {
 	}
 	first := s.call(t, req("tag-a"))
 	second := s.call(t, req("tag-a"))
+	hitTTL(t, second, time.Minute)
 	if !bytes.Equal(wire(t, first), wire(t, second)) {
 		t.Errorf("the second call with the same tag was not answered from the cache:\n%v\n%v", first, second)
 	}
@@ -134,8 +154,9 @@ func TestCacheHitsWhileDraining(t *testing.T) {
 // v1 and v1beta1, answered from the cache with one response of nearly 4
 // MiB (the most --max-send-msg-size sends by default; 370,000 numbers,
 // some 30 MB decoded). Hits run no function, so --max-concurrency does
-// not admit them; each got the very response cached, and the server's
-// peak RSS stays under --max-inflight-bytes above its baseline.
+// not admit them; each got the very response cached (but for the TTL
+// left), and the server's peak RSS stays under --max-inflight-bytes above
+// its baseline.
 func TestCacheHitsOfALargeAnswerStayWithinTheBound(t *testing.T) {
 	const (
 		bound = 200 << 20
@@ -173,6 +194,7 @@ func TestCacheHitsOfALargeAnswerStayWithinTheBound(t *testing.T) {
 				t.Errorf("hit %d: %v", i, err)
 				return
 			}
+			hitTTL(t, rsp, 600*time.Second)
 			if !bytes.Equal(wire(t, rsp), want) {
 				t.Errorf("hit %d is not the cached response", i)
 			}
@@ -187,5 +209,56 @@ func TestCacheHitsOfALargeAnswerStayWithinTheBound(t *testing.T) {
 	text := scrape(t, s.metricsURL(t))
 	if got := metricValue(t, text, "ocifn_cache_hits_total"); got != hits {
 		t.Errorf("cache hits %v, want %d", got, hits)
+	}
+}
+
+// TestCacheHitCarriesTheTTLLeft: a hit's meta.ttl is what is left of the
+// function's, in whole seconds as HTTP's Age counts, over v1 and v1beta1.
+// Crossplane's own response cache keeps a response a full meta.ttl from
+// when it receives it (internal/xfn/cached), so a hit that said the
+// function's whole TTL let an answer be used for nearly twice as long as
+// the function allowed. Past the function's TTL, a hit that --cache-ttl
+// still answers carries none, so that Crossplane does not keep it.
+func TestCacheHitCarriesTheTTLLeft(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("jq-function.tar"), "--cache-ttl", "1m"})
+	// now changes from call to call: a repeated value proves a cache hit.
+	req := jsonRequest(t, `{"meta": {"tag": "t-ttl"}, "input": {"filter": "{meta: {ttl: \"3s\"}, context: {at: (now | tostring)}}"}}`)
+	first := s.call(t, req)
+	if ttl := first.GetMeta().GetTtl().AsDuration(); ttl != 3*time.Second {
+		t.Fatalf("the function's answer says ttl %v, want 3s", ttl)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	hit := s.call(t, req)
+	old := &fnv1beta1.RunFunctionRequest{}
+	if err := proto.Unmarshal(wire(t, req), old); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), patient(60*time.Second))
+	defer cancel()
+	oldHit, err := fnv1beta1.NewFunctionRunnerServiceClient(s.conn).RunFunction(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newHit := &fnv1.RunFunctionResponse{}
+	if err := proto.Unmarshal(wire(t, oldHit), newHit); err != nil {
+		t.Fatal(err)
+	}
+	for name, rsp := range map[string]*fnv1.RunFunctionResponse{"v1": hit, "v1beta1": newHit} {
+		if ttl := rsp.GetMeta().GetTtl().AsDuration(); ttl > time.Second || ttl%time.Second != 0 {
+			t.Errorf("a %s hit 1.1 s after the answer says ttl %v, want the whole seconds left of 3s: at most 1s", name, ttl)
+		}
+		// But for its ttl, a hit is the answer cached.
+		rsp.Meta.Ttl = first.Meta.Ttl
+		if !bytes.Equal(wire(t, rsp), wire(t, first)) {
+			t.Errorf("a %s hit is not the cached answer but for its ttl:\n%v\nwant\n%v", name, rsp, first)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	late := s.call(t, req)
+	if late.GetContext().AsMap()["at"] != first.GetContext().AsMap()["at"] {
+		t.Fatalf("past the function's TTL, --cache-ttl 1m did not answer from the cache: %v", late)
+	}
+	if late.GetMeta().GetTtl() != nil || late.GetMeta().GetTag() != "t-ttl" {
+		t.Errorf("a hit past the function's TTL says meta %v, want its tag and no ttl", late.GetMeta())
 	}
 }
