@@ -92,16 +92,7 @@ func TestHTTPFunction(t *testing.T) {
 				t.Errorf("%s: status %d, want 500", tc.path, code)
 			}
 			mustContain(t, "the answer", string(body), "the end of its stderr", tc.tail)
-			var line string
-			eventually(t, 5*time.Second, "the call's log line", func() bool {
-				for _, l := range strings.Split(f.stderr.String(), "\n") {
-					if strings.Contains(l, "msg=call tag="+tc.tag+" ") {
-						line = l
-						return true
-					}
-				}
-				return false
-			})
+			line := logLine(t, f.stderr, "the call's log line", "msg=call tag="+tc.tag+" ")
 			mustContain(t, "the call's log line", line, "outcome=fatal")
 			if !strings.HasSuffix(line, tc.reason) {
 				t.Errorf("the call's log line does not end with %s: %s", tc.reason, line)
@@ -171,16 +162,7 @@ func TestHTTPFunction(t *testing.T) {
 					t.Fatalf("status %d, want 502: %s", code, body)
 				}
 				mustContain(t, "the answer", string(body), "malformed CGI header block", tc.line, "abc123")
-				var line string
-				eventually(t, 5*time.Second, "the call's log line", func() bool {
-					for _, l := range strings.Split(f.stderr.String(), "\n") {
-						if strings.Contains(l, "tag="+tag+" ") {
-							line = l
-							return true
-						}
-					}
-					return false
-				})
+				line := logLine(t, f.stderr, "the call's log line", "tag="+tag+" ")
 				mustContain(t, "the call's log line", line, "outcome=fatal", "malformed CGI header block", tc.line)
 				if strings.Contains(line, "abc123") {
 					t.Errorf("the call's log line quotes the function's output: %s", line)

@@ -529,16 +529,7 @@ func TestOpenWhiskWebAction(t *testing.T) {
 		if code != http.StatusBadGateway || !strings.Contains(string(out), tc.answered) {
 			t.Errorf("%s: %d %s, want 502 quoting the value at fault", tc.result, code, out)
 		}
-		var line string
-		eventually(t, 5*time.Second, "the activation's log line", func() bool {
-			for _, l := range strings.Split(f.stderr.String(), "\n") {
-				if strings.Contains(l, "tag="+id+" ") {
-					line = l
-					return true
-				}
-			}
-			return false
-		})
+		line := logLine(t, f.stderr, "the activation's log line", "tag="+id+" ")
 		mustContain(t, "the activation's log line", line, "outcome=fatal", "status=502", tc.logged)
 		if strings.Contains(line, "tok-secret") {
 			t.Errorf("the activation's log line quotes the action's result: %s", line)

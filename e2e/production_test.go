@@ -91,6 +91,23 @@ func eventually(t *testing.T, d time.Duration, what string, check func() bool) {
 	}
 }
 
+// logLine waits for the first line of a server's log that holds marker
+// (a call's "tag=ID ", say), and returns it.
+func logLine(t *testing.T, log *syncBuffer, what, marker string) string {
+	t.Helper()
+	var line string
+	eventually(t, 5*time.Second, what, func() bool {
+		for _, l := range strings.Split(log.String(), "\n") {
+			if strings.Contains(l, marker) {
+				line = l
+				return true
+			}
+		}
+		return false
+	})
+	return line
+}
+
 // containerStates lists the crun state entries under a cache directory.
 func containerStates(t *testing.T, cache string) []string {
 	t.Helper()

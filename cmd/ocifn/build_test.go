@@ -52,22 +52,7 @@ func TestIsRuntimeRefusesPackages(t *testing.T) {
 // to choose one by name, which no flag of build does for the runtime
 // (--image chooses the function image).
 func TestRuntimeTarballOfSeveralImages(t *testing.T) {
-	refs := map[name.Reference]v1.Image{}
-	for _, n := range []string{"ocifn-runtime:dev", "labelizer:latest"} {
-		img, err := random.Image(256, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref, err := name.NewTag(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		refs[ref] = img
-	}
-	tar := filepath.Join(t.TempDir(), "images.tar")
-	if err := tarball.MultiRefWriteToFile(tar, refs); err != nil {
-		t.Fatal(err)
-	}
+	tar := tarballOfImages(t, "ocifn-runtime:dev", "labelizer:latest")
 	o := &buildOptions{runtimeTarball: tar}
 	_, _, err := o.runtime(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "give --runtime-image-tarball a tarball of the runtime image alone") {
@@ -180,4 +165,27 @@ func replaceInTar(t *testing.T, src, dst string, match func(string) bool, data [
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// tarballOfImages writes a docker save tarball of a random image under each
+// of names, and returns its path.
+func tarballOfImages(t *testing.T, names ...string) string {
+	t.Helper()
+	refs := map[name.Reference]v1.Image{}
+	for _, n := range names {
+		img, err := random.Image(256, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := name.NewTag(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs[ref] = img
+	}
+	tar := filepath.Join(t.TempDir(), "images.tar")
+	if err := tarball.MultiRefWriteToFile(tar, refs); err != nil {
+		t.Fatal(err)
+	}
+	return tar
 }

@@ -2,14 +2,8 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // TestInspectMissingFile: a package file that does not exist is said not
@@ -28,22 +22,7 @@ func TestInspectMissingFile(t *testing.T) {
 // refused saying to give inspect a file of one, not to choose one by name
 // or digest, which no flag of inspect does.
 func TestInspectTarballOfSeveralImages(t *testing.T) {
-	refs := map[name.Reference]v1.Image{}
-	for _, n := range []string{"function-a:v1", "function-b:v1"} {
-		img, err := random.Image(256, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref, err := name.NewTag(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		refs[ref] = img
-	}
-	tar := filepath.Join(t.TempDir(), "images.tar")
-	if err := tarball.MultiRefWriteToFile(tar, refs); err != nil {
-		t.Fatal(err)
-	}
+	tar := tarballOfImages(t, "function-a:v1", "function-b:v1")
 	_, err := inspect(context.Background(), tar, false)
 	if err == nil || !strings.Contains(err.Error(), "ocifn inspect describes one package and cannot choose: give it a file of one") {
 		t.Errorf("inspect of a tarball of two images: %v, want it refused saying to give it a file of one", err)
