@@ -96,16 +96,17 @@ func complete(req *fnv1.RunFunctionRequest, rsp *fnv1.RunFunctionResponse) {
 		// Operation's function, say, starts from an empty desired state
 		// and often answers with its output alone.
 		if d := req.GetDesired(); d.GetComposite() != nil || len(d.GetResources()) > 0 {
-			rsp.Results = append(rsp.Results, &fnv1.Result{
-				Severity: fnv1.Severity_SEVERITY_WARNING,
-				Message:  "the function's response has no \"desired\" field; the request's desired state was kept unchanged",
-			})
+			rsp.Results = append(rsp.Results, &fnv1.Result{Severity: fnv1.Severity_SEVERITY_WARNING, Message: msgDesiredKept})
 		}
 	}
 	if rsp.Context == nil && req.Context != nil {
 		rsp.Context = req.Context
 	}
 }
+
+// msgDesiredKept is the Warning result complete adds to a response
+// without a desired state.
+const msgDesiredKept = "the function's response has no \"desired\" field; the request's desired state was kept unchanged"
 
 // fatal builds the adaptor's answer for a function that failed: the
 // request's desired state unchanged and one Fatal result.

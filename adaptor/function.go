@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -482,14 +483,17 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 			}
 			if err == nil {
 				complete(req, rsp)
-				if msg := f.unsendable(rsp, len(stdout.Bytes())); msg != "" {
-					return fail(OutcomeFatal, msg)
-				}
+				// The Fatal result first, so that an answer too large
+				// only with its desired state and context is sent
+				// without them, its results kept (see tooLarge).
 				if !hasFatal(rsp) {
 					rsp.Results = append(rsp.Results, &fnv1.Result{
 						Severity: fnv1.Severity_SEVERITY_FATAL,
 						Message:  withStderr(fmt.Sprintf("the function exited with code %d", exit.Code), stderr.Tail()),
 					})
+				}
+				if msg := f.unsendable(rsp, len(stdout.Bytes())); msg != "" {
+					return fail(OutcomeFatal, msg)
 				}
 				res.Outcome, res.Response = OutcomeFatal, rsp
 				res.Reason = fmt.Sprintf("the function exited with code %d and printed its answer", exit.Code)
@@ -582,7 +586,12 @@ func (f *Function) unsendable(rsp *fnv1.RunFunctionResponse, printed int) string
 }
 
 // tooLarge says why rsp, decoded from printed bytes of output, cannot be
-// sent (see WithMaxResponseBytes), or "" when it can.
+// sent (see WithMaxResponseBytes), or "" when it can. A response with a
+// Fatal result of the function's own that only its desired state and
+// context take past the limit (what complete carried over from a large
+// request, say) is sent without them, as f.fatal sends ocifn's, rather
+// than replaced: the caller then reads why the function failed, and
+// Crossplane reads neither beside a Fatal result.
 func (f *Function) tooLarge(rsp *fnv1.RunFunctionResponse, printed int) string {
 	if f.maxResponseBytes <= 0 {
 		return ""
@@ -590,6 +599,20 @@ func (f *Function) tooLarge(rsp *fnv1.RunFunctionResponse, printed int) string {
 	n := proto.Size(rsp)
 	if n <= f.maxResponseBytes {
 		return ""
+	}
+	if first := firstFatal(rsp); first != nil {
+		desired, fctx, message, results := rsp.Desired, rsp.Context, first.Message, rsp.Results
+		left := proto.Size(desired) + proto.Size(fctx)
+		rsp.Desired, rsp.Context = nil, nil
+		// Nor does it say that the request's desired state was kept.
+		rsp.Results = slices.DeleteFunc(slices.Clone(results), func(r *fnv1.Result) bool {
+			return r.GetSeverity() == fnv1.Severity_SEVERITY_WARNING && r.GetMessage() == msgDesiredKept
+		})
+		first.Message += fmt.Sprintf("; this answer leaves out its desired state and context, %d bytes in protobuf: with them it would take more than the %d bytes a response may have (--max-send-msg-size), and Crossplane reads neither beside a Fatal result", left, f.maxResponseBytes)
+		if proto.Size(rsp) <= f.maxResponseBytes {
+			return ""
+		}
+		rsp.Desired, rsp.Context, rsp.Results, first.Message = desired, fctx, results, message
 	}
 	return fmt.Sprintf("the function's response takes %d bytes in protobuf, more than the %d bytes a response may have (--max-send-msg-size; Crossplane's gRPC client takes at most 4 MiB); it printed %d bytes", n, f.maxResponseBytes, printed)
 }
@@ -636,11 +659,15 @@ func (c incomingCarrier) Keys() []string {
 }
 
 // hasFatal says whether a response has a Fatal result.
-func hasFatal(rsp *fnv1.RunFunctionResponse) bool {
+func hasFatal(rsp *fnv1.RunFunctionResponse) bool { return firstFatal(rsp) != nil }
+
+// firstFatal is a response's first Fatal result, the one Crossplane
+// reports, or nil.
+func firstFatal(rsp *fnv1.RunFunctionResponse) *fnv1.Result {
 	for _, r := range rsp.GetResults() {
 		if r.GetSeverity() == fnv1.Severity_SEVERITY_FATAL {
-			return true
+			return r
 		}
 	}
-	return false
+	return nil
 }

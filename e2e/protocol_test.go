@@ -248,6 +248,22 @@ func TestAnswerOverTheSendLimit(t *testing.T) {
 		mustContain(t, c.tag+" fatal message", rsp.GetResults()[0].GetMessage(), append(c.want, "leaves out the request's desired state and context, 5000", "--max-send-msg-size")...)
 	}
 
+	// A Fatal result of the function's own, in an answer that its desired
+	// state alone takes past the limit (carried over from the request, or
+	// echoed), is sent without it: the caller reads why the function
+	// failed, not that its answer was too large.
+	for _, c := range []struct{ tag, script string }{
+		{"t-large-request-own-fatal", `echo '{"results": [{"severity": "SEVERITY_WARNING", "message": "look"}, {"severity": "SEVERITY_FATAL", "message": "replicas must be below 10"}]}'`},
+		{"t-large-request-own-fatal-echoed", `jq -c '{desired: .desired, results: [{severity: "SEVERITY_WARNING", message: "look"}, {severity: "SEVERITY_FATAL", message: "replicas must be below 10"}]}'`},
+	} {
+		rsp := s.call(t, large(c.tag, c.script))
+		res := rsp.GetResults()
+		if len(res) != 2 || res[0].GetMessage() != "look" || res[1].GetSeverity() != fnv1.Severity_SEVERITY_FATAL || rsp.GetMeta().GetTag() != c.tag || rsp.GetDesired() != nil {
+			t.Fatalf("%s: want the function's two results, the tag and no desired state, got %v %v", c.tag, rsp.GetMeta(), res)
+		}
+		mustContain(t, c.tag+" fatal message", res[1].GetMessage(), "replicas must be below 10", "this answer leaves out its desired state and context, 5000", "--max-send-msg-size")
+	}
+
 	raised := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache=false", "--max-send-msg-size", "8Mi"})
 	ctx, cancel := context.WithTimeout(context.Background(), patient(60*time.Second))
 	defer cancel()
