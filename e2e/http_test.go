@@ -130,6 +130,29 @@ func TestHTTPFunction(t *testing.T) {
 			t.Errorf("/env: %d, want the whole Event-Id in EVENT_ID", code)
 		}
 	})
+	// The method and the path are the caller's too, of up to 1 MB in a
+	// request line: cut in the call's line as its tag is, a path refused
+	// for its length included.
+	t.Run("long_path_and_method_are_cut_in_the_log", func(t *testing.T) {
+		before := len(f.stderr.String())
+		path := "/" + strings.Repeat("p", 200<<10)
+		if code, _, body := f.do(t, http.MethodGet, path, nil, nil); code != http.StatusRequestURITooLong {
+			t.Fatalf("status %d, want 414: %.300s", code, body)
+		}
+		method := strings.Repeat("M", 100<<10)
+		if code, _, body := f.do(t, method, "/plain", nil, nil); code != http.StatusOK {
+			t.Fatalf("status %d, want 200: %.300s", code, body)
+		}
+		var log string
+		eventually(t, 10*time.Second, "the calls' log lines", func() bool {
+			log = f.stderr.String()[before:]
+			return strings.Contains(log, "status=414") && strings.Contains(log, "status=200")
+		})
+		mustContain(t, "the log", log, `path="`+path[:256]+`…(204801 bytes)" status=414`, `method="`+method[:256]+`…(102400 bytes)" path=/plain status=200`)
+		if len(log) > 64<<10 {
+			t.Errorf("two calls with a path of 200 KiB and a method of 100 KiB logged %d bytes", len(log))
+		}
+	})
 	t.Run("timeout_gives_408", func(t *testing.T) {
 		code, body := f.get(t, "/sleep?30")
 		if code != http.StatusRequestTimeout {

@@ -208,7 +208,7 @@ func (iv *Invocations) refuse(w http.ResponseWriter, r *http.Request, received t
 	call.Received = received
 	ctx := iv.hooks.Before(r.Context(), call)
 	call.Outcome, call.Reason = o, err.Error()
-	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status, "async", true)
+	call.LogAttrs = append(call.LogAttrs, "method", hook.LogTag(r.Method), "path", hook.LogTag(r.URL.Path), "status", status, "async", true)
 	if iv.end == nil {
 		WriteError(w, iv.form, status, err.Error())
 		iv.hooks.After(ctx, call)

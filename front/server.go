@@ -142,7 +142,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, msg 
 	call := NewCall(s.front, r, refusedTag(s.tag, r))
 	ctx := s.hooks.Before(r.Context(), call)
 	call.Outcome, call.Reason, call.Err = hook.Error, msg, err
-	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
+	call.LogAttrs = append(call.LogAttrs, "method", hook.LogTag(r.Method), "path", hook.LogTag(r.URL.Path), "status", status)
 	if s.end == nil {
 		WriteError(w, s.form, status, msg)
 		s.hooks.After(ctx, call)

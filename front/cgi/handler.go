@@ -23,7 +23,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	call := front.NewCall("http", r, Tag(r))
 	ctx := h.cfg.Hooks.Before(r.Context(), call)
 	status := h.serve(ctx, w, r, call)
-	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
+	call.LogAttrs = append(call.LogAttrs, "method", hook.LogTag(r.Method), "path", hook.LogTag(r.URL.Path), "status", status)
 	h.cfg.Hooks.After(ctx, call)
 }
 

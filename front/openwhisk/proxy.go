@@ -429,7 +429,7 @@ func envOrigin(context map[string]json.RawMessage) func(string) string {
 // finish ends an activation: the answer, its logs, the hooks, the
 // sentinels.
 func (p *Proxy) finish(ctx context.Context, w http.ResponseWriter, r *http.Request, call *hook.Call, status int, body, outLogs, errLogs []byte) {
-	call.LogAttrs = append(call.LogAttrs, "method", r.Method, "path", r.URL.Path, "status", status)
+	call.LogAttrs = append(call.LogAttrs, "method", hook.LogTag(r.Method), "path", hook.LogTag(r.URL.Path), "status", status)
 	// The answer is written first, so that the line about the call says
 	// whether the invoker took it; what net/http still buffers of it
 	// (its last few KiB, or the end of its chunks) goes once the handler
