@@ -220,9 +220,17 @@ func TestTracingBoundsTheTag(t *testing.T) {
 	if err := tr.After(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range rec.Ended()[0].Attributes() {
-		if a.Key == "ocifn.tag" && a.Value.AsString() != LogTag(c.Tag) {
-			t.Errorf("the span's ocifn.tag holds %d bytes, want it as LogTag cuts it", len(a.Value.AsString()))
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("ended spans %v, want the call's", spans)
+	}
+	var tag string
+	for _, a := range spans[0].Attributes() {
+		if a.Key == "ocifn.tag" {
+			tag = a.Value.AsString()
 		}
+	}
+	if tag != LogTag(c.Tag) {
+		t.Errorf("the span's ocifn.tag holds %d bytes, want it as LogTag cuts it, %d", len(tag), len(LogTag(c.Tag)))
 	}
 }
