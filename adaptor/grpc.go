@@ -1,6 +1,7 @@
 package adaptor
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -9,10 +10,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	"github.com/ocifn/ocifn/hook"
 )
@@ -39,7 +42,7 @@ const DefaultMaxSendMsgSize = 4 << 20
 // Server is the gRPC server of the adaptor with its health service.
 type Server struct {
 	*grpc.Server
-	health *health.Server
+	health *watchesEnded
 	fn     FunctionRef
 }
 
@@ -145,7 +148,7 @@ func NewServer(creds credentials.TransportCredentials, maxRecvMsgSize int, optio
 	if creds != nil {
 		opts = append(opts, grpc.Creds(creds))
 	}
-	srv := &Server{Server: grpc.NewServer(opts...), health: health.NewServer()}
+	srv := &Server{Server: grpc.NewServer(opts...), health: newWatchesEnded()}
 	srv.fn.starting = so.starting
 	registerBounded(srv.Server, &srv.fn, newInflight(so.maxInflightBytes, int64(maxRecvMsgSize), so.recvTimeout))
 	srv.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -165,6 +168,55 @@ func (s *Server) Ready(f *Function) {
 func (s *Server) Drain() {
 	s.health.Shutdown()
 }
+
+// GracefulStop ends the health watches, then stops as grpc.Server's
+// GracefulStop does: closes the listeners and waits for the calls and
+// connections to end. A watch lasts as long as its client keeps it, and
+// held the stop, and the shutdown, for the whole grace period with no
+// call running, or 2 s past it with one.
+func (s *Server) GracefulStop() {
+	s.health.end()
+	s.Server.GracefulStop()
+}
+
+// watchesEnded is the standard health service, whose watches end when
+// the server stops.
+type watchesEnded struct {
+	*health.Server
+	stopping    context.Context
+	stopWatches context.CancelFunc
+}
+
+func newWatchesEnded() *watchesEnded {
+	h := &watchesEnded{Server: health.NewServer()}
+	h.stopping, h.stopWatches = context.WithCancel(context.Background())
+	return h
+}
+
+// end ends the watches running, and those to come.
+func (h *watchesEnded) end() { h.stopWatches() }
+
+func (h *watchesEnded) Watch(req *healthpb.HealthCheckRequest, stream grpc.ServerStreamingServer[healthpb.HealthCheckResponse]) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	defer context.AfterFunc(h.stopping, cancel)()
+	err := h.Server.Watch(req, watchStream{stream, ctx})
+	if h.stopping.Err() != nil && stream.Context().Err() == nil {
+		// Its client watches again elsewhere, as after a lost
+		// connection.
+		return status.Error(codes.Unavailable, "ocifn is shutting down")
+	}
+	return err
+}
+
+// watchStream is a watch's stream with a context that ends when the
+// server stops.
+type watchStream struct {
+	grpc.ServerStreamingServer[healthpb.HealthCheckResponse]
+	ctx context.Context
+}
+
+func (w watchStream) Context() context.Context { return w.ctx }
 
 // LoadServerTLS reads tls.crt, tls.key and ca.crt from dir, the way
 // Crossplane provides them to functions, and returns credentials that

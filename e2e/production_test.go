@@ -560,6 +560,35 @@ func TestShutdown(t *testing.T) {
 	mustContain(t, "server log", s3.stderr.String(), "a second signal ends the grace period")
 }
 
+// TestShutdownWithAHealthWatch: a client watching the health service
+// (gRPC's client-side health checking keeps a Watch open on each
+// connection) reads NOT_SERVING on SIGTERM, and the server, with no call
+// to wait for, stops at once rather than hold its grace period until the
+// client lets go: the watch held it for all of it (10m here), or 2 s
+// past it with a call running.
+func TestShutdownWithAHealthWatch(t *testing.T) {
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--cache-dir", cacheDir(t), "--grace-period", "10m"})
+	w, err := healthpb.NewHealthClient(s.conn).Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rsp, err := w.Recv(); err != nil || rsp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("the watch's first status: %v, %v; want SERVING", rsp, err)
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	if rsp, err := w.Recv(); err != nil || rsp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("the watch's status on SIGTERM: %v, %v; want NOT_SERVING", rsp, err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(patient(20 * time.Second)):
+		t.Fatalf("ocifn serve, with no call running, still runs %s after SIGTERM: a health watch holds its --grace-period 10m\n%s", patient(20*time.Second), s.stderr)
+	}
+	if _, err := w.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("the watch after the server stopped: %v; want UNAVAILABLE", err)
+	}
+}
+
 // assertStoppedByTheGracePeriod fails unless err is the status of a call
 // stopped at the end of the grace period: UNAVAILABLE, saying so.
 func assertStoppedByTheGracePeriod(t *testing.T, err error) {
