@@ -755,7 +755,8 @@ func fetch(sel *fnv1.ResourceSelector, from []Object) *fnv1.Resources {
 				continue
 			}
 		default:
-			continue
+			// No match (neither a name nor labels): Crossplane's fetcher
+			// lists every resource of the kind.
 		}
 		s, err := o.Struct()
 		if err != nil {
