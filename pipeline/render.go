@@ -740,7 +740,9 @@ func fetch(sel *fnv1.ResourceSelector, from []Object) *fnv1.Resources {
 		if o.APIVersion() != sel.GetApiVersion() || o.Kind() != sel.GetKind() {
 			continue
 		}
-		if sel.Namespace != nil && sel.GetNamespace() != o.Namespace() {
+		// Crossplane lists in the selector's namespace, and in every
+		// namespace when it has none or an empty one (client.InNamespace("")).
+		if sel.GetNamespace() != "" && sel.GetNamespace() != o.Namespace() {
 			continue
 		}
 		switch m := sel.GetMatch().(type) {
