@@ -153,8 +153,10 @@ func applyDefaults(v any, s map[string]any) {
 		props, _ := s["properties"].(map[string]any)
 		for k, p := range props {
 			ps, _ := p.(map[string]any)
-			def, has := ps["default"]
-			if !has {
+			// A default of null is none: the CRD's default is a pointer
+			// that JSON's null leaves nil.
+			def := ps["default"]
+			if def == nil {
 				continue
 			}
 			cur, found := v[k]
