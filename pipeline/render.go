@@ -152,10 +152,18 @@ func Render(ctx context.Context, in Inputs) (Outputs, error) {
 		return Outputs{}, fmt.Errorf("the composite resource: %w", err)
 	}
 	observedByName := map[string]Object{}
+	var observedDocs []Document
 	for _, d := range in.Observed {
+		// Crossplane observes the composed resources the XR references
+		// by name; it skips a reference without one (an observed resource
+		// without metadata.name), which stays in the cluster.
+		if d.Object.Name() == "" {
+			continue
+		}
 		observedByName[ResourceName(d.Object)] = d.Object
+		observedDocs = append(observedDocs, d)
 	}
-	observedResources, err := ComposedResources(in.Observed, true)
+	observedResources, err := ComposedResources(observedDocs, true)
 	if err != nil {
 		return Outputs{}, fmt.Errorf("observed resources: %w", err)
 	}
