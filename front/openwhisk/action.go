@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // ActionDir is where an action's files are mounted, read-only, in every
@@ -50,7 +52,13 @@ func writeAction(dir string, v *InitValue) error {
 		return nil
 	}
 	if !v.Binary {
-		return os.WriteFile(filepath.Join(dir, execName), []byte(*v.Code), 0o755)
+		exec := filepath.Join(dir, execName)
+		if err := os.WriteFile(exec, []byte(*v.Code), 0o755); err != nil {
+			return err
+		}
+		// Not left to ocifn's umask: under 077, exec was 0700, owned by
+		// the host's root, and the container's ids could not run it.
+		return os.Chmod(exec, 0o755)
 	}
 	data, err := base64.StdEncoding.DecodeString(strings.TrimSpace(*v.Code))
 	if err != nil {
@@ -87,14 +95,14 @@ func unzip(dir string, data []byte) error {
 		mode := f.Mode()
 		switch {
 		case mode.IsDir():
-			if err := os.MkdirAll(dest, 0o755); err != nil {
+			if err := mkdirAll(dir, name); err != nil {
 				return fmt.Errorf("zip entry %q: %w", f.Name, err)
 			}
 			continue
 		case !mode.IsRegular():
 			return fmt.Errorf("zip entry %q: only regular files and directories are allowed, not %s", f.Name, mode.Type())
 		}
-		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+		if err := mkdirAll(dir, filepath.Dir(name)); err != nil {
 			return fmt.Errorf("zip entry %q: %w", f.Name, err)
 		}
 		perm := os.FileMode(0o644)
@@ -105,6 +113,33 @@ func unzip(dir string, data []byte) error {
 		total += n
 		if err != nil {
 			return fmt.Errorf("zip entry %q: %w", f.Name, err)
+		}
+	}
+	return nil
+}
+
+// mkdirAll makes the directory name, local to dir, and those above it,
+// each 0755 whatever ocifn's umask: the container's ids, not the host's
+// root that owns them, must list and cross them.
+func mkdirAll(dir, name string) error {
+	path := dir
+	for _, part := range strings.Split(name, string(filepath.Separator)) {
+		if part == "." {
+			continue
+		}
+		path = filepath.Join(path, part)
+		err := os.Mkdir(path, 0o755)
+		if errors.Is(err, fs.ErrExist) {
+			if st, serr := os.Lstat(path); serr == nil && st.IsDir() {
+				continue
+			}
+			return fmt.Errorf("%s: %w", path, syscall.ENOTDIR)
+		}
+		if err == nil {
+			err = os.Chmod(path, 0o755)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -122,7 +157,13 @@ func extract(f *zip.File, dest string, perm os.FileMode, budget int64) (int64, e
 	if err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(w, io.LimitReader(r, budget+1))
+	// Not left to ocifn's umask, which would take the container's
+	// ids' read (and run) bits away.
+	err = w.Chmod(perm)
+	var n int64
+	if err == nil {
+		n, err = io.Copy(w, io.LimitReader(r, budget+1))
+	}
 	if cerr := w.Close(); err == nil {
 		err = cerr
 	}
