@@ -68,22 +68,24 @@ type resourceList struct {
 }
 
 // krmResults are a ResourceList's results: a list, or in the spec's older
-// versions an object {name, results: [...]}.
+// versions an object {name, items: [...]}, as kyaml's fn/framework printed
+// them before v0.13 (its framework.Result), or {name, results: [...]}.
 type krmResults []krmResult
 
-// UnmarshalJSON takes both forms, strictly.
+// UnmarshalJSON takes every form, strictly.
 func (r *krmResults) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
 	var list []krmResult
 	if len(b) > 0 && b[0] == '{' {
 		var wrapped struct {
 			Name    string      `json:"name"`
+			Items   []krmResult `json:"items"`
 			Results []krmResult `json:"results"`
 		}
 		if err := strictJSON(b, &wrapped); err != nil {
 			return err
 		}
-		list = wrapped.Results
+		list = append(wrapped.Items, wrapped.Results...)
 	} else if err := strictJSON(b, &list); err != nil {
 		return err
 	}
@@ -118,6 +120,9 @@ type krmField struct {
 	Path          string `json:"path,omitempty"`
 	CurrentValue  any    `json:"currentValue,omitempty"`
 	ProposedValue any    `json:"proposedValue,omitempty"`
+	// SuggestedValue is what kyaml's framework before v0.13 printed for
+	// the proposed value.
+	SuggestedValue any `json:"suggestedValue,omitempty"`
 }
 
 type krmFile struct {
@@ -661,13 +666,16 @@ func krmMessage(r krmResult, items []map[string]any, names []string) string {
 	}
 	// A field or a file without a path still says what it holds: nothing
 	// the function printed is dropped.
-	if f := r.Field; f != nil && (f.Path != "" || f.CurrentValue != nil || f.ProposedValue != nil) {
+	if f := r.Field; f != nil && (f.Path != "" || f.CurrentValue != nil || f.ProposedValue != nil || f.SuggestedValue != nil) {
 		s := strings.TrimSpace("field " + f.Path)
 		if f.CurrentValue != nil {
 			s += fmt.Sprintf(", current value %s", jsonValue(f.CurrentValue))
 		}
 		if f.ProposedValue != nil {
 			s += fmt.Sprintf(", proposed value %s", jsonValue(f.ProposedValue))
+		}
+		if f.SuggestedValue != nil {
+			s += fmt.Sprintf(", suggested value %s", jsonValue(f.SuggestedValue))
 		}
 		where = append(where, s)
 	}

@@ -192,6 +192,44 @@ results:
 			want:    &fnv1.State{Composite: krmRequest(t).Desired.Composite, Resources: map[string]*fnv1.Resource{}},
 			results: []*fnv1.Result{{Severity: fnv1.Severity_SEVERITY_NORMAL, Message: "hello"}},
 		},
+		// What kyaml's framework before v0.13 prints (v0.10.21's
+		// framework.Result): the object's list is items, and a field's
+		// proposed value is its suggestedValue.
+		"kyaml_v0_10_results_object": {
+			out: `
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+  - apiVersion: s3.example.org/v1
+    kind: Bucket
+    metadata: {name: b1, annotations: {ocifn.io/composition-resource-name: bucket}}
+results:
+  name: validate-labels
+  items:
+    - message: label team is required
+      severity: error
+      resourceRef:
+        apiVersion: s3.example.org/v1
+        kind: Bucket
+        name: b1
+      field:
+        path: metadata.labels.team
+        suggestedValue: platform
+    - message: checked 1 resource
+      severity: info
+      file: {path: a.yaml, index: 2}
+`,
+			want: &fnv1.State{
+				Composite: krmRequest(t).Desired.Composite,
+				Resources: map[string]*fnv1.Resource{
+					"bucket": {Resource: obj(t, "apiVersion: s3.example.org/v1\nkind: Bucket\nmetadata: {name: b1}\n"), Ready: fnv1.Ready_READY_TRUE},
+				},
+			},
+			results: []*fnv1.Result{
+				{Severity: fnv1.Severity_SEVERITY_FATAL, Message: `label team is required (resource s3.example.org/v1 Bucket b1 (composition resource "bucket"); field metadata.labels.team, suggested value "platform")`},
+				{Severity: fnv1.Severity_SEVERITY_NORMAL, Message: `checked 1 resource (file a.yaml index 2)`},
+			},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -247,6 +285,8 @@ func TestKRMDecodeErrors(t *testing.T) {
 		"item_not_an_object_keeps_the_results": {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [oops]\nresults: [{message: region not set, severity: warning}, {message: no quota left, severity: error}]\n",
 			`cannot unmarshal string into Go struct field resourceList.items of type map[string]interface {}; output began with "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [oops]\nresults: [{message: region not set, severity: warning}, {message: no quota left, severity: error}]\n" (the function's results; warning: region not set; fatal: no quota left)`},
 		"older_results_keep_them": {"apiVersion: config.kubernetes.io/v1beta1\nkind: ResourceList\nitems: [[]]\nresults: {name: v, results: [{message: no quota left, severity: error}]}\n",
+			`(the function's results; fatal: no quota left)`},
+		"kyaml_v0_10_results_keep_them": {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: [[]]\nresults: {name: v, items: [{message: no quota left, severity: error}]}\n",
 			`(the function's results; fatal: no quota left)`},
 		"unknown_field_keeps_the_results": {"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitemz: []\nresults: [{message: no quota left, severity: error}]\n",
 			`unknown field "itemz" at the top level; did you mean "items"? (the function's results; fatal: no quota left)`},

@@ -454,8 +454,8 @@ func endsWithBreak(b []byte) bool {
 
 // resultsOf reads the results of doc, a YAML mode's answer that cannot
 // be read as a whole, one by one and strictly, as T: the list at its
-// top-level key "results" (or at "results" of the object there, as older
-// ResourceLists hold it). unreadable says whether some result could not
+// top-level key "results" (or at "items", else "results", of the object
+// there, as older ResourceLists hold it). unreadable says whether some result could not
 // be read. An item or a resource the function got wrong does not hide
 // what it reported, often the reason for what it printed.
 func resultsOf[T any](doc []byte) (rs []T, unreadable bool) {
@@ -468,7 +468,10 @@ func resultsOf[T any](doc []byte) (rs []T, unreadable bool) {
 	}
 	list := field(root.Content[0], "results")
 	if list != nil && list.Kind == yamlv3.MappingNode {
-		list = field(list, "results")
+		wrapped := list
+		if list = field(wrapped, "items"); list == nil {
+			list = field(wrapped, "results")
+		}
 	}
 	if list == nil || list.Kind != yamlv3.SequenceNode {
 		return nil, list != nil

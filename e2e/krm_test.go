@@ -525,3 +525,43 @@ printf '}\n'`}
 		t.Errorf("the server's peak RSS grew by %d MiB", grew>>20)
 	}
 }
+
+// TestKRMOlderKyamlResults: a validator built with kyaml's fn/framework
+// before v0.13 prints its results as an object, {name, items: [...]}, with
+// a field's suggestedValue, and exits 1. The script prints what one built
+// with kyaml v0.10.21 printed for the bucket: its error result reaches
+// Crossplane as the Fatal result, naming the resource and the field,
+// rather than being dropped with the answer as an "unknown field items".
+func TestKRMOlderKyamlResults(t *testing.T) {
+	sh := configuredImage(t, "sh-function.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/sh", "-c", `cat >/dev/null
+cat <<'END'
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+  - apiVersion: s3.example.org/v1
+    kind: Bucket
+    metadata: {name: demo-bucket, annotations: {ocifn.io/composition-resource-name: bucket}}
+results:
+  name: validate-labels
+  items:
+    - message: label team is required
+      severity: error
+      resourceRef:
+        apiVersion: s3.example.org/v1
+        kind: Bucket
+        name: demo-bucket
+      field:
+        path: metadata.labels.team
+        suggestedValue: platform
+END
+exit 1`}
+		c.Cmd = nil
+	})
+	s := startServer(t, []string{"--tarball", sh, "--io", "krm", "--warm", "0"})
+	rs := s.call(t, krmRequest(t, "kyaml-v0.10", "")).GetResults()
+	const want = `label team is required (resource s3.example.org/v1 Bucket demo-bucket (composition resource "bucket"); field metadata.labels.team, suggested value "platform")`
+	if len(rs) != 1 || rs[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL || rs[0].GetMessage() != want {
+		t.Fatalf("results %v, want one Fatal result %q", rs, want)
+	}
+}
