@@ -523,6 +523,14 @@ func (f *Function) run(ctx context.Context, req *fnv1.RunFunctionRequest, call *
 	}
 	rsp, err := f.decode(ctx, req, stdout.Bytes())
 	if err != nil {
+		if exit.OOMKilled != "" {
+			// A script that prints what a killed command printed
+			// (out=$(jq ...); echo "$out") exits 0 with nothing usable:
+			// the kill is why, not the output it leaves.
+			r, _ := fail(OutcomeFatal, fmt.Sprintf("the function ran out of memory and exited with code 0: %s; what it printed cannot be used: %v", exit.OOMKilled, err))
+			r.Reason = fmt.Sprintf("the function ran out of memory and exited with code 0: %s; %s", exit.OOMKilled, reasonInvalidOutput)
+			return r, nil
+		}
 		r, _ := fail(OutcomeFatal, err.Error())
 		r.Reason = reasonInvalidOutput
 		return r, nil

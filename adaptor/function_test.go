@@ -95,6 +95,8 @@ func TestRun(t *testing.T) {
 		// failure still says which mode it was written for.
 		{"exit_code_1_with_another_modes_answer_names_the_mode", scriptedRunner{stdout: "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nresults:\n- severity: error\n  message: bad\n", code: 1}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"exited with code 1", "a KRM ResourceList", "--io krm"}},
 		{"oom_kill_is_named", scriptedRunner{code: 137, oom: "the kernel's OOM killer killed 1 process(es) of container ocifn-1"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"ran out of memory and exited with code 137", "OOM killer", "container ocifn-1"}},
+		// A script that printed what its killed command printed, nothing.
+		{"oom_kill_is_named_when_it_exits_0_with_unusable_output", scriptedRunner{oom: "the kernel's OOM killer killed 1 process(es) of container ocifn-1"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"ran out of memory and exited with code 0", "OOM killer", "container ocifn-1", "printed nothing"}},
 		{"invalid_json_gives_fatal_result", scriptedRunner{stdout: "{not json"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"not a valid RunFunctionResponse", `"{not json"`}},
 		{"unknown_field_gives_fatal_result", scriptedRunner{stdout: `{"desired": {}, "desried": {}}`}, nil, fnv1.Severity_SEVERITY_FATAL, []string{`unknown field "desried"`}},
 		{"invalid_utf8_gives_fatal_result", scriptedRunner{stdout: "{\"results\": [{\"message\": \"\xff\"}]}"}, nil, fnv1.Severity_SEVERITY_FATAL, []string{"not valid UTF-8"}},

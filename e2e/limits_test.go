@@ -254,6 +254,9 @@ func checkPerCallLimits(t *testing.T, cache string, start func(cache string) (*s
 		run := func(name, script string) { calls.run(t, name, script) }
 		// awk doubles a string up to 4 GiB; the call's cgroup allows 64 MiB.
 		run("memory-hog", `awk 'BEGIN { s = "x"; for (i = 0; i < 32; i++) s = s s; print "survived" > "/dev/stderr" }'; exit 9`)
+		// A script that prints what its killed command printed, nothing,
+		// and exits 0: its answer fails too, for the same reason.
+		run("memory-hog-exit-0", `out=$(awk 'BEGIN { s = "x"; for (i = 0; i < 32; i++) s = s s; print s }'); printf '%s' "$out"`)
 		// Each shell forks two more until fork fails; the call ends when
 		// its first shell exits, which ends its pid namespace.
 		run("fork-bomb", `b() { b | b & }; b; sleep 8; exit 3`)
@@ -295,6 +298,12 @@ func checkPerCallLimits(t *testing.T, cache string, start func(cache string) (*s
 		if strings.Contains(msg, "survived") {
 			t.Errorf("the memory hog survived: %s", msg)
 		}
+		hog0 := results["memory-hog-exit-0"]
+		if hog0 == nil || len(hog0.GetResults()) != 1 || hog0.GetResults()[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
+			t.Fatalf("memory hog that exits 0: %v, want one Fatal result", hog0)
+		}
+		mustContain(t, "the Fatal result of the memory hog that exits 0", hog0.GetResults()[0].GetMessage(),
+			"OOM killer", "container ocifn-", fmt.Sprintf("memory limit of %d bytes", testMemoryLimit))
 		bomb := results["fork-bomb"]
 		if bomb == nil || len(bomb.GetResults()) != 1 || !strings.Contains(bomb.GetResults()[0].GetMessage(), "exited with code 3") {
 			t.Errorf("fork bomb: %v, want a Fatal result, exit code 3", bomb)

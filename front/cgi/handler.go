@@ -138,12 +138,18 @@ func (h *Handler) serve(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	if err != nil {
 		// The function's answer, not the caller's request, is wrong: a
 		// bad gateway.
-		status := fail(hook.Fatal, http.StatusBadGateway, "the function's output is not a CGI response: "+err.Error())
+		prefix := "the function's output is not a CGI response: "
+		if out.Exit.OOMKilled != "" {
+			// It exited 0, but printed what a killed command left it
+			// (out=$(cmd); echo "$out"): the kill is why.
+			prefix = fmt.Sprintf("the function ran out of memory and exited with code 0: %s; its output is not a CGI response: ", out.Exit.OOMKilled)
+		}
+		status := fail(hook.Fatal, http.StatusBadGateway, prefix+err.Error())
 		var bad *HeaderBlockError
 		if errors.As(err, &bad) {
 			// The caller is shown the output at fault; the log line
 			// names the line alone.
-			call.Reason = "the function's output is not a CGI response: " + bad.Unquoted()
+			call.Reason = prefix + bad.Unquoted()
 		}
 		return status
 	}

@@ -159,6 +159,31 @@ func TestOutOfMemoryIsSaid(t *testing.T) {
 	}
 }
 
+// oomExit0Runner is a function that exits 0 printing no CGI response after
+// the kernel's OOM killer killed the command whose output it prints.
+type oomExit0Runner struct{}
+
+func (oomExit0Runner) Call(_ context.Context, c bundle.Call) (bundle.Exit, error) {
+	_, err := io.WriteString(c.Stdout, "Content-Type: text/plain\nno blank line")
+	return bundle.Exit{OOMKilled: "the container's cgroup hit memory.max (64 MiB)"}, err
+}
+
+func (oomExit0Runner) Args() []string { return []string{"/fn"} }
+
+// TestOutOfMemoryIsSaidWhenItExits0: a function that exits 0 with output
+// that is no CGI response once a process of its was killed for memory is
+// answered saying so, not only that its output is wrong.
+func TestOutOfMemoryIsSaidWhenItExits0(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	h := New(&front.Config{Runner: oomExit0Runner{}, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Log: log,
+		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 20})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), "ran out of memory and exited with code 0: the container's cgroup hit memory.max") {
+		t.Errorf("got %d %q, want 502 saying the function ran out of memory", w.Code, w.Body.String())
+	}
+}
+
 // TestCallerGoneWhileQueued: a caller that goes away while its call waits
 // for a slot is logged as one gone mid-call is, 499 naming the caller; it
 // said status=503 and error="context canceled", as if ocifn had refused it.

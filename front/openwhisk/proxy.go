@@ -536,9 +536,11 @@ func (p *Proxy) activate(ctx context.Context, w http.ResponseWriter, call *hook.
 	case out.Err != nil:
 		call.Err = out.Err
 		return fail(hook.Error, http.StatusInternalServerError, "Internal error. "+out.Err.Error())
-	case out.Exit.Code != 0 && out.Exit.OOMKilled != "":
+	case out.Exit.OOMKilled != "" && (out.Exit.Code != 0 || !res.OK):
 		// Whatever it printed, the kernel ended it: say so, in
-		// OpenWhisk's words, rather than blame its answer.
+		// OpenWhisk's words, rather than blame its answer. An action
+		// that exits 0 with no result (out=$(cmd); echo "$out", cmd
+		// killed) was ended by the kill too.
 		return fail(hook.Fatal, http.StatusBadGateway, fmt.Sprintf("%s (%s)", msgMemoryExhausted, out.Exit.OOMKilled))
 	case !res.OK:
 		return fail(hook.Fatal, http.StatusBadGateway, msgNotDict)

@@ -216,16 +216,32 @@ func (oomRunner) Call(_ context.Context, c bundle.Call) (bundle.Exit, error) {
 
 func (oomRunner) Args() []string { return []string{"/fn"} }
 
+// oomExit0Runner is an action that exits 0 with no result after the
+// kernel's OOM killer killed the command whose output it prints.
+type oomExit0Runner struct{}
+
+func (oomExit0Runner) Call(_ context.Context, c bundle.Call) (bundle.Exit, error) {
+	_, err := io.WriteString(c.Stdout, "\n")
+	return bundle.Exit{OOMKilled: "the container's cgroup hit memory.max (64 MiB)"}, err
+}
+
+func (oomExit0Runner) Args() []string { return []string{"/fn"} }
+
 // TestOutOfMemoryIsSaid: an action killed for memory is answered as
-// OpenWhisk answers it, whatever it printed before.
+// OpenWhisk answers it, whatever it printed before, and so is one that
+// exits 0 with no result once a process of its was killed.
 func TestOutOfMemoryIsSaid(t *testing.T) {
-	log := slog.New(slog.DiscardHandler)
-	p := New(&front.Config{Runner: oomRunner{}, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Log: log,
-		Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 10, WorkDir: t.TempDir()}, "", io.Discard, io.Discard)
-	w := httptest.NewRecorder()
-	p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(`{"value": {}}`)))
-	if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), "The action exhausted its memory and was aborted. (the container's cgroup hit memory.max") {
-		t.Errorf("got %d %s, want 502 in OpenWhisk's words", w.Code, w.Body.String())
+	for name, runner := range map[string]front.Runner{"killed": oomRunner{}, "exit_0_without_a_result": oomExit0Runner{}} {
+		t.Run(name, func(t *testing.T) {
+			log := slog.New(slog.DiscardHandler)
+			p := New(&front.Config{Runner: runner, Hooks: hook.NewChain(log), Gate: admit.New(1, 0, nil), Log: log,
+				Timeout: time.Second, MaxOutputBytes: 1 << 20, MaxRequestBytes: 1 << 10, WorkDir: t.TempDir()}, "", io.Discard, io.Discard)
+			w := httptest.NewRecorder()
+			p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/run", strings.NewReader(`{"value": {}}`)))
+			if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), "The action exhausted its memory and was aborted. (the container's cgroup hit memory.max") {
+				t.Errorf("got %d %s, want 502 in OpenWhisk's words", w.Code, w.Body.String())
+			}
+		})
 	}
 }
 
