@@ -106,6 +106,8 @@ func delegatedRoot(cg host.Cgroups, selfCgroup []byte) (string, string) {
 		return "", fmt.Sprintf("the host mounts cgroups in hybrid mode (v1 controllers, cgroup2 at %s): crun cannot use them and ocifn does not change the host's cgroups", cg.Unified)
 	case host.CgroupLegacy:
 		return "", "the host has cgroup v1 only, which ocifn does not manage"
+	case host.CgroupNone:
+		return "", fmt.Sprintf("no cgroup filesystem is mounted (ocifn covers %s with an empty tmpfs in its own mount namespace, for crun)", host.CgroupRoot)
 	}
 	path := ""
 	sc := bufio.NewScanner(bytes.NewReader(selfCgroup))

@@ -47,6 +47,7 @@ func TestDelegatedRoot(t *testing.T) {
 		{name: "delegated_root_of_own_namespace", cg: unified(full), self: "0::/\n", want: full},
 		{name: "hybrid_host", cg: host.Cgroups{Layout: host.CgroupHybrid, Unified: "/sys/fs/cgroup/unified"}, self: "0::/\n", wantErr: "hybrid mode"},
 		{name: "v1_host", cg: host.Cgroups{Layout: host.CgroupLegacy}, self: "4:memory:/x\n", wantErr: "cgroup v1 only"},
+		{name: "no_cgroupfs", cg: host.Cgroups{Layout: host.CgroupNone}, self: "0::/\n", wantErr: "no cgroup filesystem is mounted"},
 		{name: "not_the_namespace_root", cg: unified(full), self: "0::/system.slice/ocifn.service\n", wantErr: "not the root of its own cgroup namespace"},
 		{name: "the_host_cgroupfs_in_a_cgroup_namespace", cg: unified(notOurs), self: "0::/\n", wantErr: "is not ocifn's cgroup"},
 		{name: "controllers_missing", cg: unified(noControllers), self: "0::/\n", wantErr: "memory, pids controller"},

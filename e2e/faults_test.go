@@ -267,6 +267,31 @@ func TestResourceLimitsWithoutCgroups(t *testing.T) {
 	assertNoLeaks(t, s, cache, tmp)
 }
 
+// TestCallsWithoutACgroupFilesystem: a server started where no cgroup
+// filesystem is mounted (a container whose runtime mounted none) says so
+// in its fallback line, not that the host has cgroup v1 only, and runs its
+// calls: crun refuses every container without a cgroupfs or a tmpfs at
+// /sys/fs/cgroup, so ocifn mounts an empty tmpfs there in its own mount
+// namespace. Run as root here and in the pure cgroup v2 guest.
+func TestCallsWithoutACgroupFilesystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("unmounting the cgroup filesystems in a mount namespace of the test's needs root")
+	}
+	s := startServer(t, []string{"--tarball", image("sh-function.tar")}, func(c *exec.Cmd) {
+		script := `mount --make-rprivate / && umount -R /sys/fs/cgroup && exec "$@"`
+		c.Args = append([]string{"sh", "-c", script, "sh", c.Path}, c.Args[1:]...)
+		c.Path = "/bin/sh"
+		if c.SysProcAttr == nil {
+			c.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		c.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNS
+	})
+	mustContain(t, "startup log", s.stderr.String(), "per-call limits fall back to rlimits", "no cgroup filesystem is mounted")
+	if rsp := s.call(t, shRequest(t, "t-no-cgroupfs", okScript)); len(rsp.GetResults()) != 0 {
+		t.Errorf("a call where no cgroup filesystem is mounted: %v\nlog:\n%s", rsp.GetResults(), s.stderr)
+	}
+}
+
 // backgroundCalls runs calls of the sh-function image on goroutines of
 // their own and keeps each response by its tag, for tests that check
 // other calls are answered while these run.

@@ -58,7 +58,15 @@ const (
 	// CgroupHybrid is v1 controllers plus a cgroup2 mount elsewhere, usually
 	// /sys/fs/cgroup/unified.
 	CgroupHybrid CgroupLayout = "hybrid"
+	// CgroupNone is no cgroup filesystem mounted at all (a container whose
+	// runtime mounted none): crun then refuses every container, "invalid
+	// file system type on '/sys/fs/cgroup'", even with its cgroup manager
+	// disabled, unless a tmpfs is mounted there.
+	CgroupNone CgroupLayout = "none"
 )
+
+// CgroupRoot is where crun looks for the cgroup filesystem.
+const CgroupRoot = "/sys/fs/cgroup"
 
 // Cgroups describes the cgroup mounts of this process's mount namespace.
 type Cgroups struct {
@@ -91,6 +99,8 @@ func DetectCgroups() (Cgroups, error) {
 	switch {
 	case v2 != "" && !v1:
 		return Cgroups{Layout: CgroupUnified, Unified: v2}, nil
+	case v2 == "" && !v1:
+		return Cgroups{Layout: CgroupNone}, nil
 	case v2 == "":
 		return Cgroups{Layout: CgroupLegacy}, nil
 	}
@@ -116,7 +126,9 @@ type Plan struct {
 	// mount namespace; crun then runs in its rootless mode.
 	UserNS bool
 	// MaskUnified is the cgroup2 mount to cover with an empty tmpfs, in a
-	// private mount namespace, so crun accepts a hybrid host.
+	// private mount namespace, so crun accepts a hybrid host; or, with no
+	// cgroup filesystem mounted, CgroupRoot, so that crun finds one it
+	// accepts there.
 	MaskUnified string
 	// CgroupNS gives the unprivileged process a cgroup namespace of its
 	// own, rooted at the cgroup it starts in, with that namespace's cgroupfs
@@ -137,6 +149,9 @@ func PlanFor(euid int, c Cgroups) Plan {
 	p := Plan{UserNS: euid != 0}
 	if c.NeedsMask() {
 		p.MaskUnified = c.Unified
+	}
+	if c.Layout == CgroupNone {
+		p.MaskUnified = CgroupRoot
 	}
 	if p.UserNS && c.Layout == CgroupUnified {
 		p.CgroupNS, p.CgroupMount = true, c.Unified
@@ -248,6 +263,9 @@ func FinishInside() error {
 		return nil
 	}
 	if err := unix.Mount("tmpfs", mask, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=555"); err != nil {
+		if mask == CgroupRoot {
+			return fmt.Errorf("cannot mount an empty tmpfs on %s, where no cgroup filesystem is mounted (crun needs one there, or a tmpfs): %w", mask, err)
+		}
 		return fmt.Errorf("cannot mask the cgroup2 mount %s (needed for crun on a hybrid cgroup host): %w", mask, err)
 	}
 	return nil

@@ -20,6 +20,8 @@ func TestPlanFor(t *testing.T) {
 		{"root_on_hybrid_without_controllers_needs_nothing", 0, hybridEmpty, Plan{}},
 		{"user_on_pure_v2_gets_a_user_and_a_cgroup_namespace", 1000, unified, Plan{UserNS: true, CgroupNS: true, CgroupMount: "/sys/fs/cgroup"}},
 		{"user_on_hybrid_gets_both", 1000, hybrid, Plan{UserNS: true, MaskUnified: "/sys/fs/cgroup/unified"}},
+		{"root_without_cgroupfs_mounts_a_tmpfs_for_crun", 0, Cgroups{Layout: CgroupNone}, Plan{MaskUnified: "/sys/fs/cgroup"}},
+		{"user_without_cgroupfs_mounts_a_tmpfs_for_crun", 1000, Cgroups{Layout: CgroupNone}, Plan{UserNS: true, MaskUnified: "/sys/fs/cgroup"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
