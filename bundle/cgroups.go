@@ -229,6 +229,11 @@ func cgroupOf(pid int) string {
 
 // oomKilled reads the OOM kills of the container's cgroup (memory.events
 // counts those of its whole subtree) and describes them, or returns "".
+// Its "oom" count says whether its own memory.max was the limit hit: the
+// kernel counts an OOM in the cgroup whose limit ran out, and the kill in
+// the victim's, so a kill for memory that ran out above it (ocifn's own
+// cgroup's memory.max, a container's or a unit's, or the machine's) leaves
+// its "oom" at 0.
 func (c *container) oomKilled() string {
 	if c.cgroup == "" {
 		return ""
@@ -238,18 +243,30 @@ func (c *container) oomKilled() string {
 	if err != nil {
 		return ""
 	}
-	kills := 0
+	kills, ooms := 0, 0
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
 			kills, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+		if v, ok := strings.CutPrefix(line, "oom "); ok {
+			ooms, _ = strconv.Atoi(strings.TrimSpace(v))
 		}
 	}
 	if kills == 0 {
 		return ""
 	}
-	limit := "its memory limit"
+	limit, unlimited := "its memory limit", false
 	if m, err := os.ReadFile(filepath.Join(c.cgroup, "memory.max")); err == nil {
-		limit = fmt.Sprintf("its memory limit of %s bytes (memory.max, --memory-limit)", strings.TrimSpace(string(m)))
+		v := strings.TrimSpace(string(m))
+		unlimited = v == "max"
+		limit = fmt.Sprintf("its memory limit of %s bytes (memory.max, --memory-limit)", v)
 	}
-	return fmt.Sprintf("the kernel's OOM killer killed %d process(es) of container %s at %s", kills, c.id, limit)
+	if ooms > 0 {
+		return fmt.Sprintf("the kernel's OOM killer killed %d process(es) of container %s at %s", kills, c.id, limit)
+	}
+	where := "below " + limit
+	if unlimited {
+		where = "with no memory limit of its own (--memory-limit 0)"
+	}
+	return fmt.Sprintf("the kernel's OOM killer killed %d process(es) of container %s %s: the memory that ran out was that of a cgroup above the call's (the memory.max of ocifn's own cgroup, or of the container or unit it runs in) or the machine's", kills, c.id, where)
 }

@@ -79,3 +79,41 @@ func TestDelegatedRoot(t *testing.T) {
 		})
 	}
 }
+
+// TestOOMKilledNamesWhoseLimit: an OOM kill in a call's cgroup is said to
+// be at the call's own memory.max only when that cgroup's own limit ran
+// out (memory.events oom); a kill for memory that ran out above it says so.
+func TestOOMKilledNamesWhoseLimit(t *testing.T) {
+	cases := []struct {
+		name, events, max string
+		want              []string
+		not               string
+	}{
+		{"none", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n", "67108864\n", nil, ""},
+		{"at_its_own_limit", "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n", "67108864\n", []string{"killed 1 process(es) of container ocifn-1 at its memory limit of 67108864 bytes"}, "above"},
+		{"above_it", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 1\noom_group_kill 0\n", "67108864\n", []string{"killed 1 process(es) of container ocifn-1 below its memory limit of 67108864 bytes", "a cgroup above the call's"}, " at its memory limit"},
+		{"above_it_without_a_limit", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 2\noom_group_kill 0\n", "max\n", []string{"killed 2 process(es) of container ocifn-1 with no memory limit of its own", "a cgroup above the call's"}, "max bytes"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, text := range map[string]string{"memory.events": tc.events, "memory.max": tc.max} {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := (&container{id: "ocifn-1", cgroup: dir}).oomKilled()
+			if tc.want == nil && got != "" {
+				t.Errorf("got %q, want none", got)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("got %q, want it to say %q", got, w)
+				}
+			}
+			if tc.not != "" && strings.Contains(got, tc.not) {
+				t.Errorf("got %q, which says %q", got, tc.not)
+			}
+		})
+	}
+}

@@ -357,6 +357,34 @@ func checkPerCallLimits(t *testing.T, cache string, start func(cache string) (*s
 	}
 }
 
+// TestOOMKillAboveTheCallsLimit: a call killed by the OOM killer because
+// the memory of ocifn's own cgroup ran out (a container's or a systemd
+// unit's memory.max below --memory-limit), not its own memory.max, gets a
+// Fatal result that says so, rather than blaming a limit it never reached.
+func TestOOMKillAboveTheCallsLimit(t *testing.T) {
+	requireCgroupV2(t)
+	if os.Geteuid() != 0 {
+		t.Fatal("this test makes cgroups and must run as root")
+	}
+	dir := delegate(t, -1, -1)
+	const above = 160 << 20
+	if err := os.WriteFile(filepath.Join(dir, "memory.max"), []byte(strconv.Itoa(above)), 0); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, []string{"--tarball", image("sh-function.tar"), "--timeout", "60s", "--memory-limit", "1Gi"}, inCgroup(t, dir, true))
+	mustContain(t, "startup log", s.stderr.String(), "per-call limits enforced with cgroups")
+	// awk doubles a string up to 4 GiB; the server's cgroup allows 160 MiB.
+	rsp := s.call(t, shRequest(t, "t-hog", `awk 'BEGIN { s = "x"; for (i = 0; i < 32; i++) s = s s; print "survived" > "/dev/stderr" }'; exit 9`))
+	if len(rsp.GetResults()) != 1 || rsp.GetResults()[0].GetSeverity() != fnv1.Severity_SEVERITY_FATAL {
+		t.Fatalf("memory hog: %v, want one Fatal result\nlog:\n%s", rsp.GetResults(), s.stderr)
+	}
+	msg := rsp.GetResults()[0].GetMessage()
+	mustContain(t, "the memory hog's Fatal result", msg, "OOM killer", "below its memory limit of 1073741824 bytes", "a cgroup above the call's")
+	if strings.Contains(msg, "at its memory limit") {
+		t.Errorf("the Fatal result blames the call's own limit, which the call never reached: %s", msg)
+	}
+}
+
 // cgroupRunsSleep reports whether a process of the cgroup runs sleep.
 func cgroupRunsSleep(dir string) bool {
 	for _, pid := range strings.Fields(readCgroupFile(dir, "cgroup.procs")) {
