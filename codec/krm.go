@@ -183,13 +183,19 @@ func (KRM) Encode(req *fnv1.RunFunctionRequest) ([]byte, error) {
 
 // krmComposite is the XR as the function sees it: the observed XR with
 // what earlier steps desired of it laid over, annotated as the composite;
-// nil when the call has no XR (an Operation).
+// nil when the call has no XR (an Operation). Its status is only what
+// earlier steps desired: Crossplane applies the desired status under one
+// field owner, so a field left out of it is removed from the XR. Sent the
+// observed status, a function that sets a status field on every run would
+// see it unchanged from the second run on, and the field would be dropped
+// from the desired XR, removed, then set again, one reconcile in two.
 func krmComposite(req *fnv1.RunFunctionRequest) (map[string]any, error) {
 	observed := structMap(req.GetObserved().GetComposite().GetResource())
 	desired := structMap(req.GetDesired().GetComposite().GetResource())
 	if observed == nil && desired == nil {
 		return nil, nil
 	}
+	delete(observed, "status")
 	xr := overlay(observed, desired)
 	if err := setAnnotation(xr, AnnotationComposite, "true"); err != nil {
 		return nil, fmt.Errorf("the composite resource: %w", err)
@@ -517,7 +523,9 @@ func sentAnnotations(r *fnv1.Resource) map[string]bool {
 // krmDesiredComposite turns the returned XR item into the desired
 // composite: what the function changed, laid over what earlier steps
 // desired. Only changes travel, so that the step does not claim every
-// field of the observed XR. removed lists the fields it deleted.
+// field of the observed XR; the sent status was already desired, so the
+// status the function returns is desired whole. removed lists the fields
+// it deleted.
 func krmDesiredComposite(req *fnv1.RunFunctionRequest, sent, got map[string]any) (*fnv1.Resource, []string, error) {
 	keep := map[string]bool{}
 	for k := range annotations(sent) {

@@ -65,6 +65,48 @@ items:
 	}
 }
 
+// TestKRMEncodeSendsTheDesiredStatus: the XR item's status is what
+// earlier steps desired, not the observed status, so that a function that
+// sets a field the XR already has still desires it (TestKRMDecodeStatusSetAgain).
+func TestKRMEncodeSendsTheDesiredStatus(t *testing.T) {
+	req := krmRequest(t)
+	req.Observed.Composite.Resource = obj(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: xa}\nspec: {size: 2}\nstatus: {phase: Ready, endpoint: e.example.org}\n")
+	xr, err := krmComposite(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"apiVersion": "example.org/v1", "kind": "XApp",
+		"metadata": map[string]any{"name": "xa", "annotations": map[string]any{AnnotationComposite: "true"}},
+		"spec":     map[string]any{"size": 2.0},
+		"status":   map[string]any{"phase": "Pending"},
+	}
+	if d := cmp.Diff(want, xr); d != "" {
+		t.Errorf("XR item (-want +got):\n%s", d)
+	}
+}
+
+// TestKRMDecodeStatusSetAgain: a status field the function sets to what the
+// observed XR already holds is desired: Crossplane would remove a status
+// field the desired XR leaves out.
+func TestKRMDecodeStatusSetAgain(t *testing.T) {
+	req := krmRequest(t)
+	req.Observed.Composite.Resource = obj(t, "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: xa}\nstatus: {endpoint: e.example.org}\n")
+	rsp, err := KRM{}.Decode(req, []byte(`
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- {apiVersion: example.org/v1, kind: XApp, metadata: {name: xa, annotations: {ocifn.io/composite: "true"}}, status: {phase: Pending, endpoint: e.example.org}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := obj(t, "apiVersion: example.org/v1\nkind: XApp\nstatus: {phase: Pending, endpoint: e.example.org}\n")
+	if d := cmp.Diff(want, rsp.Desired.Composite.Resource, protocmp.Transform()); d != "" {
+		t.Errorf("desired XR (-want +got):\n%s", d)
+	}
+}
+
 func TestKRMEncodeWithoutComposite(t *testing.T) {
 	req := krmRequest(t)
 	req.Observed.Composite, req.Desired.Composite, req.Input = nil, nil, nil

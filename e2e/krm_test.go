@@ -565,3 +565,63 @@ exit 1`}
 		t.Fatalf("results %v, want one Fatal result %q", rs, want)
 	}
 }
+
+// TestKRMStatusSetOnEveryRunStays: a yq function that sets the XR's
+// status.endpoint on every run, called as Crossplane calls it on two
+// reconciles, the second with the first's desired status in its observed
+// XR. Crossplane applies the desired status under one field owner, so the
+// second call's desired XR must hold status.endpoint too: without it, the
+// field is removed, and set again on the third reconcile. Nothing of the
+// observed status that no step desired is claimed.
+func TestKRMStatusSetOnEveryRunStays(t *testing.T) {
+	yq := configuredImage(t, "yq-function.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/yq", `(.items[] | select(.kind=="XApp") | .status.endpoint) = "demo.example.org"`}
+		c.Cmd = nil
+	})
+	s := startServer(t, []string{"--tarball", yq, "--io", "krm", "--warm", "0"})
+	const xr = "apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: demo}\nspec: {size: 2}\n"
+	want := yamlStruct(t, "apiVersion: example.org/v1\nkind: XApp\nstatus: {endpoint: demo.example.org}\n")
+
+	first := s.call(t, &fnv1.RunFunctionRequest{
+		Meta:     &fnv1.RequestMeta{Tag: "first"},
+		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: yamlStruct(t, xr)}},
+		Desired:  &fnv1.State{},
+	})
+	if !proto.Equal(first.GetDesired().GetComposite().GetResource(), want) || len(first.GetResults()) != 0 {
+		t.Fatalf("first reconcile: desired XR %v, results %v; want %v and no results", first.GetDesired().GetComposite(), first.GetResults(), want)
+	}
+
+	second := s.call(t, &fnv1.RunFunctionRequest{
+		Meta: &fnv1.RequestMeta{Tag: "second"},
+		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: yamlStruct(t, xr+
+			"status: {endpoint: demo.example.org, conditions: [{type: Ready, status: \"True\", reason: Available}]}\n")}},
+		Desired: &fnv1.State{},
+	})
+	if !proto.Equal(second.GetDesired().GetComposite().GetResource(), want) || len(second.GetResults()) != 0 {
+		t.Errorf("second reconcile: desired XR %v, results %v; want %v and no results (Crossplane would remove status.endpoint)", second.GetDesired().GetComposite(), second.GetResults(), want)
+	}
+}
+
+// TestKRMStatusAnEarlierStepDesiredIsKept: the XR item's status is what
+// earlier steps desired, not the observed one: a status.phase an earlier
+// step desired reaches the function and stays desired beside the
+// status.endpoint the function sets again, though the observed XR already
+// has both; a status field no step desired (stale) does not reach it (the
+// function records the status keys it was sent in status.seen).
+func TestKRMStatusAnEarlierStepDesiredIsKept(t *testing.T) {
+	yq := configuredImage(t, "yq-function.tar", func(c *v1.Config) {
+		c.Entrypoint = []string{"/bin/yq", `with(.items[] | select(.kind=="XApp"); (.status | keys | sort | join(",")) as $seen | .status.endpoint = "demo.example.org" | .status.seen = $seen)`}
+		c.Cmd = nil
+	})
+	s := startServer(t, []string{"--tarball", yq, "--io", "krm", "--warm", "0"})
+	rsp := s.call(t, &fnv1.RunFunctionRequest{
+		Meta: &fnv1.RequestMeta{Tag: "kept"},
+		Observed: &fnv1.State{Composite: &fnv1.Resource{Resource: yamlStruct(t,
+			"apiVersion: example.org/v1\nkind: XApp\nmetadata: {name: demo}\nspec: {size: 2}\nstatus: {phase: Composing, endpoint: demo.example.org, stale: old}\n")}},
+		Desired: &fnv1.State{Composite: &fnv1.Resource{Resource: yamlStruct(t, "apiVersion: example.org/v1\nkind: XApp\nstatus: {phase: Composing}\n")}},
+	})
+	want := yamlStruct(t, "apiVersion: example.org/v1\nkind: XApp\nstatus: {phase: Composing, endpoint: demo.example.org, seen: phase}\n")
+	if !proto.Equal(rsp.GetDesired().GetComposite().GetResource(), want) || len(rsp.GetResults()) != 0 {
+		t.Errorf("desired XR %v, results %v; want %v and no results", rsp.GetDesired().GetComposite(), rsp.GetResults(), want)
+	}
+}
