@@ -129,6 +129,13 @@ func delegatedRoot(cg host.Cgroups, selfCgroup []byte) (string, string) {
 	if !slices.Contains(strings.Fields(string(procs)), strconv.Itoa(os.Getpid())) {
 		return "", fmt.Sprintf("%s is not ocifn's cgroup (the cgroupfs at %s is not its cgroup namespace's own)", dir, cg.Unified)
 	}
+	// The machine's own root cgroup, which has no cgroup.type (every other
+	// cgroup, a cgroup namespace's root too, has one): ocifn run as root
+	// outside any cgroup namespace (no container, no systemd slice) would
+	// make its cgroups at the top of the machine's tree.
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.type")); errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Sprintf("ocifn runs in the machine's root cgroup (%s has no cgroup.type), which it does not change: run it in a container with a private cgroup namespace, or unprivileged in a cgroup delegated to its user", dir)
+	}
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
 	if err != nil {
 		return "", fmt.Sprintf("cannot read the controllers of %s: %v", dir, err)

@@ -22,7 +22,7 @@ func TestDelegatedRoot(t *testing.T) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		for f, content := range map[string]string{"cgroup.controllers": controllers, "cgroup.procs": procs, "cgroup.subtree_control": ""} {
+		for f, content := range map[string]string{"cgroup.controllers": controllers, "cgroup.procs": procs, "cgroup.subtree_control": "", "cgroup.type": "domain\n"} {
 			if err := os.WriteFile(filepath.Join(d, f), []byte(content), mode); err != nil {
 				t.Fatal(err)
 			}
@@ -36,6 +36,12 @@ func TestDelegatedRoot(t *testing.T) {
 	tree(notOurs, "", "memory pids", "1\n", 0o644)
 	noControllers := t.TempDir()
 	tree(noControllers, "", "cpu io", self, 0o644)
+	// The machine's root cgroup has no cgroup.type.
+	machineRoot := t.TempDir()
+	tree(machineRoot, "", "cpu memory pids io", self, 0o644)
+	if err := os.Remove(filepath.Join(machineRoot, "cgroup.type")); err != nil {
+		t.Fatal(err)
+	}
 
 	cases := []struct {
 		name    string
@@ -51,6 +57,7 @@ func TestDelegatedRoot(t *testing.T) {
 		{name: "not_the_namespace_root", cg: unified(full), self: "0::/system.slice/ocifn.service\n", wantErr: "not the root of its own cgroup namespace"},
 		{name: "the_host_cgroupfs_in_a_cgroup_namespace", cg: unified(notOurs), self: "0::/\n", wantErr: "is not ocifn's cgroup"},
 		{name: "controllers_missing", cg: unified(noControllers), self: "0::/\n", wantErr: "memory, pids controller"},
+		{name: "the_machine_root_cgroup", cg: unified(machineRoot), self: "0::/\n", wantErr: "the machine's root cgroup"},
 	}
 	if os.Geteuid() != 0 {
 		// Root writes anything; the read-only case needs another user.
