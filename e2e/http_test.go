@@ -312,22 +312,31 @@ func TestHTTPFunctionMakesItsCacheDir(t *testing.T) {
 		"flags of the gRPC front are ignored", "--cache-ttl --max-recv-msg-size")
 }
 
+// nonReader is a connection to the front at url, which the test never
+// reads from, with a small receive window: an answer of a few hundred KB
+// stalls on it.
+func nonReader(t *testing.T, url string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // TestHTTPAnswerNotTakenLetsItsSlotGo: a caller that stops reading a
 // large answer holds its call's slot no longer than the call's timeout, as
 // one whose body stalls does: the next call runs, and the stalled one is
 // logged as an error saying why.
 func TestHTTPAnswerNotTakenLetsItsSlotGo(t *testing.T) {
 	f := startCGI(t, []string{"--timeout", "2s", "--max-concurrency", "1"})
-	conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	// A small window, so that the answer, /env's echo of the body, is
-	// far more than the connection holds unread.
-	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
-		t.Fatal(err)
-	}
+	// The answer, /env's echo of the body, is far more than the
+	// connection holds unread.
+	conn := nonReader(t, f.url)
 	body := bytes.Repeat([]byte("x"), 16<<20)
 	if _, err := fmt.Fprintf(conn, "POST /env HTTP/1.1\r\nHost: fn\r\nContent-Length: %d\r\n\r\n", len(body)); err != nil {
 		t.Fatal(err)

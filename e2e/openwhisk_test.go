@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"reflect"
 	"regexp"
@@ -859,16 +858,7 @@ case "$1" in *large*) ;; *) echo '{}'; exit ;; esac
 printf '{"x": "'
 head -c 20000000 /dev/zero | tr '\0' x
 echo '"}'`, "main"))
-	conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	// A small window, so that the answer is far more than the
-	// connection holds unread.
-	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
-		t.Fatal(err)
-	}
+	conn := nonReader(t, f.url)
 	body := runPayload(map[string]any{"large": true}, map[string]any{"activation_id": "stalled"})
 	if _, err := fmt.Fprintf(conn, "POST /run HTTP/1.1\r\nHost: action\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
 		t.Fatal(err)

@@ -247,11 +247,7 @@ func TestOpenSelectsByName(t *testing.T) {
 				if img.Name() == "" {
 					t.Error("Name() is empty")
 				}
-				root := filepath.Join(t.TempDir(), "rootfs")
-				if err := Unpack(context.Background(), img.Image(), root); err != nil {
-					t.Fatal(err)
-				}
-				if got := readFileT(t, filepath.Join(root, "which")); got != tc.which {
+				if got := whichOf(t, img); got != tc.which {
 					t.Errorf("selected image %q, want %q", got, tc.which)
 				}
 			})
@@ -276,11 +272,7 @@ func TestOpenSelectsAnImageOfTwoNamesByDigest(t *testing.T) {
 		t.Fatalf("Open with the digest of the image tagged twice: %v", err)
 	}
 	defer img.Close()
-	root := filepath.Join(t.TempDir(), "rootfs")
-	if err := Unpack(context.Background(), img.Image(), root); err != nil {
-		t.Fatal(err)
-	}
-	if got := readFileT(t, filepath.Join(root, "which")); got != "bar" {
+	if got := whichOf(t, img); got != "bar" {
 		t.Errorf("selected image %q, want %q", got, "bar")
 	}
 }
@@ -317,11 +309,7 @@ func TestOpenSelectsAnUnnamedImageByDigest(t *testing.T) {
 				t.Fatalf("Open with the digest the error lists: %v", err)
 			}
 			defer img.Close()
-			root := filepath.Join(t.TempDir(), "rootfs")
-			if err := Unpack(context.Background(), img.Image(), root); err != nil {
-				t.Fatal(err)
-			}
-			if got := readFileT(t, filepath.Join(root, "which")); got != "bar" {
+			if got := whichOf(t, img); got != "bar" {
 				t.Errorf("selected image %q, want %q", got, "bar")
 			}
 		})
@@ -881,4 +869,15 @@ func TestOpenPicksTheOtherABI(t *testing.T) {
 	if _, err := Open(index("s390x", otherArch()), WithScratchDir(t.TempDir())); err == nil || !strings.Contains(err.Error(), "linux/"+runtime.GOARCH) {
 		t.Errorf("an index of architectures this CPU does not run: %v, want refused naming linux/%s", err, runtime.GOARCH)
 	}
+}
+
+// whichOf unpacks the image Open chose and returns its file "which", the
+// test images' name for themselves.
+func whichOf(t *testing.T, img *Image) string {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "rootfs")
+	if err := Unpack(context.Background(), img.Image(), root); err != nil {
+		t.Fatal(err)
+	}
+	return readFileT(t, filepath.Join(root, "which"))
 }
